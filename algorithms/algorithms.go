@@ -1,0 +1,47 @@
+package algorithms
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// The algorithms. Each is a value of an unexported type, safe to share.
+var (
+	TokenBucket          core.Algorithm = tokenBucket{}
+	GCRA                 core.Algorithm = gcra{}
+	FixedWindow          core.Algorithm = fixedWindow{}
+	SlidingWindowCounter core.Algorithm = slidingWindowCounter{}
+	SlidingWindowLog     core.Algorithm = slidingWindowLog{}
+)
+
+var all = []core.Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindowCounter, SlidingWindowLog}
+
+// All returns sluice's algorithms, in the order of this package's
+// documentation.
+func All() []core.Algorithm { return append([]core.Algorithm(nil), all...) }
+
+// ByName returns the algorithm whose [core.Algorithm.Name] is name, such as
+// "token-bucket" or "gcra".
+func ByName(name string) (core.Algorithm, error) {
+	for _, a := range all {
+		if a.Name() == name {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("algorithms: unknown algorithm %q (want one of token-bucket, gcra, fixed-window, sliding-window-counter, sliding-window-log)", name)
+}
+
+// micros converts a count of microseconds to a duration.
+func micros(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+
+// windowStart returns the start of the period-long window holding now.
+// Windows are aligned to the Unix epoch, so every key's windows begin at the
+// same instants and a Lua twin computes the same boundaries.
+func windowStart(now, period int64) int64 { return now - now%period }
+
+// unsatisfiable is the decision for a cost above capacity.
+func unsatisfiable(limit, remaining int64, resetAfter time.Duration) core.Decision {
+	return core.Decision{Limit: limit, Remaining: remaining, RetryAfter: core.RetryNever, ResetAfter: resetAfter}
+}

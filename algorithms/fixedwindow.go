@@ -1,0 +1,58 @@
+package algorithms
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// fixedWindow counts charges in windows of one Period, aligned to the Unix
+// epoch, and admits a request while the window's count plus its cost stays
+// within Rate. Denied requests are not counted, so a flooding client is
+// locked out only until the window ends.
+//
+// Its known weakness: a client can spend a full window's Rate just before a
+// boundary and another just after it, 2×Rate within a moment. Use the
+// sliding window algorithms where that matters.
+//
+// State: T the last charge (µs); A the start of the counted window (µs);
+// B the count charged in it.
+//
+// When the limit changes, the count is kept against the new rate while the
+// window is the same; a new period gives new windows, so counting restarts
+// at the first window boundary of the new period.
+type fixedWindow struct{}
+
+func (fixedWindow) Name() string { return "fixed-window" }
+
+func (fixedWindow) Validate(core.Limit) error { return nil }
+
+func (fixedWindow) Horizon(l core.Limit) time.Duration { return l.Period() }
+
+func (fixedWindow) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
+	rate, period := l.Rate(), l.PeriodMicros()
+	now = max(now, s.T)
+	start := windowStart(now, period)
+	var count int64
+	if s.A == start {
+		count = s.B
+	}
+	untilEnd := micros(start + period - now)
+	resetAfter := func(count int64) time.Duration {
+		if count == 0 {
+			return 0
+		}
+		return untilEnd
+	}
+	if cost > rate {
+		return unsatisfiable(rate, max(rate-count, 0), resetAfter(count))
+	}
+	if count+cost > rate {
+		return core.Decision{Limit: rate, Remaining: max(rate-count, 0), RetryAfter: untilEnd, ResetAfter: untilEnd}
+	}
+	count += cost
+	if !peek && cost > 0 {
+		s.T, s.A, s.B = now, start, count
+	}
+	return core.Decision{Allowed: true, Limit: rate, Remaining: rate - count, ResetAfter: resetAfter(count)}
+}

@@ -1,0 +1,83 @@
+package algorithms
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// gcra is the generic cell rate algorithm: it keeps one instant, the
+// theoretical arrival time (TAT) at which the key will be fully rested, and
+// admits a request of cost n if moving the TAT on by n emission intervals
+// leaves it no further ahead of now than Burst intervals (the tolerance).
+// Under a fixed limit it decides exactly as the token bucket does: how far
+// the TAT is ahead of now is the bucket's deficit. The two differ in what
+// they keep, and so in what a change of limit does.
+//
+// An emission interval is perToken/perMicro microseconds (see
+// [core.Limit.Units]), seldom a whole number, so the TAT is kept exactly:
+// whole microseconds plus a fraction in ticks of 1/perMicro µs. The
+// arithmetic works in ticks, where a token is perToken ticks and the
+// tolerance Burst × perToken.
+//
+// State: T the last charge (µs); A the TAT's whole microseconds; B its
+// fraction in ticks (0 ≤ B < C); C the perMicro the fraction was written
+// under (zero: never charged).
+//
+// When the limit changes, the key keeps the time it owes (its TAT, rounded
+// up to a whole microsecond when the fraction's ticks change size), capped
+// at the new tolerance: a key is never more than empty.
+type gcra struct{}
+
+func (gcra) Name() string { return "gcra" }
+
+func (gcra) Validate(core.Limit) error { return nil }
+
+func (gcra) Horizon(l core.Limit) time.Duration { return tokenBucket{}.Horizon(l) }
+
+func (gcra) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
+	u, r := l.Units()
+	burst := l.Burst()
+	tolerance := burst * u
+	now = max(now, s.T)
+
+	// debt is how far the TAT is ahead of now, in ticks; zero when behind.
+	var debt int64
+	if ahead := s.A - now; s.C == r {
+		if ahead >= 0 {
+			// Written under this rate, within a tolerance of at most
+			// 2^52 ticks: the product cannot overflow.
+			debt = min(ahead*r+s.B, tolerance)
+		}
+	} else {
+		if s.B > 0 {
+			ahead++
+		}
+		if ahead > 0 {
+			debt = min(ahead, core.CeilDiv(tolerance, r)) * r
+			debt = min(debt, tolerance)
+		}
+	}
+	decision := func(allowed bool, debt int64) core.Decision {
+		q, f := debt/r, debt%r
+		if f > 0 {
+			q++
+		}
+		return core.Decision{Allowed: allowed, Limit: burst, Remaining: (tolerance - debt) / u, ResetAfter: micros(q)}
+	}
+	if cost > burst {
+		d := decision(false, debt)
+		d.RetryAfter = core.RetryNever
+		return d
+	}
+	if over := debt + cost*u - tolerance; over > 0 {
+		d := decision(false, debt)
+		d.RetryAfter = micros(core.CeilDiv(over, r))
+		return d
+	}
+	debt += cost * u
+	if !peek && cost > 0 {
+		s.T, s.A, s.B, s.C = now, now+debt/r, debt%r, r
+	}
+	return decision(true, debt)
+}

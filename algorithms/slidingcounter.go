@@ -1,0 +1,94 @@
+package algorithms
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// slidingWindowCounter approximates a sliding window from two fixed ones:
+// it counts charges in the current epoch-aligned window and the previous
+// one, and weighs the previous count by the share of the previous window
+// that a sliding window ending now still covers. A request of cost n is
+// admitted while
+//
+//	prev × (Period − elapsed)/Period + cur + n ≤ Rate
+//
+// compared as integers by multiplying through by Period, which is why
+// Rate × Period (µs) must stay within [core.MaxUnits]. Denied requests are
+// not counted.
+//
+// State: T the last charge (µs); A the start of the current window (µs);
+// B its count; C the previous window's count.
+//
+// When the limit changes, counts are kept against the new rate, capped at
+// it; a new period gives new windows, so counting restarts.
+type slidingWindowCounter struct{}
+
+func (slidingWindowCounter) Name() string { return "sliding-window-counter" }
+
+func (slidingWindowCounter) Validate(l core.Limit) error {
+	if l.Rate() > core.MaxUnits/l.PeriodMicros() {
+		return fmt.Errorf("%w: %v: rate × period in µs exceeds 2^52 for the sliding window counter; use a shorter period", core.ErrInvalidLimit, l)
+	}
+	return nil
+}
+
+func (slidingWindowCounter) Horizon(l core.Limit) time.Duration { return 2 * l.Period() }
+
+func (slidingWindowCounter) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
+	rate, period := l.Rate(), l.PeriodMicros()
+	now = max(now, s.T)
+	start := windowStart(now, period)
+	var cur, prev int64
+	switch s.A {
+	case start:
+		cur, prev = s.B, s.C
+	case start - period:
+		prev = s.B
+	}
+	// Counts beyond a lowered rate deny alike; capping them keeps the
+	// products below within rate × period.
+	cur, prev = min(cur, rate), min(prev, rate)
+	left := period - (now - start) // of the previous window, still covered
+	remaining := func(cur int64) int64 { return max(rate-cur-core.CeilDiv(prev*left, period), 0) }
+	resetAfter := func(cur int64) time.Duration {
+		switch {
+		case cur > 0:
+			return micros(start + 2*period - now)
+		case prev > 0:
+			return micros(start + period - now)
+		}
+		return 0
+	}
+	if cost > rate {
+		return unsatisfiable(rate, remaining(cur), resetAfter(cur))
+	}
+	if room := rate - cur - cost; room < 0 || prev*left > room*period {
+		return core.Decision{Limit: rate, Remaining: remaining(cur), RetryAfter: micros(retry(start, now, period, rate, cur, prev, cost)), ResetAfter: resetAfter(cur)}
+	}
+	cur += cost
+	if !peek && cost > 0 {
+		s.T, s.A, s.B, s.C = now, start, cur, prev
+	}
+	return core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), ResetAfter: resetAfter(cur)}
+}
+
+// retry returns the microseconds from now until a denied request of cost
+// passes. Within the current window the test prev × (period − e) ≤
+// room × period holds from e = period − ⌊room × period / prev⌋ on; in the
+// next window the current count becomes the previous one and the same
+// reasoning applies with room = rate − cost.
+func retry(start, now, period, rate, cur, prev, cost int64) int64 {
+	if room := rate - cur - cost; room >= 0 && prev > 0 {
+		if e := period - room*period/prev; e < period {
+			return start + e - now
+		}
+	}
+	var e int64
+	if cur > 0 {
+		e = max(period-(rate-cost)*period/cur, 0)
+	}
+	return start + period + e - now
+}

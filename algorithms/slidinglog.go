@@ -1,0 +1,96 @@
+package algorithms
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// MaxLogRate is the largest rate the sliding window log accepts. The log
+// keeps an entry for every instant a charge was admitted within the last
+// period, so its memory grows with the rate; above this, use the sliding
+// window counter.
+const MaxLogRate = 10_000
+
+// slidingWindowLog keeps every admitted charge of the last Period and
+// admits a request of cost n while the charges in (now − Period, now] plus n
+// stay within Rate. It is exact, never admitting more than Rate in any
+// window of one Period, at the price of memory proportional to the rate.
+// Denied requests are not logged.
+//
+// State: T the last charge (µs); A the total cost of Log[B:]; B the index
+// of the first entry not yet dropped; Log the charges in time order, one
+// entry per instant. Entries that fall out of the window are dropped when
+// the next charge is admitted, and the slice is compacted once half of it
+// is dead, so each charge costs amortized constant time.
+//
+// When the limit changes, the logged charges are judged against the new
+// rate and period.
+type slidingWindowLog struct{}
+
+func (slidingWindowLog) Name() string { return "sliding-window-log" }
+
+func (slidingWindowLog) Validate(l core.Limit) error {
+	if l.Rate() > MaxLogRate {
+		return fmt.Errorf("%w: %v: the sliding window log keeps at most %d entries; use the sliding window counter", core.ErrInvalidLimit, l, MaxLogRate)
+	}
+	return nil
+}
+
+func (slidingWindowLog) Horizon(l core.Limit) time.Duration { return l.Period() }
+
+func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
+	rate, period := l.Rate(), l.PeriodMicros()
+	now = max(now, s.T)
+	// Skip the entries that have left the window (now − period, now].
+	first, live := s.B, s.A
+	for first < int64(len(s.Log)) && s.Log[first].At <= now-period {
+		live -= s.Log[first].Cost
+		first++
+	}
+	resetAfter := func(live int64) time.Duration {
+		if live == 0 {
+			return 0
+		}
+		return micros(s.Log[len(s.Log)-1].At + period - now)
+	}
+	if cost > rate {
+		return unsatisfiable(rate, max(rate-live, 0), resetAfter(live))
+	}
+	if live+cost > rate {
+		// The request passes once enough of the oldest charges leave.
+		freed, i := int64(0), first
+		for ; live-freed+cost > rate; i++ {
+			freed += s.Log[i].Cost
+		}
+		return core.Decision{
+			Limit:      rate,
+			Remaining:  max(rate-live, 0),
+			RetryAfter: micros(s.Log[i-1].At + period - now),
+			ResetAfter: resetAfter(live),
+		}
+	}
+	if peek || cost == 0 {
+		reset := resetAfter(live)
+		if cost > 0 {
+			reset = micros(period) // the charge would be the newest entry
+		}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live - cost, ResetAfter: reset}
+	}
+	log := s.Log
+	if first == int64(len(log)) {
+		log, first = log[:0], 0
+	} else if first > int64(len(log))/2 {
+		log = log[:copy(log, log[first:])]
+		first = 0
+	}
+	if n := len(log); n > int(first) && log[n-1].At == now {
+		log[n-1].Cost += cost
+	} else {
+		log = append(log, core.LogEntry{At: now, Cost: cost})
+	}
+	live += cost
+	s.T, s.A, s.B, s.Log = now, live, first, log
+	return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live, ResetAfter: resetAfter(live)}
+}

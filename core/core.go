@@ -1,0 +1,225 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Stores and decorators wrap them with %w; test with
+// [errors.Is].
+var (
+	// ErrInvalidLimit reports a limit that cannot be decided with.
+	ErrInvalidLimit = errors.New("sluice: invalid limit")
+	// ErrInvalidCost reports a negative cost.
+	ErrInvalidCost = errors.New("sluice: invalid cost")
+	// ErrInvalidKey reports an empty key or one longer than [MaxKeyLen].
+	ErrInvalidKey = errors.New("sluice: invalid key")
+	// ErrNoAlgorithm reports a request or limiter without an algorithm.
+	ErrNoAlgorithm = errors.New("sluice: no algorithm")
+	// ErrNoStore reports a limiter without a store.
+	ErrNoStore = errors.New("sluice: no store")
+	// ErrClosed reports a call to a store after its Close.
+	ErrClosed = errors.New("sluice: store closed")
+	// ErrInvalidTime reports a request whose Now is before the Unix epoch
+	// or too far after it to count in exact microseconds (see [MaxExact]).
+	ErrInvalidTime = errors.New("sluice: invalid time")
+	// ErrUnsupported reports an optional operation the store does not
+	// implement, such as Reset on a store that is not a [Resetter].
+	ErrUnsupported = errors.New("sluice: not supported by this store")
+)
+
+// MaxKeyLen is the longest key, in bytes, a request may carry. Keys come
+// from clients (addresses, user ids, headers); the bound keeps a hostile
+// key from costing more memory than a legitimate one.
+const MaxKeyLen = 1024
+
+// Source says what produced a [Decision]. The zero value, [SourceStore],
+// means the store ran the algorithm; decorators set the others so that
+// headers and spans can say how a decision was reached.
+type Source uint8
+
+// The sources of a decision.
+const (
+	SourceStore      Source = iota // the store ran the algorithm
+	SourceCache                    // a local cache answered (a cached denial)
+	SourceLease                    // tokens leased from the store were spent locally
+	SourceFailOpen                 // the store failed and the policy allowed
+	SourceFailClosed               // the store failed and the policy denied
+	SourceFallback                 // the store failed and a local fallback decided
+	SourceShadow                   // shadow mode: the real decision was a denial, reported as allowed
+)
+
+var sourceNames = [...]string{"store", "cache", "lease", "fail-open", "fail-closed", "fallback", "shadow"}
+
+// String returns the source's name as used in telemetry: "store", "cache",
+// "lease", "fail-open", "fail-closed", "fallback" or "shadow".
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("Source(%d)", uint8(s))
+}
+
+// Decision is a store's answer to a [Request]. A denial is a Decision with
+// Allowed false and a nil error; an error means the store failed.
+type Decision struct {
+	// Allowed reports whether the request was admitted (and, unless it was
+	// a peek, charged).
+	Allowed bool
+	// Limit is the largest cost admitted at once: the burst for the bucket
+	// algorithms, the rate for the window algorithms.
+	Limit int64
+	// Remaining is the cost that would still be admitted right after this
+	// decision, in whole requests. It is never negative.
+	Remaining int64
+	// RetryAfter is zero when Allowed. After a denial it is the exact wait
+	// until the same request would be admitted, if nothing else is
+	// charged in between: a retry at that instant passes, a microsecond
+	// earlier fails. It is [RetryNever] when the cost can never be
+	// admitted (see [Decision.Unsatisfiable]).
+	RetryAfter time.Duration
+	// ResetAfter is the wait until the key is back to full capacity, as if
+	// it had never been used; zero when it already is.
+	ResetAfter time.Duration
+	// Source says what produced the decision.
+	Source Source
+}
+
+// Unsatisfiable reports whether the request was denied because its cost is
+// larger than its limit's capacity: it will never be admitted, and the
+// store's state was left unchanged.
+func (d Decision) Unsatisfiable() bool { return !d.Allowed && d.RetryAfter == RetryNever }
+
+// Request asks a store to decide for one key. Stores validate every request
+// with [Request.Validate] before they act on it.
+type Request struct {
+	// Key identifies whose budget is charged. It must be 1 to [MaxKeyLen]
+	// bytes. The same key under two algorithms names two states.
+	Key string
+	// Algorithm decides; required.
+	Algorithm Algorithm
+	// Limit is the limit to decide under. It travels with every request,
+	// so a key's limit can change between calls: each algorithm documents
+	// what it does with state written under another limit.
+	Limit Limit
+	// Cost is how much of the limit the request uses. Zero is allowed: it
+	// is always admitted and, like a peek, changes nothing. Negative costs
+	// are invalid.
+	Cost int64
+	// Now, when not zero, is the instant to decide at. The zero value
+	// means the store's own clock (the server's clock for Redis).
+	Now time.Time
+	// Peek asks for the decision the request would get, without charging
+	// it or changing any state.
+	Peek bool
+}
+
+// Validate checks the request's key, algorithm, cost and limit, returning an
+// error that wraps one of the sentinel errors.
+func (r *Request) Validate() error {
+	if err := ValidateKey(r.Key); err != nil {
+		return err
+	}
+	switch {
+	case r.Algorithm == nil:
+		return ErrNoAlgorithm
+	case r.Cost < 0:
+		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, r.Cost)
+	case !r.Now.IsZero() && (r.Now.Before(epoch) || r.Now.UnixMicro() >= MaxUnits):
+		return fmt.Errorf("%w: %v", ErrInvalidTime, r.Now)
+	}
+	if err := r.Limit.Validate(); err != nil {
+		return err
+	}
+	if r.Limit.inf {
+		return nil
+	}
+	return r.Algorithm.Validate(r.Limit)
+}
+
+var epoch = time.Unix(0, 0)
+
+// ValidateKey reports an empty key or one longer than [MaxKeyLen], with an
+// error wrapping [ErrInvalidKey].
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// State is the small per-key record an algorithm keeps. It is one fixed
+// record for every algorithm, so an in-process store can keep states by
+// value without allocating, and a Lua twin can keep the same numbers in one
+// Redis key. Each algorithm documents what its fields hold; the zero State
+// is a key that has never been charged.
+type State struct {
+	// T is the instant, in microseconds since the Unix epoch, of the last
+	// charge. Algorithms decide at max(T, now), so a state's clock never
+	// runs backwards even when callers' clocks disagree.
+	T int64
+	// A, B and C are the algorithm's numbers.
+	A, B, C int64
+	// Log holds the sliding window log's entries; nil for the others.
+	Log []LogEntry
+}
+
+// LogEntry is one charge in a sliding window log: Cost charged at At
+// microseconds since the Unix epoch.
+type LogEntry struct {
+	At, Cost int64
+}
+
+// Algorithm is a rate-limiting algorithm: a pure transition over a [State],
+// in integer microseconds. The algorithms package holds sluice's own; a
+// store runs whichever a request names.
+type Algorithm interface {
+	// Name is the algorithm's stable name, such as "token-bucket". Stores
+	// use it in keys and to find the algorithm's script.
+	Name() string
+	// Validate reports limits this algorithm cannot decide exactly under,
+	// wrapping [ErrInvalidLimit]. It is called only with limits that
+	// passed [Limit.Validate] and are not [Inf].
+	Validate(Limit) error
+	// Horizon is how long a state written under l matters: after this long
+	// without another charge the state decides exactly as the zero State
+	// does, so a store may forget it.
+	Horizon(l Limit) time.Duration
+	// Transition decides a request of cost at now (microseconds since the
+	// Unix epoch) under limit l, with the key's state s. It changes s only
+	// when it admits a request of positive cost that is not a peek. Its
+	// inputs have been validated ([Request.Validate]) and l is not [Inf].
+	// Transition must not retain s.
+	Transition(s *State, now, cost int64, l Limit, peek bool) Decision
+}
+
+// Store runs an algorithm's transition atomically for a key: two calls for
+// the same key never interleave. Implementations must be safe for
+// concurrent use, and must return a denial as a Decision, keeping errors
+// for failures of the store itself.
+//
+// Optional abilities are further interfaces a store may implement:
+// [Resetter] to forget a key, and [io.Closer] to release resources (a store
+// returns [ErrClosed] from Apply after Close). Peeking needs no interface:
+// every store honours [Request.Peek].
+type Store interface {
+	Apply(ctx context.Context, req Request) (Decision, error)
+}
+
+// StoreFunc adapts a function to a [Store], as [net/http.HandlerFunc] does
+// for handlers. It suits tests and small decorators.
+type StoreFunc func(ctx context.Context, req Request) (Decision, error)
+
+// Apply calls f(ctx, req).
+func (f StoreFunc) Apply(ctx context.Context, req Request) (Decision, error) { return f(ctx, req) }
+
+// Resetter is implemented by stores that can forget a key's state, as if it
+// had never been charged.
+type Resetter interface {
+	Reset(ctx context.Context, key string, alg Algorithm) error
+}

@@ -1,0 +1,190 @@
+package core
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// MaxExact is the largest integer every algorithm's arithmetic may reach.
+// Lua numbers in Redis are IEEE doubles, exact only up to 2^53, and each
+// algorithm's Lua twin must compute exactly what its Go transition computes,
+// so limits whose arithmetic would pass this bound are rejected by
+// [Limit.Validate] and by each algorithm's own check.
+const MaxExact = 1 << 53
+
+// MaxUnits bounds every quantity an algorithm keeps in its state (a
+// bucket's capacity in units, a window's rate × period, an instant in
+// microseconds). Half of [MaxExact], it leaves room to add one to another
+// (an instant plus a wait) without leaving exact arithmetic.
+const MaxUnits = MaxExact / 2
+
+// Limit is a rate, Rate events per Period, with a Burst: the largest cost
+// admitted at once. Build one with [PerSecond], [PerMinute], [PerHour],
+// [PerDay], [Per] or [Every], and change its burst with [Limit.WithBurst].
+//
+// The zero Limit is invalid: [Limit.Validate] reports it, and nothing in
+// sluice decides with it. [Inf] is the limit that admits everything.
+//
+// Limits are comparable values; a Limit is safe to share between goroutines.
+// Internally a Limit keeps its rate in exact integer form (see
+// [Limit.Units]) so that every store reaches the same decision.
+type Limit struct {
+	rate   int64 // events per period
+	period int64 // microseconds
+	burst  int64
+	unit   int64 // units per token: period / gcd(period, rate)
+	refill int64 // units per microsecond: rate / gcd(period, rate)
+	inf    bool
+	valid  bool // check passed when the limit was built
+}
+
+// Inf is the limit that admits every request and keeps no state.
+var Inf = Limit{inf: true}
+
+// PerSecond returns a limit of n events per second with a burst of n.
+func PerSecond(n int64) Limit { return Per(n, time.Second) }
+
+// PerMinute returns a limit of n events per minute with a burst of n.
+func PerMinute(n int64) Limit { return Per(n, time.Minute) }
+
+// PerHour returns a limit of n events per hour with a burst of n.
+func PerHour(n int64) Limit { return Per(n, time.Hour) }
+
+// PerDay returns a limit of n events per 24 hours with a burst of n.
+func PerDay(n int64) Limit { return Per(n, 24*time.Hour) }
+
+// Every returns a limit of one event every d with a burst of 1.
+// Every(0) is invalid, not infinite: use [Inf] for that.
+func Every(d time.Duration) Limit { return Per(1, d) }
+
+// Per returns a limit of n events per period with a burst of n. The period
+// is kept in whole microseconds; a period that is not a positive whole
+// number of microseconds makes the limit invalid.
+func Per(n int64, period time.Duration) Limit {
+	l := Limit{rate: n, burst: n}
+	if period <= 0 || period%time.Microsecond != 0 || n <= 0 {
+		// Keep what the caller gave so Validate and String can say what
+		// is wrong with it.
+		l.period = int64(period / time.Microsecond)
+		if period > 0 && l.period == 0 {
+			l.period = -1 // sub-microsecond
+		}
+		return l
+	}
+	l.period = int64(period / time.Microsecond)
+	g := gcd(l.period, n)
+	l.unit, l.refill = l.period/g, n/g
+	l.valid = l.check() == nil
+	return l
+}
+
+// WithBurst returns a copy of l whose burst is b. The token bucket and GCRA
+// admit at most b at once; the window algorithms count Rate per window and
+// take no notice of the burst.
+func (l Limit) WithBurst(b int64) Limit {
+	l.burst = b
+	l.valid = l.check() == nil
+	return l
+}
+
+// Rate returns the number of events l admits per [Limit.Period].
+func (l Limit) Rate() int64 { return l.rate }
+
+// Period returns the period over which [Limit.Rate] events are admitted.
+func (l Limit) Period() time.Duration { return time.Duration(l.period) * time.Microsecond }
+
+// PeriodMicros returns the period in whole microseconds.
+func (l Limit) PeriodMicros() int64 { return l.period }
+
+// Burst returns the largest cost the bucket algorithms admit at once.
+func (l Limit) Burst() int64 { return l.burst }
+
+// IsInf reports whether l is [Inf].
+func (l Limit) IsInf() bool { return l.inf }
+
+// Units returns the rate in exact integer form: a token is perToken units
+// and perMicro units accrue each microsecond, so perMicro/perToken tokens
+// per microsecond is exactly Rate/Period. The pair is Rate and Period in
+// microseconds divided by their greatest common divisor, which keeps the
+// arithmetic small: 1,000,000 per day is 86,400 units a token, 1 a
+// microsecond.
+func (l Limit) Units() (perToken, perMicro int64) { return l.unit, l.refill }
+
+// Validate reports whether l can be used to decide, with an error wrapping
+// [ErrInvalidLimit] that says what is wrong. Algorithms may reject further
+// limits whose arithmetic would not be exact (see [MaxExact]).
+func (l Limit) Validate() error {
+	if l.valid || l.inf {
+		return nil // checked when built: Validate runs on every request
+	}
+	return l.check()
+}
+
+func (l Limit) check() error {
+	switch {
+	case l.rate <= 0:
+		return fmt.Errorf("%w: rate %d must be at least 1", ErrInvalidLimit, l.rate)
+	case l.rate > MaxExact:
+		return fmt.Errorf("%w: rate %d exceeds 2^53", ErrInvalidLimit, l.rate)
+	case l.period == -1:
+		return fmt.Errorf("%w: period must be at least 1µs", ErrInvalidLimit)
+	case l.period <= 0:
+		return fmt.Errorf("%w: period must be positive", ErrInvalidLimit)
+	case l.unit == 0:
+		return fmt.Errorf("%w: period must be a whole number of microseconds", ErrInvalidLimit)
+	case l.burst <= 0:
+		return fmt.Errorf("%w: burst %d must be at least 1", ErrInvalidLimit, l.burst)
+	case l.burst > MaxUnits/l.unit:
+		return fmt.Errorf("%w: %v: burst × unit exceeds 2^52; lower the burst or use a rate that divides the period", ErrInvalidLimit, l)
+	}
+	return nil
+}
+
+// String formats l as "10 req/s (burst 50)". Periods of a second, minute,
+// hour and day print as s, min, h and day; others as a duration
+// ("1 req/250ms (burst 1)").
+func (l Limit) String() string {
+	if l.inf {
+		return "unlimited"
+	}
+	var per string
+	switch l.period {
+	case 1e6:
+		per = "s"
+	case 60e6:
+		per = "min"
+	case 3600e6:
+		per = "h"
+	case 86400e6:
+		per = "day"
+	default:
+		per = l.Period().String()
+	}
+	return strconv.FormatInt(l.rate, 10) + " req/" + per + " (burst " + strconv.FormatInt(l.burst, 10) + ")"
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// CeilDiv returns ⌈a/b⌉ for a ≥ 0 and b > 0. The algorithms round every
+// wait up with it, so that a retry at exactly the reported instant passes.
+func CeilDiv(a, b int64) int64 {
+	switch {
+	case a <= 0:
+		return 0
+	case b == 1: // every rate that divides its period; and division is slow
+		return a
+	}
+	return (a-1)/b + 1
+}
+
+// RetryNever is the [Decision.RetryAfter] of a request that can never be
+// admitted under its limit: its cost is larger than the limit's capacity.
+// Retrying such a request is pointless; [Decision.Unsatisfiable] reports it.
+const RetryNever = time.Duration(math.MaxInt64)

@@ -1,0 +1,81 @@
+package memstore_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/memstore"
+)
+
+// manyKeys is the key count of the many-keys benchmarks.
+const manyKeys = 1_000_000
+
+var benchKeys = func() []string {
+	keys := make([]string, manyKeys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}()
+
+// BenchmarkAllow measures Limiter.Allow on the memory store: serial and
+// parallel, on one hot key and on 1M distinct keys, for every algorithm.
+// The limit is high enough that most decisions are admissions, which write.
+func BenchmarkAllow(b *testing.B) {
+	for _, alg := range algorithms.All() {
+		limit := core.PerSecond(1_000_000_000)
+		if alg == algorithms.SlidingWindowLog {
+			limit = core.PerSecond(algorithms.MaxLogRate)
+		}
+		b.Run(alg.Name(), func(b *testing.B) {
+			b.Run("serial/hot", func(b *testing.B) { benchAllow(b, alg, limit, 1, false) })
+			b.Run("serial/1M", func(b *testing.B) { benchAllow(b, alg, limit, manyKeys, false) })
+			b.Run("parallel/hot", func(b *testing.B) { benchAllow(b, alg, limit, 1, true) })
+			b.Run("parallel/1M", func(b *testing.B) { benchAllow(b, alg, limit, manyKeys, true) })
+		})
+	}
+}
+
+func benchAllow(b *testing.B, alg core.Algorithm, limit core.Limit, keys int, parallel bool) {
+	s, err := memstore.New(memstore.Config{MaxKeys: 2 * manyKeys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	lim, err := core.NewLimiter(s, alg, limit)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	// Warm every key, so that the measured calls find their state.
+	for _, k := range benchKeys[:keys] {
+		lim.Allow(ctx, k)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if !parallel {
+		i := 0
+		for b.Loop() {
+			lim.Allow(ctx, benchKeys[i])
+			if i++; i == keys {
+				i = 0
+			}
+		}
+		return
+	}
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		// Each goroutine walks the keys from its own starting point.
+		i := int(next.Add(manyKeys/64)) % keys
+		for pb.Next() {
+			lim.Allow(ctx, benchKeys[i])
+			if i++; i == keys {
+				i = 0
+			}
+		}
+	})
+}

@@ -1,0 +1,192 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/memstore"
+	"github.com/sluicehq/sluice/stores/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) core.Store {
+		s, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []memstore.Config{{MaxKeys: -1}, {Shards: -4}} {
+		if s, err := memstore.New(cfg); err == nil {
+			s.Close()
+			t.Errorf("New(%+v) succeeded, want an error", cfg)
+		}
+	}
+}
+
+// TestKeyFlood sends 2M distinct keys through a store bounded at 100,000:
+// it must never hold more, and must count what it evicted.
+func TestKeyFlood(t *testing.T) {
+	const flood, maxKeys = 2_000_000, 100_000
+	n := flood
+	if testing.Short() {
+		n /= 10
+	}
+	s, err := memstore.New(memstore.Config{MaxKeys: maxKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lim, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerMinute(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	buf := make([]byte, 0, 16)
+	for i := range n {
+		buf = strconv.AppendInt(buf[:0], int64(i), 36)
+		if d, err := lim.Allow(ctx, string(buf)); err != nil || !d.Allowed {
+			t.Fatalf("key %d: %+v, %v; want a fresh key allowed", i, d, err)
+		}
+		if i%100_000 == 0 {
+			if st := s.Stats(); st.Keys > maxKeys {
+				t.Fatalf("after %d keys the store holds %d, more than MaxKeys %d", i+1, st.Keys, maxKeys)
+			}
+		}
+	}
+	st := s.Stats()
+	if st.Keys > maxKeys || st.MaxKeys > maxKeys {
+		t.Fatalf("after the flood: %+v, want at most %d keys", st, maxKeys)
+	}
+	if st.Keys < maxKeys*9/10 {
+		t.Errorf("after the flood the store holds %d keys, want close to MaxKeys %d", st.Keys, maxKeys)
+	}
+	if got, want := st.Evicted+st.Expired, uint64(n-st.Keys); got != want {
+		t.Errorf("evicted+expired = %d, want %d (every key that is gone)", got, want)
+	}
+}
+
+// TestEvictionPrefersExpired fills a store, lets some keys expire and checks
+// that new keys replace the expired ones, not live ones.
+func TestEvictionPrefersExpired(t *testing.T) {
+	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := memstore.New(memstore.Config{MaxKeys: 8, Shards: 1, SweepInterval: -1, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	short, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
+	long, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerHour(1))
+	for i := range 4 {
+		short.Allow(ctx, fmt.Sprint("short", i))
+		long.Allow(ctx, fmt.Sprint("long", i))
+	}
+	clock = clock.Add(2 * time.Second) // the short keys expire
+	for i := range 4 {
+		short.Allow(ctx, fmt.Sprint("new", i))
+	}
+	st := s.Stats()
+	if st.Keys != 8 || st.Expired != 4 || st.Evicted != 0 {
+		t.Fatalf("stats = %+v, want 8 keys, 4 expired, 0 evicted", st)
+	}
+	for i := range 4 {
+		if d, _ := long.Allow(ctx, fmt.Sprint("long", i)); d.Allowed {
+			t.Errorf("long%d was forgotten: a live key was evicted while expired ones remained", i)
+		}
+	}
+}
+
+// TestSweeper checks, on a fake clock, that the sweeper removes expired keys
+// on its interval and that Close stops it.
+func TestSweeper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := memstore.New(memstore.Config{SweepInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, _ := core.NewLimiter(s, algorithms.GCRA, core.Every(100*time.Millisecond).WithBurst(5))
+		ctx := context.Background()
+		for i := range 10 {
+			lim.AllowN(ctx, fmt.Sprint("k", i), 5)
+		}
+		// The horizon is 500ms: the first sweep at 1s removes them all.
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		if st := s.Stats(); st.Keys != 10 {
+			t.Fatalf("before the first sweep: %d keys, want 10", st.Keys)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if st := s.Stats(); st.Keys != 0 || st.Expired != 10 {
+			t.Fatalf("after the first sweep: %+v, want 0 keys, 10 expired", st)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// synctest.Test fails if the sweeper goroutine outlives Close.
+	})
+}
+
+// TestForgettingIsExact checks that a key dropped after its horizon decides
+// as it would have: the horizon is exact.
+func TestForgettingIsExact(t *testing.T) {
+	for _, alg := range algorithms.All() {
+		t.Run(alg.Name(), func(t *testing.T) {
+			clock := time.Date(2030, 1, 1, 0, 0, 0, 123_456_000, time.UTC)
+			s, _ := memstore.New(memstore.Config{SweepInterval: -1, Now: func() time.Time { return clock }})
+			defer s.Close()
+			limit := core.Per(7, 3*time.Second).WithBurst(4)
+			kept := new(core.State)
+			ctx := context.Background()
+			req := core.Request{Key: "k", Algorithm: alg, Limit: limit, Cost: 3}
+			d, _ := s.Apply(ctx, req)
+			alg.Transition(kept, clock.UnixMicro(), req.Cost, req.Limit, req.Peek)
+			clock = clock.Add(alg.Horizon(limit))
+			s.Sweep()
+			if st := s.Stats(); st.Keys != 0 {
+				t.Fatalf("after the horizon the key is still held: %+v", st)
+			}
+			req.Cost = 4
+			got, _ := s.Apply(ctx, req)
+			want := alg.Transition(kept, clock.UnixMicro(), req.Cost, req.Limit, req.Peek)
+			if got != want {
+				t.Fatalf("after forgetting: %+v; the kept state decides %+v (first decision %+v)", got, want, d)
+			}
+		})
+	}
+}
+
+func TestStoreFuncAndLimiterReset(t *testing.T) {
+	s, _ := memstore.New(memstore.Config{})
+	defer s.Close()
+	ctx := context.Background()
+	lim, _ := core.NewLimiter(s, algorithms.SlidingWindowLog, core.PerMinute(1))
+	if d, _ := lim.Allow(ctx, "k"); !d.Allowed {
+		t.Fatal("first request denied")
+	}
+	if d, _ := lim.Allow(ctx, "k"); d.Allowed {
+		t.Fatal("second request allowed")
+	}
+	if err := lim.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := lim.Allow(ctx, "k"); !d.Allowed {
+		t.Fatal("request after Reset denied")
+	}
+	// A store without Reset: the limiter says so.
+	plain, _ := core.NewLimiter(core.StoreFunc(s.Apply), algorithms.GCRA, core.PerMinute(1))
+	if err := plain.Reset(ctx, "k"); !errors.Is(err, core.ErrUnsupported) {
+		t.Fatalf("Reset through a StoreFunc: %v, want %v", err, core.ErrUnsupported)
+	}
+}

@@ -1,0 +1,524 @@
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"io"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+)
+
+// T0 is the instant the suite's step tables start at. It falls on a whole
+// day, so every window boundary the tables rely on falls on a whole second.
+var T0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Run runs the conformance suite against stores made by newStore, each in
+// its own parallel subtest. newStore is called once per subtest and must
+// return a new store, though stores may share a backend (one Redis
+// server): the suite never uses a key another subtest uses. If the store is
+// an [io.Closer], the suite closes it when the subtest ends, and checks that
+// a second Close is harmless.
+//
+// The suite decides at explicit instants ([core.Request.Now]) wherever it
+// checks exact numbers, so it suits stores whose own clock is elsewhere,
+// such as a Redis server. It assumes only that a store keeps a key's state
+// for at least the algorithm's horizon after its last charge, measured on
+// the store's own clock; its limits have horizons of a second or more.
+func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
+	t.Helper()
+	open := func(t *testing.T) core.Store {
+		t.Helper()
+		s := newStore(t)
+		if s == nil {
+			t.Fatal("newStore returned nil")
+		}
+		if c, ok := s.(io.Closer); ok {
+			t.Cleanup(func() { c.Close() })
+		}
+		return s
+	}
+	for _, alg := range algorithms.All() {
+		t.Run("Steps/"+alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			testSteps(t, open(t), alg)
+		})
+		t.Run("Trace/"+alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			testTrace(t, open(t), alg)
+		})
+		t.Run("ConcurrentSafe/"+alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			testConcurrentSafe(t, open(t), alg)
+		})
+		t.Run("Peek/"+alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			testPeek(t, open(t), alg)
+		})
+		t.Run("Unsatisfiable/"+alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			testUnsatisfiable(t, open(t), alg)
+		})
+		t.Run("OwnClock/"+alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			testOwnClock(t, open(t), alg)
+		})
+	}
+	t.Run("Keys", func(t *testing.T) {
+		t.Parallel()
+		testKeys(t, open(t))
+	})
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		testBadInput(t, open(t))
+	})
+	t.Run("Inf", func(t *testing.T) {
+		t.Parallel()
+		testInf(t, open(t))
+	})
+	t.Run("Reset", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		if _, ok := s.(core.Resetter); !ok {
+			t.Skipf("%T is not a core.Resetter", s)
+		}
+		testReset(t, s)
+	})
+	t.Run("Close", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		if _, ok := s.(io.Closer); !ok {
+			t.Skipf("%T is not an io.Closer", s)
+		}
+		testClose(t, s)
+	})
+}
+
+// newKey returns a key no other test uses, so that tests may share a store.
+func newKey(t *testing.T) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "storetest:" + hex.EncodeToString(b[:]) + ":" + t.Name()
+}
+
+// step is one call in a step table: cost at T0+at, and what it must get.
+type step struct {
+	at        time.Duration
+	cost      int64
+	allowed   bool
+	remaining int64
+	retry     time.Duration // RetryAfter
+}
+
+const us = time.Microsecond
+
+// steps are the suite's step tables, at fixed instants from T0.
+var steps = map[string]struct {
+	limit core.Limit
+	steps []step
+}{
+	"token-bucket": {core.PerSecond(10).WithBurst(5), bucketSteps},
+	"gcra":         {core.PerSecond(10).WithBurst(5), bucketSteps},
+	"fixed-window": {core.PerSecond(3), []step{
+		{0, 1, true, 2, 0},
+		{0, 2, true, 0, 0},
+		{500 * time.Millisecond, 1, false, 0, 500 * time.Millisecond},
+		{time.Second - us, 1, false, 0, us},
+		{time.Second, 3, true, 0, 0}, // a new window: 6 within a microsecond
+		{1500 * time.Millisecond, 4, false, 0, core.RetryNever},
+		{1500 * time.Millisecond, 0, true, 0, 0},
+		{2 * time.Second, 2, true, 1, 0},
+	}},
+	"sliding-window-counter": {core.PerSecond(4), []step{
+		{0, 4, true, 0, 0},
+		{0, 1, false, 0, 1250 * time.Millisecond},
+		// At 1.25s the previous window's 4 weigh 4 × 0.75 = 3.
+		{1250*time.Millisecond - us, 1, false, 0, us},
+		{1250 * time.Millisecond, 1, true, 0, 0},
+		// At 1.5s they weigh 2: room for one more.
+		{1500 * time.Millisecond, 1, true, 0, 0},
+		{1500 * time.Millisecond, 1, false, 0, 250 * time.Millisecond},
+		{1750 * time.Millisecond, 1, true, 0, 0},
+		{3 * time.Second, 3, true, 1, 0},
+	}},
+	"sliding-window-log": {core.PerSecond(3), []step{
+		{0, 1, true, 2, 0},
+		{100 * time.Millisecond, 1, true, 1, 0},
+		{200 * time.Millisecond, 1, true, 0, 0},
+		{300 * time.Millisecond, 1, false, 0, 700 * time.Millisecond},
+		{999999 * us, 2, false, 0, 100*time.Millisecond + us},
+		// The charge at 0 leaves the window (t−1s, t] at t = 1s.
+		{time.Second, 1, true, 0, 0},
+		{time.Second, 1, false, 0, 100 * time.Millisecond},
+		{1100 * time.Millisecond, 1, true, 0, 0},
+		{3 * time.Second, 3, true, 0, 0},
+	}},
+}
+
+// bucketSteps hold for the token bucket and GCRA alike: a token every
+// 100ms, at most 5 at once.
+var bucketSteps = []step{
+	{0, 1, true, 4, 0},
+	{0, 4, true, 0, 0},
+	{0, 1, false, 0, 100 * time.Millisecond},
+	{100*time.Millisecond - us, 1, false, 0, us},
+	{100 * time.Millisecond, 1, true, 0, 0},
+	{150 * time.Millisecond, 2, false, 0, 150 * time.Millisecond},
+	{300 * time.Millisecond, 2, true, 0, 0},
+	{300 * time.Millisecond, 6, false, 0, core.RetryNever},
+	{300 * time.Millisecond, 0, true, 0, 0},
+	{10 * time.Second, 5, true, 0, 0},
+	// A clock that runs backwards is read as the latest charge's.
+	{time.Second, 1, false, 0, 100 * time.Millisecond},
+}
+
+func testSteps(t *testing.T, s core.Store, alg core.Algorithm) {
+	table, ok := steps[alg.Name()]
+	if !ok {
+		t.Fatalf("no step table for %s", alg.Name())
+	}
+	key := newKey(t)
+	for i, st := range table.steps {
+		req := core.Request{Key: key, Algorithm: alg, Limit: table.limit, Cost: st.cost, Now: T0.Add(st.at)}
+		d, err := s.Apply(context.Background(), req)
+		if err != nil {
+			t.Fatalf("step %d: AllowN(T0+%v, %d): %v", i, st.at, st.cost, err)
+		}
+		if d.Allowed != st.allowed || d.Remaining != st.remaining || d.RetryAfter != st.retry {
+			t.Errorf("step %d: AllowN(T0+%v, %d) = allowed %v, remaining %d, retry %v; want %v, %d, %v",
+				i, st.at, st.cost, d.Allowed, d.Remaining, d.RetryAfter, st.allowed, st.remaining, st.retry)
+		}
+	}
+}
+
+// testTrace runs a random trace through the store and through the
+// algorithm's Go transition, and wants identical decisions.
+func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
+	rng, seed := newRand()
+	limits := traceLimits(alg)
+	keys := []string{newKey(t) + ":a", newKey(t) + ":b", newKey(t) + ":c"}
+	ref := make(map[string]*core.State)
+	now := T0
+	limit := limits[0]
+	n := traceLength
+	if testing.Short() {
+		n /= 10
+	}
+	for i := 0; i < n; i++ {
+		switch r := rng.IntN(100); {
+		case r < 3:
+			limit = limits[rng.IntN(len(limits))]
+		case r < 6:
+			now = now.Add(-time.Duration(rng.Int64N(int64(limit.Period()))) / us * us)
+		default:
+			now = now.Add(time.Duration(rng.Int64N(int64(limit.Period())/limit.Rate()*2+1)) / us * us)
+		}
+		req := core.Request{
+			Key:       keys[rng.IntN(len(keys))],
+			Algorithm: alg,
+			Limit:     limit,
+			Cost:      rng.Int64N(limit.Burst()*3/2 + 2),
+			Now:       now,
+			Peek:      rng.IntN(10) == 0,
+		}
+		if alg.Name() == "fixed-window" || strings.HasPrefix(alg.Name(), "sliding") {
+			req.Cost = rng.Int64N(limit.Rate()*3/2 + 2)
+		}
+		got, err := s.Apply(context.Background(), req)
+		if err != nil {
+			t.Fatalf("seed %d, op %d: %+v: %v", seed, i, req, err)
+		}
+		st := ref[req.Key]
+		if st == nil {
+			st = new(core.State)
+			ref[req.Key] = st
+		}
+		want := alg.Transition(st, req.Now.UnixMicro(), req.Cost, req.Limit, req.Peek)
+		got.Source = want.Source
+		if got != want {
+			t.Fatalf("seed %d, op %d: %s %v cost %d peek %v at T0+%v:\n got %+v\nwant %+v",
+				seed, i, req.Key[len(req.Key)-1:], limit, req.Cost, req.Peek, req.Now.Sub(T0), got, want)
+		}
+	}
+}
+
+// newRand returns a generator with a fresh seed, and the seed, which
+// failure messages print so that a failing trace can be replayed.
+func newRand() (*mrand.Rand, uint64) {
+	var b [8]byte
+	rand.Read(b[:])
+	seed := binary.LittleEndian.Uint64(b[:])
+	return mrand.New(mrand.NewPCG(seed, seed)), seed
+}
+
+// traceLength is the number of operations in a random trace.
+const traceLength = 3000
+
+// traceLimits are the limits a trace switches between: rates that divide
+// their period and rates that do not, bursts above and below the rate.
+func traceLimits(alg core.Algorithm) []core.Limit {
+	limits := []core.Limit{
+		core.PerSecond(10).WithBurst(5),
+		core.Per(3, time.Second).WithBurst(7),
+		core.Per(7, 1500*time.Millisecond),
+		core.PerMinute(50).WithBurst(20),
+	}
+	for _, l := range limits {
+		if err := alg.Validate(l); err != nil {
+			panic(err)
+		}
+	}
+	return limits
+}
+
+// testConcurrentSafe hammers one key from many goroutines at one instant:
+// exactly the capacity must be admitted.
+func testConcurrentSafe(t *testing.T, s core.Store, alg core.Algorithm) {
+	const goroutines, each = 64, 8
+	limit := core.PerMinute(100).WithBurst(100)
+	keys := []string{newKey(t) + ":x", newKey(t) + ":y"}
+	var admitted [2]atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				k := g % 2
+				d, err := s.Apply(context.Background(), core.Request{Key: keys[k], Algorithm: alg, Limit: limit, Cost: 1, Now: T0})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k := range keys {
+		if got := admitted[k].Load(); got != 100 {
+			t.Errorf("key %d: %d goroutines admitted %d, want exactly 100", k, goroutines/2, got)
+		}
+	}
+}
+
+// testPeek checks that a peek reports the decision the real call gets and
+// charges nothing.
+func testPeek(t *testing.T, s core.Store, alg core.Algorithm) {
+	ctx := context.Background()
+	key := newKey(t)
+	limit := core.PerSecond(4)
+	for i, at := range []time.Duration{0, 0, 0, 0, 0, 100 * time.Millisecond, 1500 * time.Millisecond} {
+		req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Now: T0.Add(at), Peek: true}
+		var first core.Decision
+		for j := range 3 {
+			d, err := s.Apply(ctx, req)
+			if err != nil {
+				t.Fatalf("call %d: peek: %v", i, err)
+			}
+			if j == 0 {
+				first = d
+			} else if d != first {
+				t.Fatalf("call %d: peek %d = %+v, first peek %+v: a peek changed the state", i, j, d, first)
+			}
+		}
+		req.Peek = false
+		d, err := s.Apply(ctx, req)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if d != first {
+			t.Errorf("call %d at T0+%v: AllowN = %+v, peek said %+v", i, at, d, first)
+		}
+	}
+}
+
+// testUnsatisfiable checks that a cost above capacity is denied with
+// RetryNever and charges nothing.
+func testUnsatisfiable(t *testing.T, s core.Store, alg core.Algorithm) {
+	ctx := context.Background()
+	key := newKey(t)
+	limit := core.PerMinute(5)
+	req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 2, Now: T0}
+	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed {
+		t.Fatalf("AllowN(T0, 2) = %+v, %v; want allowed", d, err)
+	}
+	req.Cost = 6
+	for range 3 {
+		d, err := s.Apply(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Unsatisfiable() || d.RetryAfter != core.RetryNever || d.Remaining != 3 || d.Limit != 5 {
+			t.Fatalf("AllowN(T0, 6) = %+v; want unsatisfiable, remaining 3, limit 5", d)
+		}
+	}
+	req.Cost = 3
+	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("AllowN(T0, 3) after unsatisfiable requests = %+v, %v; want allowed with 0 remaining", d, err)
+	}
+}
+
+// testOwnClock decides on the store's own clock, whatever it reads: a
+// limit of 5 a day admits 5 and denies the 6th, with waits within the
+// algorithm's horizon.
+func testOwnClock(t *testing.T, s core.Store, alg core.Algorithm) {
+	ctx := context.Background()
+	key := newKey(t)
+	limit := core.PerDay(5)
+	for i := range 5 {
+		d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Remaining != int64(4-i) || d.ResetAfter <= 0 || d.ResetAfter > alg.Horizon(limit) {
+			t.Fatalf("request %d on the store's clock = %+v; want allowed, remaining %d, reset within %v", i, d, 4-i, alg.Horizon(limit))
+		}
+	}
+	d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > alg.Horizon(limit) {
+		t.Fatalf("6th request on the store's clock = %+v; want denied with 0 < retry ≤ %v", d, alg.Horizon(limit))
+	}
+}
+
+// testKeys checks that keys, and one key under two algorithms, are
+// independent, and that awkward keys work.
+func testKeys(t *testing.T, s core.Store) {
+	ctx := context.Background()
+	base := newKey(t)
+	limit := core.PerMinute(2)
+	keys := []string{base, base + "{x}", base + "}{", base + "{}", base + ":ключ:🔑", base + "\x00\n", base + strings.Repeat("k", core.MaxKeyLen-len(base))}
+	for _, alg := range []core.Algorithm{algorithms.TokenBucket, algorithms.FixedWindow} {
+		for _, key := range keys {
+			for i, want := range []bool{true, true, false} {
+				d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Now: T0})
+				if err != nil {
+					t.Fatalf("%s: key %q: %v", alg.Name(), key, err)
+				}
+				if d.Allowed != want {
+					t.Fatalf("%s: key %q: request %d allowed = %v, want %v: keys or algorithms share state", alg.Name(), key, i, d.Allowed, want)
+				}
+			}
+		}
+	}
+}
+
+// testBadInput checks that invalid requests fail with the right sentinel
+// and charge nothing.
+func testBadInput(t *testing.T, s core.Store) {
+	ctx := context.Background()
+	key := newKey(t)
+	ok := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: T0}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*core.Request)
+		want   error
+	}{
+		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidKey},
+		{"long key", func(r *core.Request) { r.Key = strings.Repeat("k", core.MaxKeyLen+1) }, core.ErrInvalidKey},
+		{"no algorithm", func(r *core.Request) { r.Algorithm = nil }, core.ErrNoAlgorithm},
+		{"negative cost", func(r *core.Request) { r.Cost = -1 }, core.ErrInvalidCost},
+		{"zero limit", func(r *core.Request) { r.Limit = core.Limit{} }, core.ErrInvalidLimit},
+		{"zero rate", func(r *core.Request) { r.Limit = core.PerSecond(0) }, core.ErrInvalidLimit},
+		{"zero burst", func(r *core.Request) { r.Limit = core.PerSecond(1).WithBurst(0) }, core.ErrInvalidLimit},
+		{"sub-microsecond period", func(r *core.Request) { r.Limit = core.Every(time.Nanosecond) }, core.ErrInvalidLimit},
+		{"inexact for the algorithm", func(r *core.Request) {
+			r.Algorithm, r.Limit = algorithms.SlidingWindowCounter, core.PerDay(1_000_000)
+		}, core.ErrInvalidLimit},
+		{"before the epoch", func(r *core.Request) { r.Now = time.Unix(-1, 0) }, core.ErrInvalidTime},
+	} {
+		req := ok
+		tc.mutate(&req)
+		d, err := s.Apply(ctx, req)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+		if d != (core.Decision{}) {
+			t.Errorf("%s: decision = %+v with an error, want the zero Decision", tc.name, d)
+		}
+	}
+	if d, err := s.Apply(ctx, ok); err != nil || !d.Allowed {
+		t.Fatalf("valid request after bad ones = %+v, %v; want allowed (bad requests charged the key)", d, err)
+	}
+}
+
+func testInf(t *testing.T, s core.Store) {
+	key := newKey(t)
+	for range 3 {
+		d, err := s.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.Inf, Cost: 1 << 40, Now: T0})
+		if err != nil || d != core.Unlimited() {
+			t.Fatalf("Inf request = %+v, %v; want core.Unlimited()", d, err)
+		}
+	}
+}
+
+func testReset(t *testing.T, s core.Store) {
+	ctx := context.Background()
+	r := s.(core.Resetter)
+	key := newKey(t)
+	if err := r.Reset(ctx, key, algorithms.GCRA); err != nil {
+		t.Fatalf("Reset of an unknown key: %v", err)
+	}
+	for _, alg := range algorithms.All() {
+		req := core.Request{Key: key, Algorithm: alg, Limit: core.PerHour(3), Cost: 3, Now: T0}
+		for i, want := range []bool{true, false} {
+			if d, err := s.Apply(ctx, req); err != nil || d.Allowed != want {
+				t.Fatalf("%s: request %d = %+v, %v; want allowed %v", alg.Name(), i, d, err, want)
+			}
+		}
+		if err := r.Reset(ctx, key, alg); err != nil {
+			t.Fatalf("%s: Reset: %v", alg.Name(), err)
+		}
+		if d, err := s.Apply(ctx, req); err != nil || !d.Allowed {
+			t.Fatalf("%s: after Reset = %+v, %v; want allowed", alg.Name(), d, err)
+		}
+	}
+	if err := r.Reset(ctx, "", algorithms.GCRA); !errors.Is(err, core.ErrInvalidKey) {
+		t.Errorf("Reset of an empty key: err = %v, want %v", err, core.ErrInvalidKey)
+	}
+	if err := r.Reset(ctx, key, nil); !errors.Is(err, core.ErrNoAlgorithm) {
+		t.Errorf("Reset with no algorithm: err = %v, want %v", err, core.ErrNoAlgorithm)
+	}
+}
+
+func testClose(t *testing.T, s core.Store) {
+	ctx := context.Background()
+	req := core.Request{Key: newKey(t), Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: T0}
+	if _, err := s.Apply(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	c := s.(io.Closer)
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Apply(ctx, req); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("Apply after Close: err = %v, want %v", err, core.ErrClosed)
+	}
+	if r, ok := s.(core.Resetter); ok {
+		if err := r.Reset(ctx, req.Key, req.Algorithm); !errors.Is(err, core.ErrClosed) {
+			t.Errorf("Reset after Close: err = %v, want %v", err, core.ErrClosed)
+		}
+	}
+}
