@@ -10,7 +10,8 @@ import (
 // [Store]. It is the type most code holds: the store decides where state
 // lives (memory, Redis), the limiter what is asked of it.
 //
-// A Limiter is safe for concurrent use. It keeps no state of its own, so
+// Make one with [NewLimiter]; the zero Limiter is not usable. A Limiter is
+// safe for concurrent use. It keeps no state of its own, so
 // several limiters may share a store; they share a key's state only when
 // they use the same algorithm for the same key.
 type Limiter struct {

@@ -30,7 +30,7 @@ type Config struct {
 	// When a shard is full, a new key evicts an expired one if it finds
 	// one, else the sampled key closest to expiry, which is the one whose
 	// state is nearest to a fresh key's; [Stats] counts evictions. The
-	// default is [DefaultMaxKeys]. A key costs about 150 bytes plus its
+	// default is [DefaultMaxKeys]. A key costs about 120 bytes plus its
 	// length (more under the sliding window log).
 	MaxKeys int
 	// Shards is the number of independently locked parts of the store,
@@ -74,6 +74,7 @@ type shard struct {
 	mu      sync.Mutex
 	tables  []table // one per algorithm used, so maps are keyed by string alone
 	keys    int     // entries across tables
+	rotor   int     // the table eviction starts at
 	evicted uint64
 	expired uint64
 	scratch core.State // a fresh key's state until it is charged
@@ -235,8 +236,9 @@ func (s *Store) evict(sh *shard, now int64) {
 	var from *table
 	var soonest *entry
 	n := 0
+	sh.rotor++ // start at another algorithm's table each time
 	for i := range sh.tables {
-		t := &sh.tables[i]
+		t := &sh.tables[(sh.rotor+i)%len(sh.tables)]
 		for k, e := range t.entries {
 			if soonest == nil || e.expires < soonest.expires {
 				victim, from, soonest = k, t, e

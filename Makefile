@@ -1,0 +1,25 @@
+# sluice's everyday targets. `make test` is the README's test command and
+# what .ci/run runs.
+
+GO ?= go
+# Benchmark repetitions; compare runs with benchstat (see docs/benchmarks.md).
+COUNT ?= 6
+
+.PHONY: test bench lint sim
+
+## test: every test of every package, with the race detector, in random order
+test:
+	$(GO) test -race -shuffle=on ./...
+
+## bench: every benchmark, COUNT times, into bench.txt
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -count=$(COUNT) ./... | tee bench.txt
+
+## lint: gofmt and go vet
+lint:
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+## sim: the worked example of `sluice sim`
+sim:
+	$(GO) run ./cmd/sluice sim
