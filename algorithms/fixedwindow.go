@@ -18,9 +18,10 @@ import (
 // State: T the last charge (µs); A the start of the counted window (µs);
 // B the count charged in it.
 //
-// When the limit changes, the count is kept against the new rate while the
-// window is the same; a new period gives new windows, so counting restarts
-// at the first window boundary of the new period.
+// When the limit changes, the count is kept against the new rate as long
+// as the window holding now starts where the counted one did; a new period
+// whose window starts elsewhere starts counting afresh. A cost of zero is
+// admitted even when a lowered rate leaves the count above it.
 type fixedWindow struct{}
 
 func (fixedWindow) Name() string { return "fixed-window" }
@@ -47,12 +48,12 @@ func (fixedWindow) Transition(s *core.State, now, cost int64, l core.Limit, peek
 	if cost > rate {
 		return unsatisfiable(rate, max(rate-count, 0), resetAfter(count))
 	}
-	if count+cost > rate {
+	if cost > 0 && count+cost > rate {
 		return core.Decision{Limit: rate, Remaining: max(rate-count, 0), RetryAfter: untilEnd, ResetAfter: untilEnd}
 	}
 	count += cost
 	if !peek && cost > 0 {
 		s.T, s.A, s.B = now, start, count
 	}
-	return core.Decision{Allowed: true, Limit: rate, Remaining: rate - count, ResetAfter: resetAfter(count)}
+	return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-count, 0), ResetAfter: resetAfter(count)}
 }

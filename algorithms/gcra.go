@@ -24,9 +24,10 @@ import (
 // fraction in ticks (0 ≤ B < C); C the perMicro the fraction was written
 // under (zero: never charged).
 //
-// When the limit changes, the key keeps the time it owes (its TAT, rounded
-// up to a whole microsecond when the fraction's ticks change size), capped
-// at the new tolerance: a key is never more than empty.
+// When the limit changes, the key keeps the time it owed at its last charge
+// (its TAT, rounded up to a whole microsecond when the fraction's ticks
+// change size), capped at the new tolerance: a key is never more than
+// empty.
 type gcra struct{}
 
 func (gcra) Name() string { return "gcra" }
@@ -41,23 +42,23 @@ func (gcra) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) 
 	tolerance := burst * u
 	now = max(now, s.T)
 
-	// debt is how far the TAT is ahead of now, in ticks; zero when behind.
-	var debt int64
-	if ahead := s.A - now; s.C == r {
-		if ahead >= 0 {
-			// Written under this rate, within a tolerance of at most
-			// 2^52 ticks: the product cannot overflow.
-			debt = min(ahead*r+s.B, tolerance)
-		}
+	// owed is how far the TAT was ahead of the last charge, in ticks,
+	// capped at the tolerance: the cap is taken at the last charge, not at
+	// now, so that repeated denials under a new limit agree on their waits.
+	var owed int64
+	if ahead := s.A - s.T; s.C == r {
+		// Written under this rate, within a tolerance of at most 2^52
+		// ticks: the product cannot overflow.
+		owed = min(ahead*r+s.B, tolerance)
 	} else {
 		if s.B > 0 {
 			ahead++
 		}
-		if ahead > 0 {
-			debt = min(ahead, core.CeilDiv(tolerance, r)) * r
-			debt = min(debt, tolerance)
-		}
+		owed = min(min(ahead, core.CeilDiv(tolerance, r))*r, tolerance)
 	}
+	// debt is how far the TAT is ahead of now: what was owed, less what
+	// the time since has paid, as a token bucket refills.
+	debt := tolerance - refill(tolerance-owed, tolerance, now-s.T, r)
 	decision := func(allowed bool, debt int64) core.Decision {
 		q, f := debt/r, debt%r
 		if f > 0 {

@@ -23,7 +23,7 @@ import (
 // B its count; C the previous window's count.
 //
 // When the limit changes, counts are kept against the new rate, capped at
-// it; a new period gives new windows, so counting restarts.
+// it; a new period whose windows start elsewhere starts counting afresh.
 type slidingWindowCounter struct{}
 
 func (slidingWindowCounter) Name() string { return "sliding-window-counter" }
@@ -65,7 +65,7 @@ func (slidingWindowCounter) Transition(s *core.State, now, cost int64, l core.Li
 	if cost > rate {
 		return unsatisfiable(rate, remaining(cur), resetAfter(cur))
 	}
-	if room := rate - cur - cost; room < 0 || prev*left > room*period {
+	if room := rate - cur - cost; cost > 0 && (room < 0 || prev*left > room*period) {
 		return core.Decision{Limit: rate, Remaining: remaining(cur), RetryAfter: micros(retry(start, now, period, rate, cur, prev, cost)), ResetAfter: resetAfter(cur)}
 	}
 	cur += cost

@@ -58,7 +58,7 @@ func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit,
 	if cost > rate {
 		return unsatisfiable(rate, max(rate-live, 0), resetAfter(live))
 	}
-	if live+cost > rate {
+	if cost > 0 && live+cost > rate {
 		// The request passes once enough of the oldest charges leave.
 		freed, i := int64(0), first
 		for ; live-freed+cost > rate; i++ {
@@ -76,7 +76,7 @@ func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit,
 		if cost > 0 {
 			reset = micros(period) // the charge would be the newest entry
 		}
-		return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live - cost, ResetAfter: reset}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live-cost, 0), ResetAfter: reset}
 	}
 	log := s.Log
 	if first == int64(len(log)) {

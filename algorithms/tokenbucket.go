@@ -17,8 +17,9 @@ import (
 // State: T the last charge (µs); A the level in units at T; B the units per
 // token the level was written under (zero: never charged, a full bucket).
 //
-// When the limit changes, the bucket keeps its whole tokens, capped at the
-// new burst; a fraction of a token earned under the old rate is dropped.
+// When the limit changes, the bucket keeps its tokens, capped at the new
+// burst; if the change alters the units a token is made of, a fraction of
+// a token earned under the old limit is dropped.
 type tokenBucket struct{}
 
 func (tokenBucket) Name() string { return "token-bucket" }
