@@ -1,0 +1,38 @@
+// Sluice is the command-line tool of the sluice rate-limiting framework.
+//
+// Usage:
+//
+//	sluice <command> [flags]
+//
+// The commands are:
+//
+//	sim    run a traffic pattern through an algorithm and report what it admits
+//	help   list the commands, or show one command's flags (sluice help sim)
+//
+// # sim
+//
+// Sim replays a traffic pattern against one algorithm and one limit on the
+// in-memory store ([github.com/sluicehq/sluice/stores/memstore]), for one
+// key, on a virtual clock: no time passes and every run of the same flags
+// prints the same numbers. It prints a table with one row per interval —
+// requests sent, admitted and rejected, and the level, the capacity left
+// at the interval's end — then totals and a summary, and with -chart it
+// also writes the same intervals as an SVG chart. Running it with each
+// -algorithm on the same -traffic is the quickest way to see how the
+// algorithms differ.
+//
+//	go run ./cmd/sluice sim -algorithm fixed-window -traffic constant:60/s
+//	go run ./cmd/sluice sim -traffic onoff:60/s,2s,3s -duration 60s -interval 100ms -chart sim.svg
+//
+// The traffic patterns are constant:RATE, burst:N/PERIOD,
+// onoff:RATE,ON,OFF and trace:FILE; a rate or limit is N/s, N/min, N/h,
+// N/day or N/<Go duration>. With no flags, sim runs the worked example of
+// docs/sim.md: a token bucket of 10 req/s with a burst of 50, sent 60
+// requests at the top of every second for 5 seconds.
+//
+// # Exit status
+//
+// Every command exits 0 on success, 1 when it fails while running (a chart
+// it cannot write), and 2 on bad usage: an unknown command, or a flag value
+// it cannot use, reported on one line of standard error.
+package main

@@ -1,0 +1,798 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"iter"
+	"math"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/memstore"
+)
+
+// Bounds that keep a mistyped flag from running for hours or filling
+// memory. Both are far beyond what a readable table or chart needs.
+const (
+	maxIntervals = 100_000
+	maxRequests  = 10_000_000
+)
+
+// simKey is the one key the simulation charges.
+const simKey = "sim"
+
+// The defaults reproduce the worked example of docs/sim.md.
+const (
+	defaultAlgorithm = "token-bucket"
+	defaultLimit     = "10/s"
+	defaultBurst     = "50"
+	defaultTraffic   = "burst:60/1s"
+	defaultDuration  = "5s"
+	defaultInterval  = "1s"
+	defaultCost      = "1"
+	defaultStart     = "2030-01-01T00:00:00Z"
+)
+
+// simConfig is a parsed and validated sim command line.
+type simConfig struct {
+	alg         core.Algorithm
+	limit       core.Limit
+	traffic     pattern
+	trafficSpec string        // the -traffic value
+	duration    time.Duration // whole microseconds, ≥ interval
+	interval    time.Duration // whole microseconds, > 0
+	cost        int64         // of each generated request, ≥ 0
+	chart       string        // "" or a path ending in .svg
+	start       time.Time     // whole microseconds
+}
+
+// errHelp reports that -h was asked for; it is not a failure.
+var errHelp = errors.New("help requested")
+
+func runSim(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseSim(args, stdout)
+	switch {
+	case errors.Is(err, errHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "sluice sim: %v\n", err)
+		return 2
+	}
+	res, err := simulate(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice sim: %v\n", err)
+		return 1
+	}
+	if res.ignored > 0 {
+		fmt.Fprintf(stderr, "sluice sim: %d trace requests at or after -duration %s were not sent\n", res.ignored, duration(cfg.duration))
+	}
+	writeTable(stdout, cfg, res)
+	if cfg.chart != "" {
+		if err := saveChart(cfg.chart, cfg, res); err != nil {
+			fmt.Fprintf(stderr, "sluice sim: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "chart written to %s\n", cfg.chart)
+	}
+	return 0
+}
+
+func simUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage: sluice sim [flags]
+
+Sim runs a traffic pattern through one algorithm on the in-memory store,
+on a virtual clock and for one key, and prints what was sent, admitted and
+rejected in each interval, the capacity left at each interval's end, and a
+summary. Run it with different -algorithm values to compare algorithms on
+the same traffic. With no flags it runs the worked example of docs/sim.md.
+
+Traffic patterns:
+  constant:RATE          evenly spaced requests, the first at 0 (constant:60/s)
+  burst:N/PERIOD         N requests at once at the start of every PERIOD (burst:60/1s)
+  onoff:RATE,ON,OFF      RATE for ON, then silent for OFF, repeating (onoff:60/s,2s,3s)
+  trace:FILE             one request per line: an offset from the start as a Go
+                         duration (1.5s) or seconds (1.5), then an optional cost;
+                         blank lines and # comments are ignored
+
+A RATE or limit is N/s, N/min, N/h, N/day or N/<Go duration>, such as 5/250ms.
+
+Flags:
+`)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// parseSim parses and checks a sim command line. Every error it returns is
+// a usage error, one line naming the flag at fault.
+func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	// The flags are parsed here rather than by the flag package, so that
+	// errors name the flag and say what is wrong with the value.
+	var (
+		algName  = textFlag(fs, "algorithm", defaultAlgorithm, "the algorithm `name`: token-bucket, gcra, fixed-window,\nsliding-window-counter or sliding-window-log")
+		limitArg = textFlag(fs, "limit", defaultLimit, "the limit, `N/PERIOD`: N/s, N/min, N/h, N/day or N/<Go duration>")
+		burstArg = textFlag(fs, "burst", defaultBurst, "the limit's burst `N`, the most the token bucket and GCRA admit at once;\n0 means the rate (the window algorithms ignore the burst)")
+		traffic  = textFlag(fs, "traffic", defaultTraffic, "the traffic `pattern` (see above)")
+		durArg   = textFlag(fs, "duration", defaultDuration, "how long to simulate, a Go `duration`; a trace's default is its own length")
+		ivlArg   = textFlag(fs, "interval", defaultInterval, "the `duration` of one table row and one chart bar")
+		costArg  = textFlag(fs, "cost", defaultCost, "the cost `N` ≥ 0 of each request (a trace line's second column overrides it)")
+		chart    = textFlag(fs, "chart", "", "also write an SVG chart of the intervals to `FILE.svg`")
+		startArg = textFlag(fs, "start", defaultStart, "the virtual start `time`, RFC 3339")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			simUsage(stdout, fs)
+			return nil, errHelp
+		}
+		return nil, fmt.Errorf("%v (see sluice sim -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: sim takes only flags (see sluice sim -h)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	cfg := &simConfig{chart: *chart}
+	alg, err := algorithms.ByName(*algName)
+	if err != nil {
+		return nil, fmt.Errorf("-algorithm: %w", err)
+	}
+	cfg.alg = alg
+
+	n, period, err := parseRate(*limitArg)
+	if err != nil {
+		return nil, fmt.Errorf("-limit %q: %v", *limitArg, err)
+	}
+	burst, err := strconv.ParseInt(*burstArg, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("-burst %q: not a whole number", *burstArg)
+	}
+	cfg.limit = core.Per(n, period)
+	if burst != 0 {
+		cfg.limit = cfg.limit.WithBurst(burst)
+	}
+	if err := cfg.limit.Validate(); err != nil {
+		return nil, fmt.Errorf("-limit %s -burst %s: %w", *limitArg, *burstArg, err)
+	}
+	if err := alg.Validate(cfg.limit); err != nil {
+		return nil, fmt.Errorf("-limit %s with -algorithm %s: %w", *limitArg, alg.Name(), err)
+	}
+
+	if cfg.interval, err = parseDuration(*ivlArg); err != nil {
+		return nil, fmt.Errorf("-interval %q: %v", *ivlArg, err)
+	}
+	if cfg.duration, err = parseDuration(*durArg); err != nil {
+		return nil, fmt.Errorf("-duration %q: %v", *durArg, err)
+	}
+	if cfg.cost, err = strconv.ParseInt(*costArg, 10, 64); err != nil || cfg.cost < 0 {
+		return nil, fmt.Errorf("-cost %q: not a whole number of at least 0", *costArg)
+	}
+	cfg.trafficSpec = *traffic
+	if cfg.traffic, err = parsePattern(*traffic); err != nil {
+		return nil, fmt.Errorf("-traffic %q: %v", *traffic, err)
+	}
+	if tr, ok := cfg.traffic.(*tracePattern); ok && !set["duration"] {
+		// A trace runs to the end of the interval holding its last
+		// request, unless told otherwise.
+		last := time.Duration(tr.reqs[len(tr.reqs)-1].at) * time.Microsecond
+		cfg.duration = (last/cfg.interval + 1) * cfg.interval
+	}
+	if cfg.interval > cfg.duration {
+		return nil, fmt.Errorf("-interval %v is longer than -duration %v", cfg.interval, cfg.duration)
+	}
+	if n := (cfg.duration + cfg.interval - 1) / cfg.interval; n > maxIntervals {
+		return nil, fmt.Errorf("-duration %v in intervals of %v makes %d intervals, more than %d; use a longer -interval", cfg.duration, cfg.interval, n, maxIntervals)
+	}
+
+	if n := cfg.traffic.count(cfg.duration.Microseconds()); n > maxRequests {
+		return nil, fmt.Errorf("-traffic %s sends %s requests in %s, more than %d; lower its rate or shorten -duration", *traffic, countName(n), duration(cfg.duration), maxRequests)
+	}
+
+	if cfg.start, err = time.Parse(time.RFC3339Nano, *startArg); err != nil {
+		return nil, fmt.Errorf("-start %q: not an RFC 3339 instant such as %s", *startArg, defaultStart)
+	}
+	cfg.start = cfg.start.Truncate(time.Microsecond)
+	last := time.UnixMicro(core.MaxUnits - 1).UTC()
+	switch {
+	case cfg.start.Before(time.Unix(0, 0)):
+		return nil, fmt.Errorf("-start %s is before the Unix epoch", *startArg)
+	case cfg.start.Add(cfg.duration).After(last):
+		return nil, fmt.Errorf("-start %s plus -duration %v ends after %s, the last instant sluice counts exactly", *startArg, cfg.duration, last.Format(time.RFC3339))
+	}
+
+	if cfg.chart != "" && !strings.EqualFold(filepath.Ext(cfg.chart), ".svg") {
+		return nil, fmt.Errorf("-chart %q: sim writes SVG charts only; name the file something.svg", cfg.chart)
+	}
+	return cfg, nil
+}
+
+// textFlag defines a flag whose value is parsed after the command line is,
+// and which -h prints unquoted: (default 10/s), not (default "10/s").
+func textFlag(fs *flag.FlagSet, name, value, usage string) *string {
+	p := new(string)
+	*p = value
+	fs.Var((*text)(p), name, usage)
+	return p
+}
+
+type text string
+
+func (t *text) String() string     { return string(*t) }
+func (t *text) Set(v string) error { *t = text(v); return nil }
+
+// parseRate parses "N/PERIOD": N/s, N/min, N/h, N/day or N/<Go duration>.
+// It checks the syntax only; the caller judges the numbers.
+func parseRate(s string) (int64, time.Duration, error) {
+	num, per, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, 0, errors.New("want N/PERIOD, such as 10/s, 600/min or 5/250ms")
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count %q is not a whole number", num)
+	}
+	var period time.Duration
+	switch per {
+	case "s":
+		period = time.Second
+	case "min":
+		period = time.Minute
+	case "h":
+		period = time.Hour
+	case "day":
+		period = 24 * time.Hour
+	default:
+		period, err = time.ParseDuration(per)
+		if err != nil {
+			return 0, 0, fmt.Errorf("period %q is not s, min, h, day or a Go duration such as 250ms", per)
+		}
+	}
+	return n, period, nil
+}
+
+// parseDuration parses a positive Go duration in whole microseconds, the
+// resolution of sluice's clock.
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return 0, errors.New("not a Go duration such as 5s or 100ms")
+	case d <= 0:
+		return 0, errors.New("must be positive")
+	case d%time.Microsecond != 0:
+		return 0, errors.New("must be a whole number of microseconds")
+	}
+	return d, nil
+}
+
+// A pattern generates a simulation's requests.
+type pattern interface {
+	// arrivals yields the offset in microseconds from the start and the
+	// cost of every request before end, in time order. cost is the cost
+	// of a request that does not carry its own.
+	arrivals(end, cost int64) iter.Seq2[int64, int64]
+	// count returns how many requests arrivals yields before end,
+	// saturating at math.MaxUint64.
+	count(end int64) uint64
+}
+
+// parsePattern parses a -traffic value.
+func parsePattern(s string) (pattern, error) {
+	kind, arg, ok := strings.Cut(s, ":")
+	if !ok {
+		return nil, errors.New("want constant:RATE, burst:N/PERIOD, onoff:RATE,ON,OFF or trace:FILE")
+	}
+	switch kind {
+	case "constant":
+		n, p, err := parseTrafficRate(arg)
+		if err != nil {
+			return nil, err
+		}
+		return constantPattern{n, p}, nil
+	case "burst":
+		n, p, err := parseTrafficRate(arg)
+		if err != nil {
+			return nil, err
+		}
+		return burstPattern{n, p}, nil
+	case "onoff":
+		parts := strings.Split(arg, ",")
+		if len(parts) != 3 {
+			return nil, errors.New("want onoff:RATE,ON,OFF, such as onoff:60/s,2s,3s")
+		}
+		n, p, err := parseTrafficRate(parts[0])
+		if err != nil {
+			return nil, err
+		}
+		on, err := parseDuration(parts[1])
+		if err != nil {
+			return nil, fmt.Errorf("ON %q: %v", parts[1], err)
+		}
+		off, err := parseDuration(parts[2])
+		if err != nil {
+			return nil, fmt.Errorf("OFF %q: %v", parts[2], err)
+		}
+		return onoffPattern{n, p, on.Microseconds(), off.Microseconds()}, nil
+	case "trace":
+		if arg == "" {
+			return nil, errors.New("want trace:FILE")
+		}
+		return readTrace(arg)
+	}
+	return nil, fmt.Errorf("unknown pattern %q: want constant, burst, onoff or trace", kind)
+}
+
+// parseTrafficRate parses a pattern's N/PERIOD, returning the period in
+// microseconds.
+func parseTrafficRate(s string) (n, period int64, err error) {
+	n, d, err := parseRate(s)
+	switch {
+	case err != nil:
+		return 0, 0, fmt.Errorf("rate %q: %v", s, err)
+	case n < 1 || n > core.MaxUnits:
+		return 0, 0, fmt.Errorf("rate %q: count must be between 1 and 2^52", s)
+	case d <= 0 || d%time.Microsecond != 0:
+		return 0, 0, fmt.Errorf("rate %q: period must be a positive whole number of microseconds", s)
+	}
+	return n, d.Microseconds(), nil
+}
+
+// evenly yields n requests per period µs at from + ⌊i × period / n⌋ for
+// i = 0, 1, ... while they fall before until. It steps by the quotient and
+// carries the remainder, so the spacing is exact however long it runs and
+// whatever n is. It reports whether yield asked for more.
+func evenly(from, until, n, period, cost int64, yield func(int64, int64) bool) bool {
+	q, r := period/n, period%n
+	at, rem := from, int64(0)
+	for at < until {
+		if !yield(at, cost) {
+			return false
+		}
+		at += q
+		if rem += r; rem >= n {
+			at, rem = at+1, rem-n
+		}
+	}
+	return true
+}
+
+// countEvenly returns how many of n requests per period µs, evenly spaced
+// from 0, fall before span µs: the i with ⌊i × period / n⌋ < span, which
+// is ⌈span × n / period⌉. It saturates at math.MaxUint64.
+func countEvenly(span, n, period int64) uint64 {
+	if span <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(span), uint64(n))
+	if hi >= uint64(period) {
+		return math.MaxUint64
+	}
+	q, r := bits.Div64(hi, lo, uint64(period))
+	if r != 0 {
+		q++ // cannot wrap: q < span × n / period + 1 ≤ 2^64 / period
+	}
+	return q
+}
+
+// mulSat returns a × b, saturating at math.MaxUint64.
+func mulSat(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
+}
+
+// addSat returns a + b, saturating at math.MaxUint64.
+func addSat(a, b uint64) uint64 {
+	sum, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return sum
+}
+
+// constantPattern is n evenly spaced requests every period µs.
+type constantPattern struct{ n, period int64 }
+
+func (p constantPattern) arrivals(end, cost int64) iter.Seq2[int64, int64] {
+	return func(yield func(int64, int64) bool) { evenly(0, end, p.n, p.period, cost, yield) }
+}
+
+func (p constantPattern) count(end int64) uint64 { return countEvenly(end, p.n, p.period) }
+
+// burstPattern is n requests at once at the start of every period µs.
+type burstPattern struct{ n, period int64 }
+
+func (p burstPattern) arrivals(end, cost int64) iter.Seq2[int64, int64] {
+	return func(yield func(int64, int64) bool) {
+		for at := int64(0); at < end; at += p.period {
+			for range p.n {
+				if !yield(at, cost) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (p burstPattern) count(end int64) uint64 {
+	return mulSat(uint64(core.CeilDiv(end, p.period)), uint64(p.n))
+}
+
+// onoffPattern is n requests every period µs, evenly spaced, for on µs;
+// then none for off µs; and again.
+type onoffPattern struct{ n, period, on, off int64 }
+
+func (p onoffPattern) arrivals(end, cost int64) iter.Seq2[int64, int64] {
+	return func(yield func(int64, int64) bool) {
+		for at := int64(0); at < end; at += p.on + p.off {
+			if !evenly(at, min(at+p.on, end), p.n, p.period, cost, yield) {
+				return
+			}
+		}
+	}
+}
+
+func (p onoffPattern) count(end int64) uint64 {
+	cycle := p.on + p.off
+	full := uint64(end / cycle)
+	return addSat(mulSat(full, countEvenly(p.on, p.n, p.period)), countEvenly(min(end%cycle, p.on), p.n, p.period))
+}
+
+// tracePattern replays requests read from a file, sorted by offset.
+type tracePattern struct {
+	reqs []traced
+}
+
+type traced struct {
+	at   int64 // µs from the start
+	cost int64 // -1: the -cost flag's
+}
+
+func (p *tracePattern) arrivals(end, cost int64) iter.Seq2[int64, int64] {
+	return func(yield func(int64, int64) bool) {
+		for _, r := range p.reqs {
+			if r.at >= end {
+				return
+			}
+			c := r.cost
+			if c < 0 {
+				c = cost
+			}
+			if !yield(r.at, c) {
+				return
+			}
+		}
+	}
+}
+
+func (p *tracePattern) count(end int64) uint64 { return uint64(len(p.reqs) - p.beyond(end)) }
+
+// beyond returns the number of requests at or after end µs.
+func (p *tracePattern) beyond(end int64) int {
+	i, _ := slices.BinarySearchFunc(p.reqs, end, func(r traced, end int64) int {
+		if r.at < end {
+			return -1
+		}
+		return 1
+	})
+	return len(p.reqs) - i
+}
+
+// readTrace reads a trace file: one request per line, an offset and an
+// optional cost separated by spaces, tabs or a comma. Offsets are
+// truncated to whole microseconds.
+func readTrace(path string) (*tracePattern, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var p tracePattern
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.FieldsFunc(text, func(r rune) bool { return unicode.IsSpace(r) || r == ',' })
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) > 2 {
+			return nil, fmt.Errorf("%s:%d: want an offset and an optional cost, found %d columns", path, line, len(fields))
+		}
+		at, err := parseOffset(fields[0])
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %v", path, line, err)
+		}
+		cost := int64(-1)
+		if len(fields) == 2 {
+			if cost, err = strconv.ParseInt(fields[1], 10, 64); err != nil || cost < 0 {
+				return nil, fmt.Errorf("%s:%d: cost %q is not a whole number of at least 0", path, line, fields[1])
+			}
+		}
+		p.reqs = append(p.reqs, traced{at, cost})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if len(p.reqs) == 0 {
+		return nil, fmt.Errorf("%s: no requests in the trace", path)
+	}
+	slices.SortStableFunc(p.reqs, func(a, b traced) int { return int(min(max(a.at-b.at, -1), 1)) })
+	return &p, nil
+}
+
+// parseOffset parses a trace offset, a Go duration or plain seconds, into
+// microseconds.
+func parseOffset(s string) (int64, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil && strings.Trim(s, "+-.0123456789") == "" {
+		// Plain seconds: ParseDuration reads decimals exactly, which
+		// ParseFloat would not.
+		d, err = time.ParseDuration(s + "s")
+	}
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("offset %q is not a duration (1.5s) or seconds (1.5)", s)
+	case d < 0:
+		return 0, fmt.Errorf("offset %q is negative", s)
+	}
+	return d.Microseconds(), nil
+}
+
+// interval is one row of the table and one bar of the chart.
+type interval struct {
+	start, end time.Duration // offsets from the simulation's start
+	sent       int64         // requests
+	admitted   int64
+	rejected   int64
+	level      int64 // Decision.Remaining of a zero-cost peek at end
+}
+
+// simResult is what a simulation produced.
+type simResult struct {
+	intervals    []interval
+	capacity     int64 // Decision.Limit: the burst, or the rate for window algorithms
+	startLevel   int64 // the level at the start, before any request
+	costs        bool  // some request cost other than 1
+	admittedCost int64
+	ignored      int // trace requests at or after the duration
+}
+
+func (r *simResult) totals() (sent, admitted, rejected int64) {
+	for _, iv := range r.intervals {
+		sent += iv.sent
+		admitted += iv.admitted
+		rejected += iv.rejected
+	}
+	return sent, admitted, rejected
+}
+
+// simulate runs cfg's traffic through a limiter on a memory store whose
+// clock is the simulation's virtual clock.
+func simulate(cfg *simConfig) (*simResult, error) {
+	var now time.Time // the virtual clock
+	store, err := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	lim, err := core.NewLimiter(store, cfg.alg, cfg.limit)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+
+	n := int((cfg.duration + cfg.interval - 1) / cfg.interval)
+	res := &simResult{intervals: make([]interval, n)}
+	for i := range res.intervals {
+		iv := &res.intervals[i]
+		iv.start = time.Duration(i) * cfg.interval
+		iv.end = min(iv.start+cfg.interval, cfg.duration)
+	}
+	// closeInterval records the level at the current interval's end,
+	// before any request at that instant, and moves on to the next.
+	// A zero-cost peek reports the capacity left at an instant without
+	// charging anything.
+	level := func(off time.Duration) (core.Decision, error) {
+		d, err := store.Apply(ctx, core.Request{
+			Key: simKey, Algorithm: cfg.alg, Limit: cfg.limit,
+			Cost: 0, Peek: true, Now: cfg.start.Add(off),
+		})
+		if err != nil {
+			return d, fmt.Errorf("peek at %v: %w", off, err)
+		}
+		return d, nil
+	}
+	d, err := level(0)
+	if err != nil {
+		return nil, err
+	}
+	res.startLevel, res.capacity = d.Remaining, d.Limit
+	cur := 0
+	closeInterval := func() error {
+		iv := &res.intervals[cur]
+		d, err := level(iv.end)
+		if err != nil {
+			return err
+		}
+		iv.level = d.Remaining
+		cur++
+		return nil
+	}
+
+	end := cfg.duration.Microseconds()
+	var sent int64
+	for at, cost := range cfg.traffic.arrivals(end, cfg.cost) {
+		if sent++; sent > maxRequests {
+			return nil, fmt.Errorf("the traffic sends more than %d requests; lower its rate or shorten -duration", maxRequests)
+		}
+		off := time.Duration(at) * time.Microsecond
+		for off >= res.intervals[cur].end {
+			if err := closeInterval(); err != nil {
+				return nil, err
+			}
+		}
+		now = cfg.start.Add(off)
+		d, err := lim.AllowN(ctx, simKey, cost)
+		if err != nil {
+			return nil, fmt.Errorf("request at %v: %w", off, err)
+		}
+		iv := &res.intervals[cur]
+		iv.sent++
+		if d.Allowed {
+			iv.admitted++
+			res.admittedCost += cost
+		} else {
+			iv.rejected++
+		}
+		if cost != 1 {
+			res.costs = true
+		}
+	}
+	for cur < len(res.intervals) {
+		if err := closeInterval(); err != nil {
+			return nil, err
+		}
+	}
+	if tr, ok := cfg.traffic.(*tracePattern); ok {
+		res.ignored = tr.beyond(end)
+	}
+	return res, nil
+}
+
+// writeTable prints the header, one row per interval, the totals and the
+// summary.
+func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
+	fmt.Fprintf(w, "%s, %v, traffic %s, %s in intervals of %s\n\n",
+		cfg.alg.Name(), cfg.limit, trafficName(cfg), duration(cfg.duration), duration(cfg.interval))
+
+	rows := [][]string{{"interval", "sent", "admitted", "rejected", "level"}}
+	for _, iv := range res.intervals {
+		rows = append(rows, []string{span(iv), itoa(iv.sent), itoa(iv.admitted), itoa(iv.rejected), itoa(iv.level)})
+	}
+	sent, admitted, rejected := res.totals()
+	rows = append(rows, []string{"total", itoa(sent), itoa(admitted), itoa(rejected), ""})
+	writeColumns(w, rows)
+
+	fmt.Fprintln(w)
+	if sent > 0 {
+		fmt.Fprintf(w, "sent %d, admitted %d (%.1f%%), rejected %d\n", sent, admitted, 100*float64(admitted)/float64(sent), rejected)
+	} else {
+		fmt.Fprintln(w, "sent 0")
+	}
+	most := res.intervals[0]
+	for _, iv := range res.intervals[1:] {
+		if iv.admitted > most.admitted {
+			most = iv
+		}
+	}
+	fmt.Fprintf(w, "most admitted in one interval: %d (%s)\n", most.admitted, span(most))
+	secs := cfg.duration.Seconds()
+	limitRate := float64(cfg.limit.Rate()) / cfg.limit.Period().Seconds()
+	fmt.Fprintf(w, "admitted per second over the run: %s (the limit's rate: %s per second)\n",
+		decimal(float64(admitted)/secs), decimal(limitRate))
+	if res.costs {
+		fmt.Fprintf(w, "cost admitted: %d, %s per second\n", res.admittedCost, decimal(float64(res.admittedCost)/secs))
+	}
+	fmt.Fprintf(w, "level: the capacity left at each interval's end, out of %d", res.capacity)
+	if res.capacity != cfg.limit.Burst() {
+		fmt.Fprintf(w, " (%s counts the rate per window and ignores the burst)", cfg.alg.Name())
+	}
+	fmt.Fprintln(w)
+}
+
+// writeColumns prints rows as aligned columns: the first left-aligned, the
+// others right-aligned, two spaces apart.
+func writeColumns(w io.Writer, rows [][]string) {
+	widths := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, cell := range row {
+			widths[i] = max(widths[i], len(cell))
+		}
+	}
+	var b strings.Builder
+	for _, row := range rows {
+		b.Reset()
+		for i, cell := range row {
+			pad := strings.Repeat(" ", widths[i]-len(cell))
+			if i == 0 {
+				b.WriteString(cell + pad)
+			} else {
+				b.WriteString("  " + pad + cell)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+// trafficName is the -traffic value as the user gave it, with a trace's
+// request count.
+func trafficName(cfg *simConfig) string {
+	if p, ok := cfg.traffic.(*tracePattern); ok {
+		return fmt.Sprintf("%s (%d requests)", cfg.trafficSpec, len(p.reqs))
+	}
+	return cfg.trafficSpec
+}
+
+// duration formats d as [time.Duration.String] does, without its trailing
+// zero units: 1m rather than 1m0s.
+func duration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func countName(n uint64) string {
+	if n == math.MaxUint64 {
+		return "more than 2^64"
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+func micros(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// span formats an interval as "1.5s-2s".
+func span(iv interval) string { return seconds(iv.start) + "-" + seconds(iv.end) }
+
+// seconds formats d exactly as decimal seconds with an "s": 0s, 0.1s, 90s.
+func seconds(d time.Duration) string {
+	us := d.Microseconds()
+	s := itoa(us / 1e6)
+	if frac := us % 1e6; frac != 0 {
+		s += strings.TrimRight(fmt.Sprintf(".%06d", frac), "0")
+	}
+	return s + "s"
+}
+
+// decimal formats x with up to two decimals, or three significant digits
+// below 1.
+func decimal(x float64) string {
+	if x != 0 && x < 1 {
+		return strconv.FormatFloat(x, 'g', 3, 64)
+	}
+	s := strconv.FormatFloat(x, 'f', 2, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
