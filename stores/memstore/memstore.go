@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,6 +169,8 @@ func (s *Store) Apply(_ context.Context, req core.Request) (core.Decision, error
 	at := clock / 1e3
 	if !req.Now.IsZero() {
 		at = req.Now.UnixMicro()
+	} else if at < 0 || at >= core.MaxUnits {
+		return core.Decision{}, fmt.Errorf("%w: the store's clock reads %v", core.ErrInvalidTime, time.Unix(0, clock))
 	}
 	alg := req.Algorithm.Name()
 	sh := &s.shards[maphash.String(s.seed, req.Key)&s.mask]
@@ -224,7 +227,9 @@ func (s *Store) insert(sh *shard, alg, key string, e *entry, now int64) {
 	if sh.keys >= s.perCap {
 		s.evict(sh, now)
 	}
-	sh.table(alg, true).entries[key] = e
+	// Clone the key: the caller's string may be a slice of something
+	// larger (a request header), which the store must not keep alive.
+	sh.table(alg, true).entries[strings.Clone(key)] = e
 	sh.keys++
 }
 

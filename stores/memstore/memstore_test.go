@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
@@ -188,5 +189,37 @@ func TestStoreFuncAndLimiterReset(t *testing.T) {
 	plain, _ := core.NewLimiter(core.StoreFunc(s.Apply), algorithms.GCRA, core.PerMinute(1))
 	if err := plain.Reset(ctx, "k"); !errors.Is(err, core.ErrUnsupported) {
 		t.Fatalf("Reset through a StoreFunc: %v, want %v", err, core.ErrUnsupported)
+	}
+}
+
+// TestClockBeforeEpoch checks that a store whose clock reads before 1970
+// refuses to decide instead of deciding wrongly.
+func TestClockBeforeEpoch(t *testing.T) {
+	s, _ := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(-5, 0) }})
+	defer s.Close()
+	lim, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
+	if _, err := lim.Allow(context.Background(), "k"); !errors.Is(err, core.ErrInvalidTime) {
+		t.Fatalf("Allow on a clock before 1970: err = %v, want %v", err, core.ErrInvalidTime)
+	}
+}
+
+// TestKeysAreCopied checks that the store keeps its own copy of a key, not
+// the caller's backing array.
+func TestKeysAreCopied(t *testing.T) {
+	s, _ := memstore.New(memstore.Config{})
+	defer s.Close()
+	lim, _ := core.NewLimiter(s, algorithms.TokenBucket, core.PerHour(1))
+	ctx := context.Background()
+	buf := []byte("client-a")
+	key := unsafe.String(&buf[0], len(buf)) // a key that shares the caller's buffer
+	if d, _ := lim.Allow(ctx, key); !d.Allowed {
+		t.Fatal("first request denied")
+	}
+	copy(buf, "client-b") // the caller reuses its buffer
+	if d, _ := lim.Allow(ctx, "client-a"); d.Allowed {
+		t.Fatal("client-a was allowed twice: the store kept the caller's buffer as its key")
+	}
+	if d, _ := lim.Allow(ctx, "client-b"); !d.Allowed {
+		t.Fatal("client-b was denied: it shares state with client-a")
 	}
 }
