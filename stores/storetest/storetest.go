@@ -48,59 +48,38 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 		return s
 	}
 	for _, alg := range algorithms.All() {
-		t.Run("Steps/"+alg.Name(), func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			test func(*testing.T, core.Store, core.Algorithm)
+		}{
+			{"Steps", testSteps},
+			{"Trace", testTrace},
+			{"ConcurrentSafe", testConcurrentSafe},
+			{"Peek", testPeek},
+			{"Unsatisfiable", testUnsatisfiable},
+			{"OwnClock", testOwnClock},
+		} {
+			t.Run(tc.name+"/"+alg.Name(), func(t *testing.T) {
+				t.Parallel()
+				tc.test(t, open(t), alg)
+			})
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, core.Store)
+	}{
+		{"Keys", testKeys},
+		{"BadInput", testBadInput},
+		{"Inf", testInf},
+		{"Reset", testReset},
+		{"Close", testClose},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testSteps(t, open(t), alg)
-		})
-		t.Run("Trace/"+alg.Name(), func(t *testing.T) {
-			t.Parallel()
-			testTrace(t, open(t), alg)
-		})
-		t.Run("ConcurrentSafe/"+alg.Name(), func(t *testing.T) {
-			t.Parallel()
-			testConcurrentSafe(t, open(t), alg)
-		})
-		t.Run("Peek/"+alg.Name(), func(t *testing.T) {
-			t.Parallel()
-			testPeek(t, open(t), alg)
-		})
-		t.Run("Unsatisfiable/"+alg.Name(), func(t *testing.T) {
-			t.Parallel()
-			testUnsatisfiable(t, open(t), alg)
-		})
-		t.Run("OwnClock/"+alg.Name(), func(t *testing.T) {
-			t.Parallel()
-			testOwnClock(t, open(t), alg)
+			tc.test(t, open(t))
 		})
 	}
-	t.Run("Keys", func(t *testing.T) {
-		t.Parallel()
-		testKeys(t, open(t))
-	})
-	t.Run("BadInput", func(t *testing.T) {
-		t.Parallel()
-		testBadInput(t, open(t))
-	})
-	t.Run("Inf", func(t *testing.T) {
-		t.Parallel()
-		testInf(t, open(t))
-	})
-	t.Run("Reset", func(t *testing.T) {
-		t.Parallel()
-		s := open(t)
-		if _, ok := s.(core.Resetter); !ok {
-			t.Skipf("%T is not a core.Resetter", s)
-		}
-		testReset(t, s)
-	})
-	t.Run("Close", func(t *testing.T) {
-		t.Parallel()
-		s := open(t)
-		if _, ok := s.(io.Closer); !ok {
-			t.Skipf("%T is not an io.Closer", s)
-		}
-		testClose(t, s)
-	})
 }
 
 // newKey returns a key no other test uses, so that tests may share a store.
@@ -472,8 +451,11 @@ func testInf(t *testing.T, s core.Store) {
 }
 
 func testReset(t *testing.T, s core.Store) {
+	r, ok := s.(core.Resetter)
+	if !ok {
+		t.Skipf("%T is not a core.Resetter", s)
+	}
 	ctx := context.Background()
-	r := s.(core.Resetter)
 	key := newKey(t)
 	if err := r.Reset(ctx, key, algorithms.GCRA); err != nil {
 		t.Fatalf("Reset of an unknown key: %v", err)
@@ -501,12 +483,15 @@ func testReset(t *testing.T, s core.Store) {
 }
 
 func testClose(t *testing.T, s core.Store) {
+	c, ok := s.(io.Closer)
+	if !ok {
+		t.Skipf("%T is not an io.Closer", s)
+	}
 	ctx := context.Background()
 	req := core.Request{Key: newKey(t), Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: T0}
 	if _, err := s.Apply(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	c := s.(io.Closer)
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
