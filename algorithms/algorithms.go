@@ -7,13 +7,20 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// The algorithms. Each is a value of an unexported type, safe to share.
+// The algorithms. Each is a value of an unexported type, safe to share;
+// the package documentation compares them.
 var (
-	TokenBucket          core.Algorithm = tokenBucket{}
-	GCRA                 core.Algorithm = gcra{}
-	FixedWindow          core.Algorithm = fixedWindow{}
+	// TokenBucket keeps Burst tokens, refilled at Rate per Period.
+	TokenBucket core.Algorithm = tokenBucket{}
+	// GCRA decides as the token bucket does, keeping one instant.
+	GCRA core.Algorithm = gcra{}
+	// FixedWindow counts Rate per epoch-aligned window of one Period.
+	FixedWindow core.Algorithm = fixedWindow{}
+	// SlidingWindowCounter weighs the previous window's count into the
+	// current one's.
 	SlidingWindowCounter core.Algorithm = slidingWindowCounter{}
-	SlidingWindowLog     core.Algorithm = slidingWindowLog{}
+	// SlidingWindowLog logs every charge of the last Period.
+	SlidingWindowLog core.Algorithm = slidingWindowLog{}
 )
 
 var all = []core.Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindowCounter, SlidingWindowLog}
