@@ -24,6 +24,10 @@ const (
 // evict.
 const evictionSample = 8
 
+// minShardKeys is the fewest keys a shard is made to hold: a small store
+// gets fewer shards rather than lose much of MaxKeys to rounding.
+const minShardKeys = 64
+
 // Config configures a [Store]. The zero Config is ready to use.
 type Config struct {
 	// MaxKeys bounds the number of keys (key and algorithm pairs) the
@@ -35,9 +39,9 @@ type Config struct {
 	// length (more under the sliding window log).
 	MaxKeys int
 	// Shards is the number of independently locked parts of the store,
-	// rounded up to a power of two and down to at most MaxKeys. More
-	// shards mean less contention between goroutines on different keys.
-	// The default is [DefaultShards].
+	// rounded up to a power of two, then halved until each shard holds at
+	// least 64 keys. More shards mean less contention between goroutines
+	// on different keys. The default is [DefaultShards].
 	Shards int
 	// SweepInterval is how often a background goroutine removes keys
 	// whose state has expired. A negative interval disables the sweeper:
@@ -133,7 +137,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	base := time.Now()
 	n := 1 << bits.Len(uint(cfg.Shards-1))
-	for n > cfg.MaxKeys {
+	for n > 1 && cfg.MaxKeys/n < minShardKeys {
 		n >>= 1
 	}
 	s := &Store{

@@ -223,3 +223,16 @@ func TestKeysAreCopied(t *testing.T) {
 		t.Fatal("client-b was denied: it shares state with client-a")
 	}
 }
+
+// TestSmallStoreKeepsItsBound checks that a small MaxKeys is not lost to
+// rounding across shards.
+func TestSmallStoreKeepsItsBound(t *testing.T) {
+	for _, max := range []int{1, 63, 100, 1000, 5000} {
+		s, _ := memstore.New(memstore.Config{MaxKeys: max})
+		st := s.Stats()
+		s.Close()
+		if st.MaxKeys > max || st.MaxKeys < max*63/64 {
+			t.Errorf("MaxKeys %d: the store holds at most %d keys (%d a shard)", max, st.MaxKeys, st.ShardKeys)
+		}
+	}
+}
