@@ -66,6 +66,7 @@ func TestKeyFlood(t *testing.T) {
 		}
 	}
 	st := s.Stats()
+	t.Logf("after %d distinct keys: %+v", n, st)
 	if st.Keys > maxKeys || st.MaxKeys > maxKeys {
 		t.Fatalf("after the flood: %+v, want at most %d keys", st, maxKeys)
 	}
