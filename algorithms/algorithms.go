@@ -52,3 +52,17 @@ func windowStart(now, period int64) int64 { return now - now%period }
 func unsatisfiable(limit, remaining int64, resetAfter time.Duration) core.Decision {
 	return core.Decision{Limit: limit, Remaining: remaining, RetryAfter: core.RetryNever, ResetAfter: resetAfter}
 }
+
+// forget caps the waits of a decision that writes nothing at e, the instant
+// the key's state is forgotten: from e on the key is fresh, at full
+// capacity, and admits any satisfiable cost. Under the limit the state was
+// written with the waits never reach e; under another they may.
+func forget(d core.Decision, now, e int64) core.Decision {
+	if left := micros(e - now); left > 0 {
+		if d.RetryAfter != core.RetryNever {
+			d.RetryAfter = min(d.RetryAfter, left)
+		}
+		d.ResetAfter = min(d.ResetAfter, left)
+	}
+	return d
+}

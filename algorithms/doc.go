@@ -18,7 +18,10 @@
 // admit at most Rate per window and take no notice of the burst. Denied
 // requests charge nothing under every algorithm. A cost above the capacity
 // is unsatisfiable: the state is left unchanged. A state's clock never runs
-// backwards: each algorithm decides at max(now, the last charge).
+// backwards: each algorithm decides at max(now, the last charge). And every
+// state records when the key will have fully recovered from its last charge
+// ([core.State].E); from then on the key is decided as a fresh one, so a
+// store that forgets it then changes no decision.
 //
 // All arithmetic is on integers that stay below 2^53 (see [core.MaxExact]),
 // so that each algorithm's Lua twin, run inside Redis where numbers are

@@ -16,12 +16,13 @@ import (
 // sliding window algorithms where that matters.
 //
 // State: T the last charge (µs); A the start of the counted window (µs);
-// B the count charged in it.
+// B the count charged in it; E the window's end.
 //
 // When the limit changes, the count is kept against the new rate as long
 // as the window holding now starts where the counted one did; a new period
-// whose window starts elsewhere starts counting afresh. A cost of zero is
-// admitted even when a lowered rate leaves the count above it.
+// whose window starts elsewhere starts counting afresh, and so does the
+// window after E. A cost of zero is admitted even when a lowered rate
+// leaves the count above it.
 type fixedWindow struct{}
 
 func (fixedWindow) Name() string { return "fixed-window" }
@@ -35,7 +36,7 @@ func (fixedWindow) Transition(s *core.State, now, cost int64, l core.Limit, peek
 	now = max(now, s.T)
 	start := windowStart(now, period)
 	var count int64
-	if s.A == start {
+	if now < s.E && s.A == start {
 		count = s.B
 	}
 	untilEnd := micros(start + period - now)
@@ -46,14 +47,18 @@ func (fixedWindow) Transition(s *core.State, now, cost int64, l core.Limit, peek
 		return untilEnd
 	}
 	if cost > rate {
-		return unsatisfiable(rate, max(rate-count, 0), resetAfter(count))
+		return forget(unsatisfiable(rate, max(rate-count, 0), resetAfter(count)), now, s.E)
 	}
 	if cost > 0 && count+cost > rate {
-		return core.Decision{Limit: rate, Remaining: max(rate-count, 0), RetryAfter: untilEnd, ResetAfter: untilEnd}
+		return forget(core.Decision{Limit: rate, Remaining: max(rate-count, 0), RetryAfter: untilEnd, ResetAfter: untilEnd}, now, s.E)
 	}
 	count += cost
-	if !peek && cost > 0 {
-		s.T, s.A, s.B = now, start, count
+	d := core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-count, 0), ResetAfter: resetAfter(count)}
+	switch {
+	case cost == 0:
+		return forget(d, now, s.E)
+	case !peek:
+		s.T, s.A, s.B, s.E = now, start, count, start+period
 	}
-	return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-count, 0), ResetAfter: resetAfter(count)}
+	return d
 }

@@ -22,12 +22,12 @@ import (
 //
 // State: T the last charge (µs); A the TAT's whole microseconds; B its
 // fraction in ticks (0 ≤ B < C); C the perMicro the fraction was written
-// under (zero: never charged).
+// under; E the TAT rounded up, when the key is fully rested.
 //
-// When the limit changes, the key keeps the time it owed at its last charge
-// (its TAT, rounded up to a whole microsecond when the fraction's ticks
-// change size), capped at the new tolerance: a key is never more than
-// empty.
+// When the limit changes before E, the key keeps the time it owed at its
+// last charge (its TAT, rounded up to a whole microsecond when the
+// fraction's ticks change size), capped at the new tolerance: a key is
+// never more than empty. From E on the key is forgotten.
 type gcra struct{}
 
 func (gcra) Name() string { return "gcra" }
@@ -40,45 +40,44 @@ func (gcra) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) 
 	u, r := l.Units()
 	burst := l.Burst()
 	tolerance := burst * u
-	now = max(now, s.T)
-
 	// owed is how far the TAT was ahead of the last charge, in ticks,
 	// capped at the tolerance: the cap is taken at the last charge, not at
 	// now, so that repeated denials under a new limit agree on their waits.
 	var owed int64
-	if ahead := s.A - s.T; s.C == r {
-		// Written under this rate, within a tolerance of at most 2^52
-		// ticks: the product cannot overflow.
-		owed = min(ahead*r+s.B, tolerance)
-	} else {
-		if s.B > 0 {
-			ahead++
+	if now = max(now, s.T); now < s.E {
+		if ahead := s.A - s.T; s.C == r {
+			// Written under this rate, within a tolerance of at most
+			// 2^52 ticks: the product cannot overflow.
+			owed = min(ahead*r+s.B, tolerance)
+		} else {
+			if s.B > 0 {
+				ahead++
+			}
+			owed = min(min(ahead, core.CeilDiv(tolerance, r))*r, tolerance)
 		}
-		owed = min(min(ahead, core.CeilDiv(tolerance, r))*r, tolerance)
 	}
 	// debt is how far the TAT is ahead of now: what was owed, less what
 	// the time since has paid, as a token bucket refills.
 	debt := tolerance - refill(tolerance-owed, tolerance, now-s.T, r)
 	decision := func(allowed bool, debt int64) core.Decision {
-		q, f := debt/r, debt%r
-		if f > 0 {
-			q++
-		}
-		return core.Decision{Allowed: allowed, Limit: burst, Remaining: (tolerance - debt) / u, ResetAfter: micros(q)}
+		return core.Decision{Allowed: allowed, Limit: burst, Remaining: (tolerance - debt) / u, ResetAfter: micros(core.CeilDiv(debt, r))}
 	}
 	if cost > burst {
 		d := decision(false, debt)
 		d.RetryAfter = core.RetryNever
-		return d
+		return forget(d, now, s.E)
 	}
 	if over := debt + cost*u - tolerance; over > 0 {
 		d := decision(false, debt)
 		d.RetryAfter = micros(core.CeilDiv(over, r))
-		return d
+		return forget(d, now, s.E)
 	}
 	debt += cost * u
-	if !peek && cost > 0 {
-		s.T, s.A, s.B, s.C = now, now+debt/r, debt%r, r
+	switch {
+	case cost == 0:
+		return forget(decision(true, debt), now, s.E)
+	case !peek:
+		s.T, s.A, s.B, s.C, s.E = now, now+debt/r, debt%r, r, now+core.CeilDiv(debt, r)
 	}
 	return decision(true, debt)
 }

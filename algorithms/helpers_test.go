@@ -123,7 +123,7 @@ func clone(s core.State) core.State {
 
 // sameState reports whether a and b hold the same numbers and log entries.
 func sameState(a, b core.State) bool {
-	return a.T == b.T && a.A == b.A && a.B == b.B && a.C == b.C && slices.Equal(a.Log, b.Log)
+	return a.T == b.T && a.A == b.A && a.B == b.B && a.C == b.C && a.E == b.E && slices.Equal(a.Log, b.Log)
 }
 
 // relState formats s for failure messages, with T relative to t0 in
@@ -133,5 +133,9 @@ func relState(s core.State) string {
 	if s.T != 0 {
 		t = fmt.Sprintf("t0%+d", s.T-t0)
 	}
-	return fmt.Sprintf("{T:%s A:%d B:%d C:%d Log:%v}", t, s.A, s.B, s.C, s.Log)
+	e := "0"
+	if s.E != 0 {
+		e = fmt.Sprintf("t0%+d", s.E-t0)
+	}
+	return fmt.Sprintf("{T:%s A:%d B:%d C:%d E:%s Log:%v}", t, s.A, s.B, s.C, e, s.Log)
 }

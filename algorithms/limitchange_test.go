@@ -14,7 +14,8 @@ import (
 
 // TestTokenBucketLimitChange: the bucket keeps its whole tokens, capped at
 // the new burst; a fraction of a token earned under the old rate is
-// dropped.
+// dropped. Once full under the limit it was charged under, the key is
+// forgotten: it starts full under the new one.
 func TestTokenBucketLimitChange(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
@@ -24,12 +25,16 @@ func TestTokenBucketLimitChange(t *testing.T) {
 		var s core.State
 		runSteps(t, algorithms.TokenBucket, big, &s, []step{
 			{at: 0, cost: 10, allowed: true, remaining: 40, reset: time.Second},
-			// 40 tokens, capped at the new burst of 20.
+			// 40 tokens, capped at the new burst of 20: full again under
+			// it at t0+100ms.
 			{at: 0, cost: 1, lim: small, allowed: true, remaining: 19, reset: 100 * ms},
-			// The cap stays when the burst grows back: 19 of 50.
-			{at: 0, cost: 0, lim: big, allowed: true, remaining: 19, reset: 3100 * ms},
-			{at: 0, cost: 20, lim: big, remaining: 19, retry: 100 * ms, reset: 3100 * ms},
-			{at: 100 * ms, cost: 20, lim: big, allowed: true, remaining: 0, reset: 5 * time.Second},
+			// The cap stays when the burst grows back, 19 of 50, until the
+			// key is forgotten at t0+100ms: the waits stop there.
+			{at: 0, cost: 0, lim: big, allowed: true, remaining: 19, reset: 100 * ms},
+			{at: 0, cost: 20, lim: big, remaining: 19, retry: 100 * ms, reset: 100 * ms},
+			{at: 100*ms - time.Microsecond, cost: 20, lim: big, remaining: 19, retry: time.Microsecond, reset: time.Microsecond},
+			// Forgotten: a fresh key, full under the burst of 50.
+			{at: 100 * ms, cost: 20, lim: big, allowed: true, remaining: 30, reset: 2 * time.Second},
 		})
 	})
 	t.Run("rate", func(t *testing.T) {
@@ -42,8 +47,11 @@ func TestTokenBucketLimitChange(t *testing.T) {
 			{at: 150 * ms, cost: 1, allowed: true, remaining: 0, reset: 950 * ms},
 			// Under 4 req/s the half token is dropped: a whole token
 			// takes 250ms from here, not 125ms.
-			{at: 150 * ms, cost: 1, lim: fourPerSec, remaining: 0, retry: 250 * ms, reset: time.Second},
-			{at: 400*ms - time.Microsecond, cost: 1, lim: fourPerSec, remaining: 0, retry: time.Microsecond, reset: 750*ms + time.Microsecond},
+			// Under 4 req/s the bucket would be full at t0+1.15s, but the
+			// key is forgotten at t0+1.1s, when it would have been full
+			// under 10 req/s.
+			{at: 150 * ms, cost: 1, lim: fourPerSec, remaining: 0, retry: 250 * ms, reset: 950 * ms},
+			{at: 400*ms - time.Microsecond, cost: 1, lim: fourPerSec, remaining: 0, retry: time.Microsecond, reset: 700*ms + time.Microsecond},
 			{at: 400 * ms, cost: 1, lim: fourPerSec, allowed: true, remaining: 0, reset: time.Second},
 			// Back at 10 req/s: no fraction to drop, 0 tokens, 100ms a token.
 			{at: 400 * ms, cost: 1, remaining: 0, retry: 100 * ms, reset: time.Second},
@@ -93,11 +101,13 @@ func TestGCRALimitChange(t *testing.T) {
 	})
 	t.Run("bucket", func(t *testing.T) {
 		t.Parallel()
-		// The same change, for contrast: the bucket keeps its 0 tokens.
+		// The same change, for contrast: the bucket keeps its 0 tokens,
+		// until it is forgotten at t0+1s, full under 10 req/s.
 		var s core.State
 		runSteps(t, algorithms.TokenBucket, core.PerSecond(10), &s, []step{
 			{at: 0, cost: 10, allowed: true, remaining: 0, reset: time.Second},
-			{at: 0, cost: 1, lim: core.PerSecond(1).WithBurst(5), remaining: 0, retry: time.Second, reset: 5 * time.Second},
+			{at: 0, cost: 1, lim: core.PerSecond(1).WithBurst(5), remaining: 0, retry: time.Second, reset: time.Second},
+			{at: time.Second, cost: 5, lim: core.PerSecond(1).WithBurst(5), allowed: true, remaining: 0, reset: 5 * time.Second},
 		})
 	})
 	t.Run("rounding", func(t *testing.T) {
@@ -108,7 +118,7 @@ func TestGCRALimitChange(t *testing.T) {
 		runSteps(t, algorithms.GCRA, three, &s, []step{
 			{at: 0, cost: 1, allowed: true, remaining: 2, reset: 333334 * time.Microsecond},
 		})
-		if want := (core.State{T: t0, A: t0 + 333333, B: 1, C: 3}); !sameState(s, want) {
+		if want := (core.State{T: t0, A: t0 + 333333, B: 1, C: 3, E: t0 + 333334}); !sameState(s, want) {
 			t.Fatalf("after AllowN(t0, 1) under %v: state %s, want %s", three, relState(s), relState(want))
 		}
 		// TAT t0+333333⅓µs is rounded up to t0+333334µs, then moved on by
@@ -116,7 +126,7 @@ func TestGCRALimitChange(t *testing.T) {
 		runSteps(t, algorithms.GCRA, seven, &s, []step{
 			{at: 0, cost: 1, allowed: true, remaining: 0, reset: 476192 * time.Microsecond},
 		})
-		if want := (core.State{T: t0, A: t0 + 476191, B: 1, C: 7}); !sameState(s, want) {
+		if want := (core.State{T: t0, A: t0 + 476191, B: 1, C: 7, E: t0 + 476192}); !sameState(s, want) {
 			t.Errorf("after AllowN(t0, 1) under %v: state %s, want %s (TAT t0+333334µs + 142857⅐µs)", seven, relState(s), relState(want))
 		}
 	})
@@ -201,7 +211,8 @@ func TestSlidingWindowCounterLimitChange(t *testing.T) {
 }
 
 // TestSlidingWindowLogLimitChange: the logged charges are judged against
-// the new rate and period.
+// the new rate and period, until the key is forgotten when its newest
+// charge leaves the window it was made under.
 func TestSlidingWindowLogLimitChange(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
@@ -211,16 +222,18 @@ func TestSlidingWindowLogLimitChange(t *testing.T) {
 		{at: 0, cost: 10, allowed: true, remaining: 0, reset: time.Second},
 		{at: 500 * ms, cost: 10, lim: twenty, allowed: true, remaining: 0, reset: time.Second},
 		{at: 600 * ms, cost: 1, lim: twenty, remaining: 0, retry: 400 * ms, reset: 900 * ms},
-		// Over 2s both charges are still in the window, 20 of 10: the
-		// request waits until the charge at t0+500ms leaves, at t0+2.5s.
-		{at: 1500 * ms, cost: 1, lim: twoSec, remaining: 0, retry: time.Second, reset: time.Second},
-		// Over 1s both have left.
-		{at: 1500 * ms, cost: 10, allowed: true, remaining: 0, reset: time.Second},
+		// Over 2s both charges are in the window, 20 of 10: the request
+		// would wait for the charge at t0+500ms to leave, at t0+2.5s, but
+		// the key is forgotten at t0+1.5s, when that charge leaves the
+		// 1s window it was made under.
+		{at: 1400 * ms, cost: 1, lim: twoSec, remaining: 0, retry: 100 * ms, reset: 100 * ms},
+		{at: 1500 * ms, cost: 10, lim: twoSec, allowed: true, remaining: 0, reset: 2 * time.Second},
 		// Over 100ms the charge at t0+1.5s leaves at t0+1.6s.
 		{at: 1550 * ms, cost: 1, lim: tenthSec, remaining: 0, retry: 50 * ms, reset: 50 * ms},
 		{at: 1600 * ms, cost: 10, lim: tenthSec, allowed: true, remaining: 0, reset: 100 * ms},
-		// Back over 2s only the charges still logged count: the one at
-		// t0+1.5s was dropped when t0+1.6s was admitted over 100ms.
-		{at: 1700 * ms, cost: 1, lim: twoSec, remaining: 0, retry: 1900 * ms, reset: 1900 * ms},
+		// Back over 2s the charge at t0+1.6s counts until the key is
+		// forgotten at t0+1.7s.
+		{at: 1650 * ms, cost: 1, lim: twoSec, remaining: 0, retry: 50 * ms, reset: 50 * ms},
+		{at: 1700 * ms, cost: 1, lim: twoSec, allowed: true, remaining: 9, reset: 2 * time.Second},
 	})
 }

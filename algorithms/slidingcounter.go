@@ -20,7 +20,8 @@ import (
 // not counted.
 //
 // State: T the last charge (µs); A the start of the current window (µs);
-// B its count; C the previous window's count.
+// B its count; C the previous window's count; E the end of the window after
+// the current one, when the count stops weighing.
 //
 // When the limit changes, counts are kept against the new rate, capped at
 // it; a new period whose windows start elsewhere starts counting afresh.
@@ -42,53 +43,62 @@ func (slidingWindowCounter) Transition(s *core.State, now, cost int64, l core.Li
 	now = max(now, s.T)
 	start := windowStart(now, period)
 	var cur, prev int64
-	switch s.A {
-	case start:
-		cur, prev = s.B, s.C
-	case start - period:
-		prev = s.B
+	if now < s.E {
+		switch s.A {
+		case start:
+			cur, prev = s.B, s.C
+		case start - period:
+			prev = s.B
+		}
 	}
 	// Counts beyond a lowered rate deny alike; capping them keeps the
 	// products below within rate × period.
 	cur, prev = min(cur, rate), min(prev, rate)
-	left := period - (now - start) // of the previous window, still covered
+	elapsed := now - start
+	left := period - elapsed // of the previous window, still covered
 	remaining := func(cur int64) int64 { return max(rate-cur-core.CeilDiv(prev*left, period), 0) }
 	resetAfter := func(cur int64) time.Duration {
 		switch {
 		case cur > 0:
-			return micros(start + 2*period - now)
+			return micros(2*period - elapsed)
 		case prev > 0:
-			return micros(start + period - now)
+			return micros(left)
 		}
 		return 0
 	}
 	if cost > rate {
-		return unsatisfiable(rate, remaining(cur), resetAfter(cur))
+		return forget(unsatisfiable(rate, remaining(cur), resetAfter(cur)), now, s.E)
 	}
 	if room := rate - cur - cost; cost > 0 && (room < 0 || prev*left > room*period) {
-		return core.Decision{Limit: rate, Remaining: remaining(cur), RetryAfter: micros(retry(start, now, period, rate, cur, prev, cost)), ResetAfter: resetAfter(cur)}
+		return forget(core.Decision{Limit: rate, Remaining: remaining(cur), RetryAfter: micros(retry(elapsed, period, rate, cur, prev, cost)), ResetAfter: resetAfter(cur)}, now, s.E)
 	}
 	cur += cost
-	if !peek && cost > 0 {
-		s.T, s.A, s.B, s.C = now, start, cur, prev
+	d := core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), ResetAfter: resetAfter(cur)}
+	switch {
+	case cost == 0:
+		return forget(d, now, s.E)
+	case !peek:
+		s.T, s.A, s.B, s.C, s.E = now, start, cur, prev, start+2*period
 	}
-	return core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), ResetAfter: resetAfter(cur)}
+	return d
 }
 
-// retry returns the microseconds from now until a denied request of cost
-// passes. Within the current window the test prev × (period − e) ≤
-// room × period holds from e = period − ⌊room × period / prev⌋ on; in the
-// next window the current count becomes the previous one and the same
-// reasoning applies with room = rate − cost.
-func retry(start, now, period, rate, cur, prev, cost int64) int64 {
+// retry returns the microseconds from now, elapsed into the current
+// window, until a denied request of cost passes. Within the current window
+// the test prev × (period − e) ≤ room × period holds from e = period −
+// ⌊room × period / prev⌋ on; in the next window the current count becomes
+// the previous one and the same reasoning applies with room = rate − cost.
+// Offsets are taken from the window's start, not added to instants, so
+// every intermediate stays within a few periods.
+func retry(elapsed, period, rate, cur, prev, cost int64) int64 {
 	if room := rate - cur - cost; room >= 0 && prev > 0 {
 		if e := period - room*period/prev; e < period {
-			return start + e - now
+			return e - elapsed
 		}
 	}
 	var e int64
 	if cur > 0 {
 		e = max(period-(rate-cost)*period/cur, 0)
 	}
-	return start + period + e - now
+	return period + e - elapsed
 }

@@ -13,6 +13,10 @@ import (
 // window counter.
 const MaxLogRate = 10_000
 
+// maxIdleLog is the most entries' room a log keeps once all its entries
+// have left the window.
+const maxIdleLog = 16
+
 // slidingWindowLog keeps every admitted charge of the last Period and
 // admits a request of cost n while the charges in (now − Period, now] plus n
 // stay within Rate. It is exact, never admitting more than Rate in any
@@ -20,13 +24,15 @@ const MaxLogRate = 10_000
 // Denied requests are not logged.
 //
 // State: T the last charge (µs); A the total cost of Log[B:]; B the index
-// of the first entry not yet dropped; Log the charges in time order, one
-// entry per instant. Entries that fall out of the window are dropped when
-// the next charge is admitted, and the slice is compacted once half of it
-// is dead, so each charge costs amortized constant time.
+// of the first entry not yet dropped; E when the newest entry leaves the
+// window; Log the charges in time order, one entry per instant. Entries
+// that fall out of the window are dropped when the next charge is
+// admitted, and the slice is compacted once half of it is dead, so each
+// charge costs amortized constant time; a log whose entries have all left
+// gives up a large array.
 //
 // When the limit changes, the logged charges are judged against the new
-// rate and period.
+// rate and period until E; from E on the key is forgotten.
 type slidingWindowLog struct{}
 
 func (slidingWindowLog) Name() string { return "sliding-window-log" }
@@ -42,9 +48,11 @@ func (slidingWindowLog) Horizon(l core.Limit) time.Duration { return l.Period() 
 
 func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
 	rate, period := l.Rate(), l.PeriodMicros()
-	now = max(now, s.T)
-	// Skip the entries that have left the window (now − period, now].
 	first, live := s.B, s.A
+	if now = max(now, s.T); now >= s.E {
+		first, live = int64(len(s.Log)), 0 // forgotten
+	}
+	// Skip the entries that have left the window (now − period, now].
 	for first < int64(len(s.Log)) && s.Log[first].At <= now-period {
 		live -= s.Log[first].Cost
 		first++
@@ -56,32 +64,35 @@ func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit,
 		return micros(s.Log[len(s.Log)-1].At + period - now)
 	}
 	if cost > rate {
-		return unsatisfiable(rate, max(rate-live, 0), resetAfter(live))
+		return forget(unsatisfiable(rate, max(rate-live, 0), resetAfter(live)), now, s.E)
 	}
 	if cost > 0 && live+cost > rate {
 		// The request passes once enough of the oldest charges leave.
 		freed, i := int64(0), first
-		for ; live-freed+cost > rate; i++ {
+		for ; live-freed+cost > rate && i < int64(len(s.Log)); i++ {
 			freed += s.Log[i].Cost
 		}
-		return core.Decision{
+		return forget(core.Decision{
 			Limit:      rate,
 			Remaining:  max(rate-live, 0),
 			RetryAfter: micros(s.Log[i-1].At + period - now),
 			ResetAfter: resetAfter(live),
-		}
+		}, now, s.E)
 	}
-	if peek || cost == 0 {
-		reset := resetAfter(live)
-		if cost > 0 {
-			reset = micros(period) // the charge would be the newest entry
-		}
-		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live-cost, 0), ResetAfter: reset}
+	if cost == 0 {
+		return forget(core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), ResetAfter: resetAfter(live)}, now, s.E)
+	}
+	if peek {
+		// The charge would be the newest entry, leaving a period from now.
+		return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live - cost, ResetAfter: micros(period)}
 	}
 	log := s.Log
-	if first == int64(len(log)) {
+	switch {
+	case first == int64(len(log)) && cap(log) > maxIdleLog:
+		log, first = nil, 0 // let a burst's array go
+	case first == int64(len(log)):
 		log, first = log[:0], 0
-	} else if first > int64(len(log))/2 {
+	case first > int64(len(log))/2:
 		log = log[:copy(log, log[first:])]
 		first = 0
 	}
@@ -91,6 +102,6 @@ func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit,
 		log = append(log, core.LogEntry{At: now, Cost: cost})
 	}
 	live += cost
-	s.T, s.A, s.B, s.Log = now, live, first, log
+	s.T, s.A, s.B, s.E, s.Log = now, live, first, now+period, log
 	return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live, ResetAfter: resetAfter(live)}
 }

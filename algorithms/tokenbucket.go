@@ -15,11 +15,12 @@ import (
 // integer arithmetic, in Go and in Lua alike.
 //
 // State: T the last charge (µs); A the level in units at T; B the units per
-// token the level was written under (zero: never charged, a full bucket).
+// token the level was written under; E when the bucket will be full again.
 //
-// When the limit changes, the bucket keeps its tokens, capped at the new
-// burst; if the change alters the units a token is made of, a fraction of
-// a token earned under the old limit is dropped.
+// When the limit changes before E, the bucket keeps its tokens, capped at
+// the new burst; if the change alters the units a token is made of, a
+// fraction of a token earned under the old limit is dropped. From E on the
+// key is forgotten and starts full under whatever limit it is asked.
 type tokenBucket struct{}
 
 func (tokenBucket) Name() string { return "token-bucket" }
@@ -36,32 +37,36 @@ func (tokenBucket) Transition(s *core.State, now, cost int64, l core.Limit, peek
 	burst := l.Burst()
 	capacity := burst * u
 	level := capacity
-	if s.B != 0 {
-		now = max(now, s.T)
+	if now = max(now, s.T); now < s.E {
 		level = s.A
-		if s.B != u {
+		if s.B != u && s.B > 0 {
 			level = min(s.A/s.B, burst) * u
 		}
 		level = refill(level, capacity, now-s.T, r)
 	}
-	resetAfter := func(level int64) time.Duration { return micros(core.CeilDiv(capacity-level, r)) }
+	untilFull := func(level int64) int64 { return core.CeilDiv(capacity-level, r) }
 	if cost > burst {
-		return unsatisfiable(burst, level/u, resetAfter(level))
+		return forget(unsatisfiable(burst, level/u, micros(untilFull(level))), now, s.E)
 	}
 	need := cost * u
 	if level < need {
-		return core.Decision{
+		return forget(core.Decision{
 			Limit:      burst,
 			Remaining:  level / u,
 			RetryAfter: micros(core.CeilDiv(need-level, r)),
-			ResetAfter: resetAfter(level),
-		}
+			ResetAfter: micros(untilFull(level)),
+		}, now, s.E)
 	}
 	level -= need
-	if !peek && cost > 0 {
-		s.T, s.A, s.B = now, level, u
+	full := untilFull(level)
+	d := core.Decision{Allowed: true, Limit: burst, Remaining: level / u, ResetAfter: micros(full)}
+	switch {
+	case cost == 0:
+		return forget(d, now, s.E)
+	case !peek:
+		s.T, s.A, s.B, s.E = now, level, u, now+full
 	}
-	return core.Decision{Allowed: true, Limit: burst, Remaining: level / u, ResetAfter: resetAfter(level)}
+	return d
 }
 
 // refill returns level after elapsed µs at r units a µs, capped at capacity.

@@ -12,7 +12,7 @@ import (
 var (
 	// ErrInvalidLimit reports a limit that cannot be decided with.
 	ErrInvalidLimit = errors.New("sluice: invalid limit")
-	// ErrInvalidCost reports a negative cost.
+	// ErrInvalidCost reports a negative cost or one above [MaxUnits].
 	ErrInvalidCost = errors.New("sluice: invalid cost")
 	// ErrInvalidKey reports an empty key or one longer than [MaxKeyLen].
 	ErrInvalidKey = errors.New("sluice: invalid key")
@@ -78,7 +78,10 @@ type Decision struct {
 	// until the same request would be admitted, if nothing else is
 	// charged in between: a retry at that instant passes, a microsecond
 	// earlier fails. It is [RetryNever] when the cost can never be
-	// admitted (see [Decision.Unsatisfiable]).
+	// admitted (see [Decision.Unsatisfiable]). Waits count from the
+	// instant of the decision, which is the request's instant or, if the
+	// key was last charged later than that (clocks disagree), the last
+	// charge's.
 	RetryAfter time.Duration
 	// ResetAfter is the wait until the key is back to full capacity, as if
 	// it had never been used; zero when it already is.
@@ -105,11 +108,12 @@ type Request struct {
 	// what it does with state written under another limit.
 	Limit Limit
 	// Cost is how much of the limit the request uses. Zero is allowed: it
-	// is always admitted and, like a peek, changes nothing. Negative costs
-	// are invalid.
+	// is always admitted and, like a peek, changes nothing. Costs below
+	// zero or above [MaxUnits] are invalid.
 	Cost int64
-	// Now, when not zero, is the instant to decide at. The zero value
-	// means the store's own clock (the server's clock for Redis).
+	// Now, when not zero, is the instant to decide at, from 1970 to the
+	// year 2112 (see [MaxUnits]). The zero value means the store's own
+	// clock (the server's clock for Redis).
 	Now time.Time
 	// Peek asks for the decision the request would get, without charging
 	// it or changing any state.
@@ -127,8 +131,10 @@ func (r *Request) Validate() error {
 		return ErrNoAlgorithm
 	case r.Cost < 0:
 		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, r.Cost)
-	case !r.Now.IsZero() && (r.Now.Before(epoch) || r.Now.UnixMicro() >= MaxUnits):
-		return fmt.Errorf("%w: %v", ErrInvalidTime, r.Now)
+	case r.Cost > MaxUnits:
+		return fmt.Errorf("%w: %d exceeds 2^52", ErrInvalidCost, r.Cost)
+	case !r.Now.IsZero() && (r.Now.Before(epoch) || !r.Now.Before(maxTime)):
+		return fmt.Errorf("%w: %v is outside 1970 to %v", ErrInvalidTime, r.Now, maxTime)
 	}
 	if err := r.Limit.Validate(); err != nil {
 		return err
@@ -139,7 +145,9 @@ func (r *Request) Validate() error {
 	return r.Algorithm.Validate(r.Limit)
 }
 
-var epoch = time.Unix(0, 0)
+// The instants a request may carry: from the Unix epoch to MaxUnits µs
+// after it.
+var epoch, maxTime = time.Unix(0, 0).UTC(), time.UnixMicro(MaxUnits).UTC()
 
 // ValidateKey reports an empty key or one longer than [MaxKeyLen], with an
 // error wrapping [ErrInvalidKey].
@@ -165,6 +173,12 @@ type State struct {
 	T int64
 	// A, B and C are the algorithm's numbers.
 	A, B, C int64
+	// E is the instant, in µs since the Unix epoch, from which the state
+	// is forgotten: when the last charge will have fully recovered under
+	// the limit it was made under. From E on, every algorithm decides as
+	// for the zero State, whatever the limit, so a store that drops a
+	// state at E or later decides exactly as one that keeps it forever.
+	E int64
 	// Log holds the sliding window log's entries; nil for the others.
 	Log []LogEntry
 }
@@ -180,15 +194,17 @@ type LogEntry struct {
 // store runs whichever a request names.
 type Algorithm interface {
 	// Name is the algorithm's stable name, such as "token-bucket". Stores
-	// use it in keys and to find the algorithm's script.
+	// use it in keys and to find the algorithm's script, so two
+	// algorithms used with one store must not share a name.
 	Name() string
 	// Validate reports limits this algorithm cannot decide exactly under,
 	// wrapping [ErrInvalidLimit]. It is called only with limits that
 	// passed [Limit.Validate] and are not [Inf].
 	Validate(Limit) error
-	// Horizon is how long a state written under l matters: after this long
-	// without another charge the state decides exactly as the zero State
-	// does, so a store may forget it.
+	// Horizon is the longest a state written under l can matter: a
+	// state's E is never further than this after its last charge. A store
+	// that cannot read E (one whose clock is not the requests') may
+	// forget a state this long after its last charge.
 	Horizon(l Limit) time.Duration
 	// Transition decides a request of cost at now (microseconds since the
 	// Unix epoch) under limit l, with the key's state s. It changes s only

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -78,11 +79,11 @@ func ExampleRequest() {
 func ExampleStoreFunc() {
 	store, _ := memstore.New(memstore.Config{})
 	defer store.Close()
-	denials := 0
+	var denials atomic.Int64 // a store must be safe for concurrent use
 	counting := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		d, err := store.Apply(ctx, req)
 		if err == nil && !d.Allowed {
-			denials++
+			denials.Add(1)
 		}
 		return d, err
 	})
@@ -90,6 +91,6 @@ func ExampleStoreFunc() {
 	for range 5 {
 		limiter.Allow(context.Background(), "k")
 	}
-	fmt.Println("denials:", denials)
+	fmt.Println("denials:", denials.Load())
 	// Output: denials: 3
 }

@@ -7,18 +7,24 @@ import (
 	"time"
 )
 
-// MaxExact is the largest integer every algorithm's arithmetic may reach.
-// Lua numbers in Redis are IEEE doubles, exact only up to 2^53, and each
-// algorithm's Lua twin must compute exactly what its Go transition computes,
-// so limits whose arithmetic would pass this bound are rejected by
-// [Limit.Validate] and by each algorithm's own check.
+// MaxExact is 2^53, the bound below which every integer is exact in an
+// IEEE double. Lua numbers in Redis are doubles, and each algorithm's Lua
+// twin must compute exactly what its Go transition computes, so every
+// quantity an algorithm computes stays below it.
 const MaxExact = 1 << 53
 
-// MaxUnits bounds every quantity an algorithm keeps in its state (a
-// bucket's capacity in units, a window's rate × period, an instant in
-// microseconds). Half of [MaxExact], it leaves room to add one to another
-// (an instant plus a wait) without leaving exact arithmetic.
+// MaxUnits is 2^52, the bound on the quantities a request brings and an
+// algorithm keeps: a rate, a cost, a bucket's capacity in units (burst ×
+// perToken, see [Limit.Units]), a window's rate × period in µs, an instant
+// in µs since the Unix epoch (until the year 2112). Half of [MaxExact], it
+// leaves room to add two of them without leaving exact arithmetic.
+// [Limit.Validate], each algorithm's Validate and [Request.Validate]
+// reject what would exceed it.
 const MaxUnits = MaxExact / 2
+
+// MaxPeriod is the longest period a limit may have, 2^50 µs (about 35
+// years): an instant plus two periods stays below [MaxExact].
+const MaxPeriod = time.Duration(1<<50) * time.Microsecond
 
 // Limit is a rate, Rate events per Period, with a Burst: the largest cost
 // admitted at once. Build one with [PerSecond], [PerMinute], [PerHour],
@@ -126,12 +132,14 @@ func (l Limit) check() error {
 	switch {
 	case l.rate <= 0:
 		return fmt.Errorf("%w: rate %d must be at least 1", ErrInvalidLimit, l.rate)
-	case l.rate > MaxExact:
-		return fmt.Errorf("%w: rate %d exceeds 2^53", ErrInvalidLimit, l.rate)
+	case l.rate > MaxUnits:
+		return fmt.Errorf("%w: rate %d exceeds 2^52", ErrInvalidLimit, l.rate)
 	case l.period == -1:
 		return fmt.Errorf("%w: period must be at least 1µs", ErrInvalidLimit)
 	case l.period <= 0:
 		return fmt.Errorf("%w: period must be positive", ErrInvalidLimit)
+	case l.period > int64(MaxPeriod/time.Microsecond):
+		return fmt.Errorf("%w: period %v is longer than %v", ErrInvalidLimit, l.Period(), MaxPeriod)
 	case l.unit == 0:
 		return fmt.Errorf("%w: period must be a whole number of microseconds", ErrInvalidLimit)
 	case l.burst <= 0:
