@@ -10,12 +10,15 @@ import (
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
-// A store with a virtual clock, bounded at 1000 keys.
+// A store with a virtual clock, bounded at 1000 keys. The sweeper is off,
+// because it would read the clock from its own goroutine; Sweep is called
+// by hand instead.
 func Example() {
 	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	store, err := memstore.New(memstore.Config{
-		MaxKeys: 1000,
-		Now:     func() time.Time { return clock },
+		MaxKeys:       1000,
+		SweepInterval: -1,
+		Now:           func() time.Time { return clock },
 	})
 	if err != nil {
 		panic(err)

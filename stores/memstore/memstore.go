@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"strings"
 	"sync"
@@ -23,6 +24,9 @@ const (
 // evictionSample is how many entries a full shard looks at to choose one to
 // evict.
 const evictionSample = 8
+
+// maxShards bounds Config.Shards: more locks than this buy nothing.
+const maxShards = 1 << 16
 
 // minShardKeys is the fewest keys a shard is made to hold: a small store
 // gets fewer shards rather than lose much of MaxKeys to rounding.
@@ -49,10 +53,14 @@ type Config struct {
 	// [DefaultSweepInterval].
 	SweepInterval time.Duration
 	// Now is the store's clock, used for requests without an explicit
-	// Now and to expire keys. The default is the wall clock read at New,
-	// advanced by the monotonic clock: it costs one clock read instead of
-	// [time.Now]'s two, and a step of the wall clock (an NTP correction)
-	// neither refills nor drains a limit.
+	// Now and to expire keys. It is called from the sweeper's goroutine as
+	// well as the callers', so it must be safe for concurrent use. The
+	// default is the wall clock read at New, advanced by the monotonic
+	// clock: it costs one clock read instead of [time.Now]'s two, and a
+	// step of the wall clock (an NTP correction) neither refills nor
+	// drains a limit; in exchange, epoch-aligned windows drift from the
+	// wall clock by whatever steps it takes after New (and by time spent
+	// suspended, on Linux).
 	Now func() time.Time
 }
 
@@ -123,8 +131,8 @@ func New(cfg Config) (*Store, error) {
 	switch {
 	case cfg.MaxKeys < 0:
 		return nil, fmt.Errorf("memstore: MaxKeys %d is negative", cfg.MaxKeys)
-	case cfg.Shards < 0:
-		return nil, fmt.Errorf("memstore: Shards %d is negative", cfg.Shards)
+	case cfg.Shards < 0 || cfg.Shards > maxShards:
+		return nil, fmt.Errorf("memstore: Shards %d is outside 0 to %d", cfg.Shards, maxShards)
 	}
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = DefaultMaxKeys
@@ -160,9 +168,6 @@ func New(cfg Config) (*Store, error) {
 // Apply decides req, charging the key's state when the request is admitted
 // and is not a peek.
 func (s *Store) Apply(_ context.Context, req core.Request) (core.Decision, error) {
-	if s.closed.Load() {
-		return core.Decision{}, core.ErrClosed
-	}
 	if err := req.Validate(); err != nil {
 		return core.Decision{}, err
 	}
@@ -174,33 +179,36 @@ func (s *Store) Apply(_ context.Context, req core.Request) (core.Decision, error
 	if !req.Now.IsZero() {
 		at = req.Now.UnixMicro()
 	} else if at < 0 || at >= core.MaxUnits {
-		return core.Decision{}, fmt.Errorf("%w: the store's clock reads %v", core.ErrInvalidTime, time.Unix(0, clock))
+		return core.Decision{}, fmt.Errorf("memstore: the store's clock reads %v, outside 1970 to 2112", time.Unix(0, clock).UTC())
 	}
 	alg := req.Algorithm.Name()
 	sh := &s.shards[maphash.String(s.seed, req.Key)&s.mask]
 
 	sh.mu.Lock()
+	defer sh.mu.Unlock() // an algorithm may panic: never leave a shard locked
+	if s.closed.Load() {
+		return core.Decision{}, core.ErrClosed
+	}
 	var e *entry
 	if t := sh.table(alg, false); t != nil {
 		e = t.entries[req.Key]
 	}
+	charges := !req.Peek && req.Cost > 0
 	if e == nil {
 		// Run a fresh key on the shard's scratch state and keep it only if
 		// it was charged: denials and peeks of unknown keys store nothing.
 		sh.scratch = core.State{}
 		d := req.Algorithm.Transition(&sh.scratch, at, req.Cost, req.Limit, req.Peek)
-		if d.Allowed && !req.Peek && req.Cost > 0 {
-			s.insert(sh, alg, req.Key, &entry{state: sh.scratch, expires: clock + ttl(&req, d)}, clock)
+		if d.Allowed && charges {
+			s.insert(sh, alg, req.Key, &entry{state: sh.scratch, expires: expiry(&req, &sh.scratch, clock)}, clock)
 		}
 		sh.scratch = core.State{}
-		sh.mu.Unlock()
 		return d, nil
 	}
 	d := req.Algorithm.Transition(&e.state, at, req.Cost, req.Limit, req.Peek)
-	if d.Allowed && !req.Peek && req.Cost > 0 {
-		e.expires = clock + ttl(&req, d)
+	if d.Allowed && charges {
+		e.expires = expiry(&req, &e.state, clock)
 	}
-	sh.mu.Unlock()
 	return d, nil
 }
 
@@ -212,17 +220,17 @@ func (s *Store) now() int64 {
 	return s.wall + int64(time.Since(s.base))
 }
 
-// ttl returns how long, in ns of the store's clock, a state just charged by
-// req must be kept. On the store's own clock that is the decision's
-// ResetAfter: from then on the state decides as a fresh key does. A request
+// expiry returns the instant, in ns of the store's clock, from which the
+// store may drop a state just charged by req. On the store's own clock that
+// is the state's E, from which every algorithm forgets it anyway. A request
 // at an explicit instant lives on another timeline, where the store's clock
 // says nothing of the state's age, so its state is kept for the
-// algorithm's whole horizon, the longest any ResetAfter can be.
-func ttl(req *core.Request, d core.Decision) int64 {
+// algorithm's whole horizon after the store's now.
+func expiry(req *core.Request, st *core.State, clock int64) int64 {
 	if req.Now.IsZero() {
-		return int64(d.ResetAfter)
+		return st.E * 1e3 // E < 2^53 µs: the product fits in an int64
 	}
-	return int64(req.Algorithm.Horizon(req.Limit))
+	return clock + min(int64(req.Algorithm.Horizon(req.Limit)), math.MaxInt64-clock)
 }
 
 // insert adds e for key under alg, first making room if the shard is full.
@@ -271,24 +279,25 @@ func (s *Store) evict(sh *shard, now int64) {
 
 // Reset forgets key's state under alg.
 func (s *Store) Reset(_ context.Context, key string, alg core.Algorithm) error {
-	if s.closed.Load() {
-		return core.ErrClosed
-	}
 	if err := core.ValidateKey(key); err != nil {
 		return err
 	}
 	if alg == nil {
 		return core.ErrNoAlgorithm
 	}
+	name := alg.Name()
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
-	if t := sh.table(alg.Name(), false); t != nil {
+	defer sh.mu.Unlock()
+	if s.closed.Load() {
+		return core.ErrClosed
+	}
+	if t := sh.table(name, false); t != nil {
 		if _, ok := t.entries[key]; ok {
 			delete(t.entries, key)
 			sh.keys--
 		}
 	}
-	sh.mu.Unlock()
 	return nil
 }
 

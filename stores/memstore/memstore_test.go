@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -27,7 +29,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []memstore.Config{{MaxKeys: -1}, {Shards: -4}} {
+	for _, cfg := range []memstore.Config{{MaxKeys: -1}, {Shards: -4}, {Shards: math.MaxInt}} {
 		if s, err := memstore.New(cfg); err == nil {
 			s.Close()
 			t.Errorf("New(%+v) succeeded, want an error", cfg)
@@ -199,8 +201,9 @@ func TestClockBeforeEpoch(t *testing.T) {
 	s, _ := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(-5, 0) }})
 	defer s.Close()
 	lim, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
-	if _, err := lim.Allow(context.Background(), "k"); !errors.Is(err, core.ErrInvalidTime) {
-		t.Fatalf("Allow on a clock before 1970: err = %v, want %v", err, core.ErrInvalidTime)
+	_, err := lim.Allow(context.Background(), "k")
+	if err == nil || errors.Is(err, core.ErrInvalidTime) {
+		t.Fatalf("Allow on a clock before 1970: err = %v, want a store failure, not bad input", err)
 	}
 }
 
@@ -235,5 +238,81 @@ func TestSmallStoreKeepsItsBound(t *testing.T) {
 		if st.MaxKeys > max || st.MaxKeys < max*63/64 {
 			t.Errorf("MaxKeys %d: the store holds at most %d keys (%d a shard)", max, st.MaxKeys, st.ShardKeys)
 		}
+	}
+}
+
+// TestForgettingIsExactUnderChanges drives a store, sweeping after every
+// call, with limits that change and a clock that jumps ahead, and wants
+// every decision to equal the algorithm's on a state kept forever: the
+// store forgets only what the algorithm would. (A clock that steps back
+// past a state's E after the store dropped the state finds the key fresh,
+// where a kept state would be live again; the default clock never steps
+// back.)
+func TestForgettingIsExactUnderChanges(t *testing.T) {
+	limits := []core.Limit{
+		core.PerSecond(1).WithBurst(5), core.PerSecond(1).WithBurst(100), core.PerSecond(10),
+		core.Per(3, 2*time.Second), core.PerMinute(20),
+	}
+	for _, alg := range algorithms.All() {
+		t.Run(alg.Name(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, uint64(len(alg.Name()))))
+			clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+			s, _ := memstore.New(memstore.Config{SweepInterval: -1, Now: func() time.Time { return clock }})
+			defer s.Close()
+			kept := map[string]*core.State{"a": {}, "b": {}}
+			for i := range 5000 {
+				switch k := rng.IntN(20); {
+				case k < 4:
+					clock = clock.Add(time.Duration(rng.Int64N(int64(20 * time.Second))))
+				default:
+					clock = clock.Add(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+				}
+				clock = clock.Truncate(time.Microsecond)
+				key := []string{"a", "b"}[rng.IntN(2)]
+				req := core.Request{Key: key, Algorithm: alg, Limit: limits[rng.IntN(len(limits))], Cost: rng.Int64N(8)}
+				got, err := s.Apply(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := alg.Transition(kept[key], clock.UnixMicro(), req.Cost, req.Limit, false)
+				if got != want {
+					t.Fatalf("op %d: %s cost %d under %v: store %+v, kept state %+v", i, key, req.Cost, req.Limit, got, want)
+				}
+				s.Sweep()
+			}
+		})
+	}
+}
+
+// panicky is an algorithm whose transition panics.
+type panicky struct{ core.Algorithm }
+
+func (panicky) Name() string { return "panicky" }
+
+func (panicky) Transition(*core.State, int64, int64, core.Limit, bool) core.Decision {
+	panic("panicky: transition")
+}
+
+// TestPanickingAlgorithmReleasesShard checks that an algorithm's panic,
+// recovered by the caller, leaves the store usable and closable.
+func TestPanickingAlgorithmReleasesShard(t *testing.T) {
+	s, _ := memstore.New(memstore.Config{Shards: 1})
+	ctx := context.Background()
+	func() {
+		defer func() { recover() }()
+		s.Apply(ctx, core.Request{Key: "k", Algorithm: panicky{algorithms.TokenBucket}, Limit: core.PerSecond(1), Cost: 1})
+		t.Fatal("the algorithm did not panic")
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lim, _ := core.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1))
+		lim.Allow(ctx, "other")
+		s.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shard stayed locked after the panic")
 	}
 }
