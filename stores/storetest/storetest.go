@@ -222,6 +222,11 @@ func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 			ref[req.Key] = st
 		}
 		want := alg.Transition(st, req.Now.UnixMicro(), req.Cost, req.Limit, req.Peek)
+		switch got.Source {
+		case core.SourceStore, core.SourceCache, core.SourceLease:
+		default:
+			t.Fatalf("seed %d, op %d: decision from %v; a working store decides itself", seed, i, got.Source)
+		}
 		got.Source = want.Source
 		if got != want {
 			t.Fatalf("seed %d, op %d: %s %v cost %d peek %v at T0+%v:\n got %+v\nwant %+v",
@@ -244,16 +249,26 @@ const traceLength = 3000
 
 // traceLimits are the limits a trace switches between: rates that divide
 // their period and rates that do not, bursts above and below the rate.
+//
+// The last two are near the bounds of exact arithmetic, where a store that
+// computes in doubles (a Lua script) must still agree: a bucket of almost
+// 2^52 units, and a window whose rate × period in µs is almost 2^52. A
+// trace uses them only with algorithms that accept them.
 func traceLimits(alg core.Algorithm) []core.Limit {
-	limits := []core.Limit{
+	var limits []core.Limit
+	for _, l := range []core.Limit{
 		core.PerSecond(10).WithBurst(5),
 		core.Per(3, time.Second).WithBurst(7),
 		core.Per(7, 1500*time.Millisecond),
 		core.PerMinute(50).WithBurst(20),
-	}
-	for _, l := range limits {
-		if err := alg.Validate(l); err != nil {
-			panic(err)
+		core.PerDay(1_000_000).WithBurst(52_000_000_000),
+		core.Per(50_000_000, 90*time.Second),
+	} {
+		if err := l.Validate(); err != nil {
+			panic(err) // a mistake in the list above
+		}
+		if alg.Validate(l) == nil {
+			limits = append(limits, l)
 		}
 	}
 	return limits
@@ -338,14 +353,14 @@ func testUnsatisfiable(t *testing.T, s core.Store, alg core.Algorithm) {
 	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed {
 		t.Fatalf("AllowN(T0, 2) = %+v, %v; want allowed", d, err)
 	}
-	req.Cost = 6
-	for range 3 {
+	for _, cost := range []int64{6, 1 << 40, core.MaxUnits} {
+		req.Cost = cost
 		d, err := s.Apply(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !d.Unsatisfiable() || d.RetryAfter != core.RetryNever || d.Remaining != 3 || d.Limit != 5 {
-			t.Fatalf("AllowN(T0, 6) = %+v; want unsatisfiable, remaining 3, limit 5", d)
+			t.Fatalf("AllowN(T0, %d) = %+v; want unsatisfiable, remaining 3, limit 5", cost, d)
 		}
 	}
 	req.Cost = 3
@@ -377,6 +392,21 @@ func testOwnClock(t *testing.T, s core.Store, alg core.Algorithm) {
 	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > alg.Horizon(limit) {
 		t.Fatalf("6th request on the store's clock = %+v; want denied with 0 < retry ≤ %v", d, alg.Horizon(limit))
 	}
+
+	// The clock moves, in microseconds: one request every 20ms passes
+	// again once the wait it was told has passed.
+	key, limit = newKey(t), core.Every(20*time.Millisecond)
+	if d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1}); err != nil || !d.Allowed {
+		t.Fatalf("first request every 20ms = %+v, %v; want allowed", d, err)
+	}
+	d, err = s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1})
+	if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > alg.Horizon(limit) {
+		t.Fatalf("second request every 20ms = %+v, %v; want denied with 0 < retry ≤ %v", d, err, alg.Horizon(limit))
+	}
+	time.Sleep(d.RetryAfter + 5*time.Millisecond)
+	if d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1}); err != nil || !d.Allowed {
+		t.Fatalf("a request after the wait it was told = %+v, %v; want allowed: the store's clock does not move", d, err)
+	}
 }
 
 // testKeys checks that keys, and one key under two algorithms, are
@@ -385,7 +415,8 @@ func testKeys(t *testing.T, s core.Store) {
 	ctx := context.Background()
 	base := newKey(t)
 	limit := core.PerMinute(2)
-	keys := []string{base, base + "{x}", base + "}{", base + "{}", base + ":ключ:🔑", base + "\x00\n", base + strings.Repeat("k", core.MaxKeyLen-len(base))}
+	long := base + strings.Repeat("k", core.MaxKeyLen-len(base)-1)
+	keys := []string{base, base + "{x}", base + "}{", base + "{}", base + ":ключ:🔑", base + "\x00\n", long + "1", long + "2"}
 	for _, alg := range []core.Algorithm{algorithms.TokenBucket, algorithms.FixedWindow} {
 		for _, key := range keys {
 			for i, want := range []bool{true, true, false} {
@@ -423,7 +454,10 @@ func testBadInput(t *testing.T, s core.Store) {
 		{"inexact for the algorithm", func(r *core.Request) {
 			r.Algorithm, r.Limit = algorithms.SlidingWindowCounter, core.PerDay(1_000_000)
 		}, core.ErrInvalidLimit},
+		{"cost above 2^52", func(r *core.Request) { r.Cost = core.MaxUnits + 1 }, core.ErrInvalidCost},
 		{"before the epoch", func(r *core.Request) { r.Now = time.Unix(-1, 0) }, core.ErrInvalidTime},
+		{"after 2112", func(r *core.Request) { r.Now = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC) }, core.ErrInvalidTime},
+		{"beyond int64 microseconds", func(r *core.Request) { r.Now = time.Unix(1<<62, 0) }, core.ErrInvalidTime},
 	} {
 		req := ok
 		tc.mutate(&req)
@@ -473,6 +507,21 @@ func testReset(t *testing.T, s core.Store) {
 		if d, err := s.Apply(ctx, req); err != nil || !d.Allowed {
 			t.Fatalf("%s: after Reset = %+v, %v; want allowed", alg.Name(), d, err)
 		}
+	}
+	// Reset forgets one key under one algorithm, nothing else.
+	other := core.Request{Key: key + ":other", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1, Now: T0}
+	if d, err := s.Apply(ctx, other); err != nil || !d.Allowed {
+		t.Fatalf("another key = %+v, %v; want allowed", d, err)
+	}
+	if err := r.Reset(ctx, key, algorithms.TokenBucket); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Apply(ctx, other); err != nil || d.Allowed {
+		t.Fatalf("another key after Reset(%q) = %+v, %v; want denied: Reset forgot more than its key", key, d, err)
+	}
+	same := core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: core.PerHour(3), Cost: 3, Now: T0}
+	if d, err := s.Apply(ctx, same); err != nil || d.Allowed {
+		t.Fatalf("the key under gcra after Reset under token-bucket = %+v, %v; want denied: Reset forgot another algorithm's state", d, err)
 	}
 	if err := r.Reset(ctx, "", algorithms.GCRA); !errors.Is(err, core.ErrInvalidKey) {
 		t.Errorf("Reset of an empty key: err = %v, want %v", err, core.ErrInvalidKey)

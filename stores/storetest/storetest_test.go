@@ -30,6 +30,11 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		{"swallows-errors", "BadInput"},
 		{"short-keys", "Keys"},
 		{"remaining-off-by-one", "Trace/"},
+		{"resets-everything", "Reset"},
+		{"frozen-clock", "OwnClock/"},
+		{"truncates-long-keys", "Keys"},
+		{"fails-open", "Trace/"},
+		{"admits-huge-costs", "Unsatisfiable/"},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			t.Parallel()
@@ -98,6 +103,33 @@ func breakStore(broken string, inner *memstore.Store) core.Store {
 		})
 	case "read-modify-write":
 		return &unatomic{states: make(map[string]core.State)}
+	case "resets-everything":
+		return &flusher{Store: inner}
+	case "frozen-clock":
+		return core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+			if req.Now.IsZero() {
+				req.Now = storetest.T0
+			}
+			return inner.Apply(ctx, req)
+		})
+	case "truncates-long-keys":
+		return core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+			req.Key = req.Key[:min(len(req.Key), 1000)]
+			return inner.Apply(ctx, req)
+		})
+	case "fails-open":
+		return core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+			d, err := inner.Apply(ctx, req)
+			d.Source = core.SourceFailOpen
+			return d, err
+		})
+	case "admits-huge-costs":
+		return core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+			if req.Cost > 1<<30 {
+				return core.Decision{Allowed: true}, nil
+			}
+			return inner.Apply(ctx, req)
+		})
 	}
 	panic("unknown broken store " + broken)
 }
@@ -133,4 +165,28 @@ func (u *unatomic) Apply(_ context.Context, req core.Request) (core.Decision, er
 		u.mu.Unlock()
 	}
 	return d, nil
+}
+
+// flusher's Reset forgets every key, as a FLUSHDB would.
+type flusher struct {
+	mu sync.Mutex
+	*memstore.Store
+}
+
+func (f *flusher) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	f.mu.Lock()
+	s := f.Store
+	f.mu.Unlock()
+	return s.Apply(ctx, req)
+}
+
+func (f *flusher) Reset(context.Context, string, core.Algorithm) error {
+	fresh, err := memstore.New(memstore.Config{})
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.Store = fresh
+	f.mu.Unlock()
+	return nil
 }
