@@ -24,10 +24,11 @@ import (
 )
 
 // Bounds that keep a mistyped flag from running for hours or filling
-// memory. Both are far beyond what a readable table or chart needs.
+// memory. All are far beyond what a readable table or chart needs.
 const (
 	maxIntervals = 100_000
 	maxRequests  = 10_000_000
+	maxOffset    = 100 * 365 * 24 * time.Hour // a trace's longest offset
 )
 
 // simKey is the one key the simulation charges.
@@ -550,6 +551,8 @@ func parseOffset(s string) (int64, error) {
 		return 0, fmt.Errorf("offset %q is not a duration (1.5s) or seconds (1.5)", s)
 	case d < 0:
 		return 0, fmt.Errorf("offset %q is negative", s)
+	case d > maxOffset:
+		return 0, fmt.Errorf("offset %q is beyond %v", s, maxOffset)
 	}
 	return d.Microseconds(), nil
 }
