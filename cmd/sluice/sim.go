@@ -772,8 +772,6 @@ func countName(n uint64) string {
 	return strconv.FormatUint(n, 10)
 }
 
-func micros(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
-
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // span formats an interval as "1.5s-2s".

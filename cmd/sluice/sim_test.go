@@ -256,7 +256,7 @@ func TestReadTrace(t *testing.T) {
 			}
 			var got []req
 			for _, r := range p.reqs {
-				got = append(got, req{r.at, r.cost})
+				got = append(got, req(r))
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("readTrace(%q) = %v, want %v", tt.text, got, tt.want)
