@@ -1,0 +1,105 @@
+-- prelude.lua: the start of every algorithm's script. A script is this
+-- file followed by the algorithm's own (tokenbucket.lua, ...), which ends
+-- by returning a reply. The calling convention is core.Script's:
+--
+-- KEYS[1]  the key's state: a string of five little-endian doubles T, A,
+--          B, C, E (core.State's fields), then, for the sliding window log,
+--          its entries as pairs of doubles (at, cost).
+-- ARGV[1]  eight little-endian doubles: now (µs since the Unix epoch, or
+--          -1 for the server's TIME), cost, peek (1 or 0), rate, period
+--          (µs), burst, units per token, units per µs.
+-- reply    {allowed (1/0), limit, remaining, retry-after µs (-1: never),
+--          reset-after µs}
+--
+-- Numbers: Redis's Lua has only doubles, exact for integers below 2^53.
+-- Every quantity sluice keeps is below 2^52 (instants in µs up to 2112,
+-- rates, costs, capacities), so the sums and products the Go twin takes in
+-- int64 are exact here too, and divisions go through idiv, which corrects
+-- the rounding of a / b. States are packed as doubles, not written with
+-- tostring, which keeps only 14 digits.
+
+local now, cost, peek, rate, period, burst, u, r =
+	struct.unpack('<dddddddd', ARGV[1])
+if now < 0 then
+	-- The server's clock, one for the whole fleet. TIME in a script is
+	-- safe since Redis 5: scripts replicate their effects, not themselves.
+	local t = redis.call('TIME')
+	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+peek = peek == 1
+
+local state = redis.call('GET', KEYS[1])
+local T, A, B, C, E = 0, 0, 0, 0, 0
+if state then
+	T, A, B, C, E = struct.unpack('<ddddd', state)
+end
+-- Decide at max(now, T): a caller whose clock lags must not refill the
+-- key from an instant before its last charge.
+if now < T then
+	now = T
+end
+
+local NEVER = -1 -- retry-after of a cost above capacity (core.RetryNever)
+
+-- idiv returns floor(a / b) for 0 <= a < 2^53 and b > 0, exactly.
+local function idiv(a, b)
+	local q = math.floor(a / b)
+	local m = a - q * b
+	if m < 0 then
+		q = q - 1
+	elseif m >= b then
+		q = q + 1
+	end
+	return q
+end
+
+-- ceildiv returns ceil(a / b), 0 for a <= 0 (core.CeilDiv).
+local function ceildiv(a, b)
+	if a <= 0 then
+		return 0
+	end
+	return idiv(a - 1, b) + 1
+end
+
+-- refill returns level after elapsed µs at r units a µs, capped at
+-- capacity. The product may pass 2^53, but only where the true sum is
+-- beyond capacity (< 2^53), and rounding never takes it back below.
+local function refill(level, capacity, elapsed, r)
+	local v = level + elapsed * r
+	if v >= capacity then
+		return capacity
+	end
+	return v
+end
+
+local function reply(allowed, limit, remaining, retry, reset)
+	return {allowed and 1 or 0, limit, remaining, retry, reset}
+end
+
+-- hold is the reply to a decision that writes nothing: its waits are
+-- capped at E, when the state is forgotten and the key starts afresh.
+local function hold(allowed, limit, remaining, retry, reset)
+	local left = E - now
+	if left > 0 then
+		if retry ~= NEVER and retry > left then
+			retry = left
+		end
+		if reset > left then
+			reset = left
+		end
+	end
+	return reply(allowed, limit, remaining, retry, reset)
+end
+
+-- save writes the state with a TTL from now to e, the instant it is
+-- forgotten, plus a second's margin for clocks that disagree. A store's
+-- expiry never changes a decision: from e on every script decides as for
+-- a missing key.
+local function save(t, a, b, c, e, tail)
+	local value = struct.pack('<ddddd', t, a, b, c, e)
+	if tail then
+		value = value .. tail
+	end
+	redis.call('SET', KEYS[1], value, 'PX', math.ceil((e - now) / 1000) + 1000)
+end
+

@@ -1,0 +1,67 @@
+-- slidinglog.lua: the Lua twin of slidinglog.go, run after prelude.lua
+-- (which gives the calling convention: KEYS[1] the state, ARGV[1] the
+-- packed request, a reply of five integers).
+--
+-- State: T the last charge (µs); A the total cost of the entries; E when
+-- the newest entry leaves the window; then the entries, oldest first, as
+-- pairs of doubles (at, cost), 16 bytes each. Entries that have left the
+-- window are dropped whenever the state is written, so the value holds at
+-- most rate entries and a decision reads only those it needs: the ones
+-- that have left the window, and for a denial the ones that must leave.
+
+local HEAD = 40 -- bytes of T, A, B, C, E
+local n = 0
+if state then
+	n = (#state - HEAD) / 16
+end
+local function at(i) -- entries are numbered from 0
+	return (struct.unpack('<d', state, HEAD + 16 * i + 1))
+end
+local function charged(i)
+	return (struct.unpack('<d', state, HEAD + 16 * i + 9))
+end
+
+local first, live = 0, A
+if now >= E then
+	first, live = n, 0 -- forgotten
+end
+while first < n and at(first) <= now - period do
+	live = live - charged(first)
+	first = first + 1
+end
+local function resetAfter(live)
+	if live == 0 then
+		return 0
+	end
+	return at(n - 1) + period - now
+end
+if cost > rate then
+	return hold(false, rate, math.max(rate - live, 0), NEVER, resetAfter(live))
+end
+if cost > 0 and live + cost > rate then
+	-- The request passes once enough of the oldest charges leave.
+	local freed, i = 0, first
+	while live - freed + cost > rate and i < n do
+		freed = freed + charged(i)
+		i = i + 1
+	end
+	return hold(false, rate, math.max(rate - live, 0), at(i - 1) + period - now, resetAfter(live))
+end
+if cost == 0 then
+	return hold(true, rate, math.max(rate - live, 0), 0, resetAfter(live))
+end
+if peek then
+	-- The charge would be the newest entry, leaving a period from now.
+	return reply(true, rate, rate - live - cost, 0, period)
+end
+local tail
+if n > first and at(n - 1) == now then
+	tail = string.sub(state, HEAD + 16 * first + 1, -17) .. struct.pack('<dd', now, charged(n - 1) + cost)
+elseif n > first then
+	tail = string.sub(state, HEAD + 16 * first + 1) .. struct.pack('<dd', now, cost)
+else
+	tail = struct.pack('<dd', now, cost)
+end
+live = live + cost
+save(now, live, 0, C, now + period, tail)
+return reply(true, rate, rate - live, 0, period)

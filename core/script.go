@@ -1,0 +1,55 @@
+package core
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+)
+
+// Script is the Lua twin of an [Algorithm]'s transition: the same decision
+// in the same integer arithmetic, run atomically inside Redis by the Redis
+// stores. An algorithm offers its twin by implementing [Scripted].
+//
+// Every script follows one calling convention, so that stores encode
+// requests and parse replies without knowing the algorithm:
+//
+//   - KEYS[1] is the key's state, the only key the script touches (so every
+//     script is Redis Cluster safe).
+//   - ARGV[1] is the request: eight little-endian IEEE 754 doubles, each an
+//     integer below 2^53 and so exact, read with struct.unpack: the instant
+//     to decide at in µs since the Unix epoch (−1 for the server's TIME),
+//     the cost, 1 for a peek else 0, then the limit's rate, period in µs,
+//     burst, and units per token and per µs (see [Limit.Units]).
+//   - The reply is an array of five integers: allowed (1 or 0), limit,
+//     remaining, retry-after in µs (−1 for [RetryNever]) and reset-after in
+//     µs.
+//
+// A script that writes sets a TTL on the key no longer than the time the
+// state matters (its E, see [State]) plus a margin.
+//
+// One packed argument rather than eight decimal ones saves the server eight
+// number conversions and the client eight allocations per decision.
+type Script struct {
+	src, hash string
+}
+
+// NewScript returns the script whose Lua source is src.
+func NewScript(src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{src: src, hash: hex.EncodeToString(sum[:])}
+}
+
+// Source returns the script's Lua source, as EVAL takes it.
+func (s *Script) Source() string { return s.src }
+
+// Hash returns the SHA-1 of the source in lowercase hex, as EVALSHA takes
+// it.
+func (s *Script) Hash() string { return s.hash }
+
+// Scripted is implemented by algorithms that have a Lua twin. Redis stores
+// run only such algorithms; memstore needs no script.
+type Scripted interface {
+	Algorithm
+	// Script returns the algorithm's Lua twin. It returns the same
+	// *Script on every call.
+	Script() *Script
+}
