@@ -1,0 +1,162 @@
+package wire
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// DefaultPrefix starts every key a Redis store writes unless its
+// configuration names another prefix.
+const DefaultPrefix = "sluice:"
+
+// MaxPrefixLen is the longest prefix a store accepts, in bytes.
+const MaxPrefixLen = 128
+
+// maxTag is the longest escaped key kept as it is; longer keys are stored
+// by their SHA-256, so that no key costs Redis more than about 200 bytes.
+const maxTag = 128
+
+// CheckPrefix reports a prefix a store cannot use: one with a brace, which
+// would make part of it a hash tag and send every key to one Cluster slot,
+// or one longer than [MaxPrefixLen].
+func CheckPrefix(prefix string) error {
+	switch {
+	case strings.ContainsAny(prefix, "{}"):
+		return fmt.Errorf("prefix %q contains a brace: every key would share its hash tag, and one Cluster slot", prefix)
+	case len(prefix) > MaxPrefixLen:
+		return fmt.Errorf("prefix is %d bytes, longer than %d", len(prefix), MaxPrefixLen)
+	}
+	return nil
+}
+
+// AppendKey appends to dst the Redis key of key's state under alg:
+//
+//	prefix + "{" + tag + "}:" + alg
+//
+// The braces make tag the key's Redis Cluster hash tag, so a key's state
+// has one slot and different keys spread over all of them. The tag is key
+// with '%', '{' and '}' escaped as %25, %7B and %7D, so that no key can
+// pick another's tag (and slot) by holding braces; an escaped key longer
+// than 128 bytes is replaced by "%h" and the hex SHA-256 of key, which no
+// escaped key can equal. The prefix must have passed [CheckPrefix].
+func AppendKey(dst []byte, prefix, key, alg string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, '{')
+	if n := escapedLen(key); n <= maxTag {
+		dst = appendEscaped(dst, key)
+	} else {
+		sum := sha256.Sum256([]byte(key))
+		dst = append(dst, "%h"...)
+		dst = hex.AppendEncode(dst, sum[:])
+	}
+	dst = append(dst, "}:"...)
+	return append(dst, alg...)
+}
+
+// Key returns the Redis key of key's state under alg (see [AppendKey]).
+func Key(prefix, key, alg string) string {
+	return string(AppendKey(make([]byte, 0, len(prefix)+len(key)+len(alg)+8), prefix, key, alg))
+}
+
+func escapedLen(key string) int {
+	n := len(key)
+	for i := 0; i < len(key); i++ {
+		switch key[i] {
+		case '%', '{', '}':
+			n += 2
+		}
+	}
+	return n
+}
+
+func appendEscaped(dst []byte, key string) []byte {
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '%':
+			dst = append(dst, "%25"...)
+		case '{':
+			dst = append(dst, "%7B"...)
+		case '}':
+			dst = append(dst, "%7D"...)
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+// ArgsLen is the length in bytes of the packed request, ARGV[1].
+const ArgsLen = 8 * 8
+
+// AppendArgs appends the packed request ARGV[1] for req to dst: eight
+// little-endian doubles, exact because each is an integer below 2^53 (see
+// [core.Script]). The request must have passed [core.Request.Validate]
+// and its limit must not be [core.Inf].
+func AppendArgs(dst []byte, req *core.Request) []byte {
+	now := int64(-1) // the server's clock
+	if !req.Now.IsZero() {
+		now = req.Now.UnixMicro()
+	}
+	var peek int64
+	if req.Peek {
+		peek = 1
+	}
+	l := req.Limit
+	u, r := l.Units()
+	for _, v := range [...]int64{now, req.Cost, peek, l.Rate(), l.PeriodMicros(), l.Burst(), u, r} {
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(v)))
+	}
+	return dst
+}
+
+// ReplyLen is the number of integers in a script's reply.
+const ReplyLen = 5
+
+// ErrMalformed reports a script reply that breaks the calling convention:
+// not five integers, or numbers no decision can hold. A store wraps it
+// with what it received.
+var ErrMalformed = errors.New("malformed script reply")
+
+// Decision checks a script's reply and returns the decision it holds.
+func Decision(reply [ReplyLen]int64) (core.Decision, error) {
+	allowed, limit, remaining, retry, reset := reply[0], reply[1], reply[2], reply[3], reply[4]
+	switch {
+	case allowed != 0 && allowed != 1:
+		return core.Decision{}, fmt.Errorf("%w: allowed is %d", ErrMalformed, allowed)
+	case limit < 0 || limit > core.MaxUnits, remaining < 0 || remaining > core.MaxUnits:
+		return core.Decision{}, fmt.Errorf("%w: limit %d, remaining %d", ErrMalformed, limit, remaining)
+	case retry < -1 || retry > core.MaxUnits || reset < 0 || reset > core.MaxUnits:
+		return core.Decision{}, fmt.Errorf("%w: retry-after %dµs, reset-after %dµs", ErrMalformed, retry, reset)
+	case allowed == 1 && retry != 0:
+		return core.Decision{}, fmt.Errorf("%w: allowed with retry-after %dµs", ErrMalformed, retry)
+	}
+	d := core.Decision{
+		Allowed:    allowed == 1,
+		Limit:      limit,
+		Remaining:  remaining,
+		RetryAfter: time.Duration(retry) * time.Microsecond,
+		ResetAfter: time.Duration(reset) * time.Microsecond,
+	}
+	if retry == -1 {
+		d.RetryAfter = core.RetryNever
+	}
+	return d, nil
+}
+
+// Script returns the Lua twin of req's algorithm, or an error wrapping
+// [core.ErrUnsupported] when it has none.
+func Script(alg core.Algorithm) (*core.Script, error) {
+	s, ok := alg.(core.Scripted)
+	if !ok {
+		return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (core.Scripted)", core.ErrUnsupported, alg.Name())
+	}
+	return s.Script(), nil
+}

@@ -1,0 +1,148 @@
+package wire
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+func TestKey(t *testing.T) {
+	long := strings.Repeat("k", 200)
+	for _, tc := range []struct{ prefix, key, alg, want string }{
+		{"sluice:", "user:42", "gcra", "sluice:{user:42}:gcra"},
+		{"", "a", "token-bucket", "{a}:token-bucket"},
+		{"p:", "{same}x1", "gcra", "p:{%7Bsame%7Dx1}:gcra"},
+		{"p:", "}", "gcra", "p:{%7D}:gcra"},
+		{"p:", "100%", "gcra", "p:{100%25}:gcra"},
+		{"p:", "%7B", "gcra", "p:{%257B}:gcra"},
+		{"p:", strings.Repeat("x", 128), "gcra", "p:{" + strings.Repeat("x", 128) + "}:gcra"},
+		{"p:", strings.Repeat("{", 43), "gcra", "p:{%he2a48ddb548587d7f6bcedfece11859afb6243420e650206c4ae58f53b2c7388}:gcra"},
+		{"p:", long, "gcra", "p:{%h" + sha(long) + "}:gcra"},
+	} {
+		if got := Key(tc.prefix, tc.key, tc.alg); got != tc.want {
+			t.Errorf("Key(%q, %q, %q) = %q, want %q", tc.prefix, tc.key, tc.alg, got, tc.want)
+		}
+	}
+}
+
+// TestKeyInjective checks that distinct keys, rich in the escaped bytes,
+// never share a Redis key, and that every tag is free of braces.
+func TestKeyInjective(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte("{}%7BDh25ab")
+	seen := map[string]string{}
+	for range 200_000 {
+		k := make([]byte, 1+rng.IntN(8))
+		for i := range k {
+			k[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		key := string(k)
+		if rng.IntN(20) == 0 {
+			key = strings.Repeat(key, 40) // hashed
+		}
+		got := Key("p:", key, "gcra")
+		tag := got[len("p:{") : len(got)-len("}:gcra")]
+		if strings.ContainsAny(tag, "{}") {
+			t.Fatalf("Key(%q) = %q: the tag holds a brace", key, got)
+		}
+		if len(got) > len("p:{}:gcra")+maxTag {
+			t.Fatalf("Key(%q) is %d bytes", key, len(got))
+		}
+		if other, ok := seen[got]; ok && other != key {
+			t.Fatalf("keys %q and %q share %q", other, key, got)
+		}
+		seen[got] = key
+	}
+}
+
+func TestCheckPrefix(t *testing.T) {
+	for _, p := range []string{"", "sluice:", "app:limits:", strings.Repeat("p", MaxPrefixLen)} {
+		if err := CheckPrefix(p); err != nil {
+			t.Errorf("CheckPrefix(%q) = %v", p, err)
+		}
+	}
+	for _, p := range []string{"{app}:", "a}", "a{", strings.Repeat("p", MaxPrefixLen+1)} {
+		if err := CheckPrefix(p); err == nil {
+			t.Errorf("CheckPrefix(%q) = nil, want an error", p)
+		}
+	}
+}
+
+func TestAppendArgs(t *testing.T) {
+	l := core.PerDay(1_000_000).WithBurst(52_000_000_000)
+	now := time.UnixMicro(core.MaxUnits - 1)
+	for _, tc := range []struct {
+		req  core.Request
+		want [8]int64
+	}{
+		{core.Request{Limit: l, Cost: 3, Now: now, Peek: true}, [8]int64{core.MaxUnits - 1, 3, 1, 1_000_000, 86_400_000_000, 52_000_000_000, 86_400, 1}},
+		{core.Request{Limit: core.PerSecond(3), Cost: core.MaxUnits}, [8]int64{-1, core.MaxUnits, 0, 3, 1_000_000, 3, 1_000_000, 3}},
+	} {
+		b := AppendArgs([]byte("x"), &tc.req)
+		if len(b) != 1+ArgsLen {
+			t.Fatalf("AppendArgs appended %d bytes, want %d", len(b)-1, ArgsLen)
+		}
+		for i, want := range tc.want {
+			f := math.Float64frombits(binary.LittleEndian.Uint64(b[1+8*i:]))
+			if int64(f) != want || float64(int64(f)) != f {
+				t.Errorf("%+v: double %d is %v, want %d", tc.req, i, f, want)
+			}
+		}
+	}
+}
+
+func TestDecision(t *testing.T) {
+	good := []struct {
+		reply [ReplyLen]int64
+		want  core.Decision
+	}{
+		{[5]int64{1, 10, 9, 0, 100_000}, core.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond}},
+		{[5]int64{0, 10, 0, 7, 1_000_000}, core.Decision{Limit: 10, RetryAfter: 7 * time.Microsecond, ResetAfter: time.Second}},
+		{[5]int64{0, 10, 3, -1, 5}, core.Decision{Limit: 10, Remaining: 3, RetryAfter: core.RetryNever, ResetAfter: 5 * time.Microsecond}},
+	}
+	for _, tc := range good {
+		if got, err := Decision(tc.reply); err != nil || got != tc.want {
+			t.Errorf("Decision(%v) = %+v, %v; want %+v", tc.reply, got, err, tc.want)
+		}
+	}
+	for _, reply := range [][5]int64{
+		{2, 10, 9, 0, 0},
+		{-1, 10, 9, 0, 0},
+		{1, -10, 9, 0, 0},
+		{1, 10, -9, 0, 0},
+		{0, 10, 9, -2, 0},
+		{0, 10, 9, 0, -1},
+		{1, 10, 9, 5, 0},
+		{0, 10, 9, math.MaxInt64, 0},
+		{0, 10, 9, 0, math.MaxInt64},
+		{1, math.MaxInt64, 9, 0, 0},
+	} {
+		if _, err := Decision(reply); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Decision(%v) = %v, want ErrMalformed", reply, err)
+		}
+	}
+}
+
+func TestScript(t *testing.T) {
+	if _, err := Script(plain{}); !errors.Is(err, core.ErrUnsupported) {
+		t.Errorf("Script(an algorithm with no twin) = %v, want ErrUnsupported", err)
+	}
+}
+
+// plain is an algorithm without a Lua twin.
+type plain struct{ core.Algorithm }
+
+func (plain) Name() string { return "plain" }
+
+func sha(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
