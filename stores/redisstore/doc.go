@@ -1,0 +1,24 @@
+// Package redisstore keeps sluice's limiter state in Redis through go-redis
+// v9, so that every instance of a service shares one budget per key.
+//
+// Each decision is one EVALSHA of the algorithm's Lua twin (see
+// [core.Script]): the twin runs the same integer arithmetic as the Go
+// transition, atomically, on the server's clock unless the request carries
+// its own Now. Concurrent callers across a fleet therefore never admit
+// more than the limit, and a decision on Redis equals the one memstore
+// would make. The store works with any [redis.UniversalClient]: a single
+// server, Sentinel, or Redis Cluster.
+//
+// Keys are laid out as prefix + "{" + key + "}:" + algorithm, the user's
+// key being the Cluster hash tag with its braces escaped, so that no key
+// can choose another's slot; keys whose escaped form passes 128 bytes are
+// stored by their SHA-256. Every write sets a TTL of the time until the
+// key is fully recovered plus a second.
+//
+// A call that fails is never replayed by the store, except EVALSHA that
+// Redis answers NOSCRIPT (after a restart, failover or SCRIPT FLUSH),
+// which is replayed once as EVAL: a missing script ran nothing. go-redis
+// itself retries commands whose reply timed out unless the client's
+// MaxRetries is -1, which can charge a decision twice; [New] warns of it.
+// docs/redis.md gives the client options to use.
+package redisstore

@@ -1,0 +1,165 @@
+package redisstore_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/redisstore"
+)
+
+// parityLimits are the limits parity runs switch between: small and large
+// rates, periods that do and do not divide evenly into microseconds, and
+// capacities near 2^52. Each algorithm uses those it accepts.
+var parityLimits = []core.Limit{
+	core.PerSecond(10).WithBurst(20),
+	core.PerSecond(10),
+	core.Per(3, 7*time.Second).WithBurst(5),
+	core.Every(20 * time.Millisecond),
+	core.PerMinute(100).WithBurst(7),
+	core.Per(7, 3*time.Microsecond).WithBurst(9),
+	core.PerHour(5000).WithBurst(40),
+	core.PerDay(1_000_000).WithBurst(52_000_000_000),
+	core.Per(50_000_000, 90*time.Second),
+	core.Per(9_000, 1500*time.Millisecond),
+}
+
+// parity runs ops random operations on one key against the Go transition
+// (with a state it never forgets) and against the store, fails at the
+// first decision they disagree on, and counts the outcomes.
+func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int) (allowed, denied, never int) {
+	t.Helper()
+	var limits []core.Limit
+	for _, l := range parityLimits {
+		if alg.Validate(l) == nil {
+			limits = append(limits, l)
+		}
+	}
+	ctx := context.Background()
+	var state core.State
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	limit := limits[0]
+	for i := range ops {
+		if rng.IntN(50) == 0 {
+			limit = limits[rng.IntN(len(limits))]
+		}
+		period := limit.PeriodMicros()
+		switch rng.IntN(10) {
+		case 0: // a clock that steps back
+			now -= rng.Int64N(period + 1)
+		case 1, 2, 3:
+			// the same instant
+		case 4:
+			now += rng.Int64N(3*period + 1)
+		default:
+			now += rng.Int64N(period/max(limit.Rate(), 1) + 2)
+		}
+		capacity := limit.Burst()
+		if alg != algorithms.TokenBucket && alg != algorithms.GCRA {
+			capacity = limit.Rate()
+		}
+		var cost int64
+		switch rng.IntN(10) {
+		case 0:
+			cost = 0
+		case 1:
+			cost = capacity + 1 + rng.Int64N(3) // unsatisfiable
+		case 2:
+			cost = rng.Int64N(capacity) + 1
+		default:
+			cost = rng.Int64N(min(capacity, 3)) + 1
+		}
+		peek := rng.IntN(8) == 0
+		want := alg.Transition(&state, now, cost, limit, peek)
+		req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: cost, Now: time.UnixMicro(now), Peek: peek}
+		got, err := store.Apply(ctx, req)
+		if err != nil {
+			t.Fatalf("op %d: Apply(now=%d, cost=%d, %v, peek=%v): %v", i, now, cost, limit, peek, err)
+		}
+		if got != want {
+			t.Fatalf("op %d: Apply(now=%d, cost=%d, %v, peek=%v)\n got %+v\nwant %+v\nstate %+v", i, now, cost, limit, peek, got, want, state)
+		}
+		switch {
+		case got.Allowed:
+			allowed++
+		case got.Unsatisfiable():
+			never++
+		default:
+			denied++
+		}
+	}
+	return allowed, denied, never
+}
+
+func TestParity(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(client, redisstore.Config{Prefix: "parity:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range algorithms.All() {
+		t.Run(alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			seed := rand.Uint64()
+			t.Logf("seed %d", seed)
+			const ops = 10_000
+			allowed, denied, never := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops)
+			t.Logf("%d ops: %d allowed, %d denied, %d unsatisfiable", ops, allowed, denied, never)
+			// A run that never denies proves little.
+			if allowed < ops/20 || denied < ops/20 || never < ops/50 {
+				t.Fatalf("too few of some outcome")
+			}
+		})
+	}
+}
+
+// bytesSource feeds a fuzzer's input to math/rand, eight bytes a number,
+// so that the fuzzer's mutations change the operations parity runs. Past
+// the input's end it goes on with a fixed stream: math/rand rejects some
+// draws, and a source stuck at one value could make it loop for ever.
+type bytesSource struct {
+	in   []byte
+	more rand.PCG
+}
+
+func (b *bytesSource) Uint64() uint64 {
+	if len(b.in) < 8 {
+		return b.more.Uint64()
+	}
+	v := binary.BigEndian.Uint64(b.in)
+	b.in = b.in[8:]
+	return v
+}
+
+func FuzzParity(f *testing.F) {
+	client := redis.NewClient(&redis.Options{Addr: testAddr(f), MaxRetries: -1})
+	f.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(client, redisstore.Config{Prefix: "fuzz:"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	seed := rand.New(rand.NewPCG(1, 2))
+	for range 8 {
+		in := make([]byte, 2000)
+		for i := range in {
+			in[i] = byte(seed.Uint32())
+		}
+		f.Add(uint8(seed.Uint32()), in)
+	}
+	f.Fuzz(func(t *testing.T, a uint8, in []byte) {
+		all := algorithms.All()
+		alg := all[int(a)%len(all)]
+		src := &bytesSource{in: in}
+		// One key per input: a run must not see another's state, even in
+		// another fuzzing process.
+		parity(t, store, alg, fmt.Sprintf("f%x", rand.Uint64()), rand.New(src), len(in)/8)
+	})
+}

@@ -1,0 +1,149 @@
+package rueidisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// Config configures a [Store]. The zero Config is ready to use.
+type Config struct {
+	// Prefix starts every key the store writes, to keep sluice's keys
+	// apart from an application's. It must not contain a brace (see
+	// docs/redis.md for the key layout). The default is "sluice:".
+	Prefix string
+}
+
+// Store keeps limiter state in Redis through a rueidis client and decides
+// each request with its algorithm's Lua twin, atomically, in one round
+// trip. rueidis pipelines concurrent calls on shared connections, so many
+// goroutines' decisions travel together. It works with a single server,
+// Sentinel or Redis Cluster, where each key's state lives in the slot of
+// its own hash tag.
+//
+// A Store is safe for concurrent use. It does not own its client: Close
+// stops the store, not the client.
+type Store struct {
+	client rueidis.Client
+	prefix string
+	closed atomic.Bool
+}
+
+var (
+	_ core.Store    = (*Store)(nil)
+	_ core.Resetter = (*Store)(nil)
+)
+
+// New returns a store that keeps state through client. It fails on a nil
+// client or a prefix with a brace; it does not contact Redis.
+//
+// rueidis retries only read-only commands, so a decision whose reply timed
+// out is never replayed.
+func New(client rueidis.Client, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("rueidisstore: nil client")
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = wire.DefaultPrefix
+	}
+	if err := wire.CheckPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("rueidisstore: %w", err)
+	}
+	return &Store{client: client, prefix: prefix}, nil
+}
+
+// Apply decides req with its algorithm's Lua twin: EVALSHA, and EVAL once
+// if Redis does not have the script (after a restart, a failover or SCRIPT
+// FLUSH), which is safe because a missing script ran nothing. No other
+// failure is retried: a call that timed out may have been applied.
+// Requests under [core.Inf] are allowed without a call.
+func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return core.Decision{}, err
+	}
+	if s.closed.Load() {
+		return core.Decision{}, core.ErrClosed
+	}
+	if req.Limit.IsInf() {
+		return core.Unlimited(), nil
+	}
+	script, err := wire.Script(req.Algorithm)
+	if err != nil {
+		return core.Decision{}, fmt.Errorf("rueidisstore: %w", err)
+	}
+	key, args := s.encode(&req)
+	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(1).Key(key).Arg(args).Build())
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
+		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(1).Key(key).Arg(args).Build())
+	}
+	d, err := decode(res)
+	if err != nil {
+		return core.Decision{}, fmt.Errorf("rueidisstore: %s: %w", req.Algorithm.Name(), err)
+	}
+	return d, nil
+}
+
+// encode returns the key and the packed request, two strings over one
+// allocation.
+func (s *Store) encode(req *core.Request) (key, args string) {
+	alg := req.Algorithm.Name()
+	buf := make([]byte, 0, len(s.prefix)+3*len(req.Key)+len(alg)+4+wire.ArgsLen)
+	buf = wire.AppendKey(buf, s.prefix, req.Key, alg)
+	n := len(buf)
+	buf = wire.AppendArgs(buf, req)
+	// buf is never written again, so the strings may share it.
+	return unsafe.String(&buf[0], n), unsafe.String(&buf[n], len(buf)-n)
+}
+
+// decode checks a script's reply.
+func decode(res rueidis.RedisResult) (core.Decision, error) {
+	vals, err := res.ToArray()
+	if err != nil {
+		return core.Decision{}, err
+	}
+	if len(vals) != wire.ReplyLen {
+		return core.Decision{}, fmt.Errorf("%w: %d elements", wire.ErrMalformed, len(vals))
+	}
+	var ints [wire.ReplyLen]int64
+	for i := range vals {
+		n, err := vals[i].ToInt64()
+		if err != nil {
+			return core.Decision{}, fmt.Errorf("%w: element %d: %v", wire.ErrMalformed, i, err)
+		}
+		ints[i] = n
+	}
+	return wire.Decision(ints)
+}
+
+// Reset forgets key's state under alg, as if it had never been charged.
+func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	if err := core.ValidateKey(key); err != nil {
+		return err
+	}
+	if alg == nil {
+		return core.ErrNoAlgorithm
+	}
+	if s.closed.Load() {
+		return core.ErrClosed
+	}
+	k := wire.Key(s.prefix, key, alg.Name())
+	if err := s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
+		return fmt.Errorf("rueidisstore: reset: %w", err)
+	}
+	return nil
+}
+
+// Close stops the store: later calls fail with [core.ErrClosed]. It does
+// not close the client, which the caller owns.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
