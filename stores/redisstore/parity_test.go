@@ -148,7 +148,7 @@ func FuzzParity(f *testing.F) {
 	}
 	seed := rand.New(rand.NewPCG(1, 2))
 	for range 8 {
-		in := make([]byte, 2000)
+		in := make([]byte, 1024)
 		for i := range in {
 			in[i] = byte(seed.Uint32())
 		}
@@ -160,6 +160,6 @@ func FuzzParity(f *testing.F) {
 		src := &bytesSource{in: in}
 		// One key per input: a run must not see another's state, even in
 		// another fuzzing process.
-		parity(t, store, alg, fmt.Sprintf("f%x", rand.Uint64()), rand.New(src), len(in)/8)
+		parity(t, store, alg, fmt.Sprintf("f%x", rand.Uint64()), rand.New(src), min(len(in)/8, 300))
 	})
 }

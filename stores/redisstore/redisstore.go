@@ -188,6 +188,9 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	return nil
 }
 
+// Prefix returns the prefix of every key the store writes.
+func (s *Store) Prefix() string { return s.prefix }
+
 // Close stops the store: later calls fail with [core.ErrClosed]. It does
 // not close the client, which the caller owns.
 func (s *Store) Close() error {

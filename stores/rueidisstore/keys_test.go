@@ -1,0 +1,130 @@
+package rueidisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// TestBracesCannotPickASlot charges 10,000 keys crafted to share the hash
+// tag "same" on the Cluster: they must spread over slots and masters as
+// any keys do, instead of landing on one.
+func TestBracesCannotPickASlot(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.SharedCluster(t)
+	store := newStore(t, newClient(t, cluster.Addrs()...))
+	prefix := store.Prefix()
+	const n = 10_000
+	slots := map[int]bool{}
+	for i := range n {
+		key := fmt.Sprintf("{same}x%d", i)
+		slots[redistest.Slot(wire.Key(prefix, key, algorithms.GCRA.Name()))] = true
+		_, err := store.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: core.PerMinute(1), Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 10,000 keys thrown at random into 16,384 slots fill about 7,900.
+	if len(slots) < 7_000 {
+		t.Errorf("%d keys crafted as {same}x<i> landed in %d slots, want about 7,900", n, len(slots))
+	}
+	for _, s := range cluster.Servers() {
+		keys := scan(t, s, prefix)
+		// A third each, give or take; one master holding them all would
+		// mean the crafted tag chose the slot.
+		if len(keys) < n/4 || len(keys) > n/2 {
+			t.Errorf("master %s holds %d of the %d keys, want about a third", s.Addr(), len(keys), n)
+		}
+	}
+	t.Logf("%d keys: %d slots", n, len(slots))
+}
+
+// TestEveryKeyHasATTL runs every algorithm over many keys, limits and
+// costs on the Cluster and checks that each key written expires, no later
+// than its algorithm's horizon plus the second's margin.
+func TestEveryKeyHasATTL(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.SharedCluster(t)
+	store := newStore(t, newClient(t, cluster.Addrs()...))
+	limits := []core.Limit{core.PerSecond(5), core.PerMinute(100).WithBurst(10), core.PerHour(3), core.PerDay(1000).WithBurst(2)}
+	horizon := map[string]time.Duration{}
+	for _, alg := range algorithms.All() {
+		for i, l := range limits {
+			for k := range 20 {
+				key := fmt.Sprintf("k%d-%d", i, k)
+				for cost := range int64(4) {
+					if _, err := store.Apply(context.Background(), core.Request{Key: key, Algorithm: alg, Limit: l, Cost: cost}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				horizon[wire.Key(store.Prefix(), key, alg.Name())] = alg.Horizon(l)
+			}
+		}
+	}
+	var checked int
+	for _, s := range cluster.Servers() {
+		for _, key := range scan(t, s, store.Prefix()) {
+			ttl, err := s.Do("PTTL", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := ttl.Int()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, ok := horizon[key]
+			switch {
+			case !ok:
+				t.Errorf("unexpected key %q", key)
+			case ms <= 0:
+				t.Errorf("key %q has PTTL %d: it never expires", key, ms)
+			case time.Duration(ms)*time.Millisecond > h+time.Second+time.Millisecond:
+				t.Errorf("key %q expires in %dms, beyond its horizon %v and the second's margin", key, ms, h)
+			}
+			checked++
+		}
+	}
+	if checked != len(horizon) {
+		t.Errorf("found %d keys, wrote %d", checked, len(horizon))
+	}
+}
+
+// scan returns the keys under prefix on one server.
+func scan(t *testing.T, s *redistest.Server, prefix string) []string {
+	t.Helper()
+	var keys []string
+	cursor := "0"
+	for {
+		r, err := s.Do("SCAN", cursor, "MATCH", prefix+"*", "COUNT", "1000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts, err := r.Array()
+		if err != nil || len(parts) != 2 {
+			t.Fatalf("SCAN: %v %v", r, err)
+		}
+		if cursor, err = parts[0].String(); err != nil {
+			t.Fatal(err)
+		}
+		batch, err := parts[1].Strings()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range batch {
+			if !strings.HasPrefix(k, prefix) {
+				t.Fatalf("SCAN MATCH %s* gave %q", prefix, k)
+			}
+		}
+		keys = append(keys, batch...)
+		if cursor == "0" {
+			return keys
+		}
+	}
+}
