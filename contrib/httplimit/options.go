@@ -1,0 +1,198 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// Option configures a [Middleware]. Options are made by the With
+// functions of this package.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type namedLimiter struct {
+	name string
+	lim  *core.Limiter
+}
+
+type config struct {
+	name     string         // the first limiter's policy name
+	more     []namedLimiter // WithLimiter
+	ip       IPConfig
+	v4, v6   int  // WithIPv4Prefix, WithIPv6Prefix
+	v4set    bool // so that an explicit 0 is reported, not taken as the default
+	v6set    bool
+	key      KeyFunc
+	cost     CostFunc
+	headers  Headers
+	jitter   time.Duration
+	denied   DeniedFunc
+	onError  ErrorFunc
+	noKey    ErrorFunc
+	failOpen bool
+	shadow   bool
+	now      func() time.Time
+}
+
+// WithPolicyName names the limiter given to [New] in the RateLimit
+// headers and in problem details. The default is "default". A name is 1
+// to 64 printable ASCII characters (it is sent as a structured field
+// String), and two policies of one middleware may not share a name.
+func WithPolicyName(name string) Option {
+	return optionFunc(func(c *config) { c.name = name })
+}
+
+// WithLimiter adds a further limiter, applied after the one given to [New]
+// and any added before it, under the policy name name. Every limiter is
+// charged the same key and cost, in order, and the first denial answers
+// the request.
+//
+// Until sluice decides several limits atomically, a request denied by a
+// later limiter has already been charged by the earlier ones, and that
+// charge is not refunded. Put the limiter that denies most often first
+// (the shortest window, usually) to keep such charges rare.
+func WithLimiter(name string, lim *core.Limiter) Option {
+	return optionFunc(func(c *config) { c.more = append(c.more, namedLimiter{name, lim}) })
+}
+
+// WithKeyFunc sets how a request's key is found. The default is the
+// client's address, as configured by [WithTrustedProxies],
+// [WithForwardedHeader], [WithIPv4Prefix] and [WithIPv6Prefix] (see
+// [ClientIP.Key]); those options do nothing to a KeyFunc given here, which
+// can make its own [ClientIP] with [NewClientIP].
+func WithKeyFunc(f KeyFunc) Option {
+	return optionFunc(func(c *config) { c.key = f })
+}
+
+// WithTrustedProxies sets the address ranges of the reverse proxies in
+// front of the server, whose forwarding headers the default key function
+// believes (see [IPConfig].TrustedProxies). The default is none: every
+// forwarding header is ignored.
+func WithTrustedProxies(prefixes []netip.Prefix) Option {
+	prefixes = append([]netip.Prefix(nil), prefixes...)
+	return optionFunc(func(c *config) { c.ip.TrustedProxies = prefixes })
+}
+
+// WithForwardedHeader sets the forwarding header the trusted proxies
+// append to: [HeaderXForwardedFor] (the default) or [HeaderForwarded].
+func WithForwardedHeader(name string) Option {
+	return optionFunc(func(c *config) { c.ip.Header = name })
+}
+
+// WithIPv4Prefix sets the prefix length, 1 to 32, IPv4 clients are keyed
+// by. The default is 32: each address is its own key.
+func WithIPv4Prefix(bits int) Option {
+	return optionFunc(func(c *config) { c.v4, c.v4set = bits, true })
+}
+
+// WithIPv6Prefix sets the prefix length, 1 to 128, IPv6 clients are keyed
+// by. The default is 64, the block one host is usually given.
+func WithIPv6Prefix(bits int) Option {
+	return optionFunc(func(c *config) { c.v6, c.v6set = bits, true })
+}
+
+// CostFunc returns how much of the limit a request uses: 1 for a plain
+// request, more for an expensive one, 0 for one that is free (it is
+// admitted, charged nothing, and still gets headers). A cost below zero
+// or above [core.MaxUnits] is a bug: the request is answered by the error
+// handler with an error wrapping [core.ErrInvalidCost].
+type CostFunc func(r *http.Request) int64
+
+// WithCost sets the cost of each request. The default charges 1.
+func WithCost(f CostFunc) Option {
+	return optionFunc(func(c *config) { c.cost = f })
+}
+
+// CostByMethod returns a [CostFunc] that charges costs[r.Method], or def
+// for a method not in costs; for instance
+// CostByMethod(map[string]int64{"GET": 1, "HEAD": 0}, 5).
+func CostByMethod(costs map[string]int64, def int64) CostFunc {
+	m := make(map[string]int64, len(costs))
+	for k, v := range costs {
+		m[strings.ToUpper(k)] = v
+	}
+	return func(r *http.Request) int64 {
+		if v, ok := m[r.Method]; ok {
+			return v
+		}
+		return def
+	}
+}
+
+// WithHeaders selects the rate-limit header fields sent with every
+// decided response, allowed or denied. The default is [HeadersDraft]; 0
+// ([HeadersNone]) sends none. Retry-After is sent on every 429 whatever
+// is chosen here.
+func WithHeaders(h Headers) Option {
+	return optionFunc(func(c *config) { c.headers = h })
+}
+
+// WithRetryJitter adds a random delay of up to max to Retry-After on
+// 429s, so that clients denied together do not all come back at the same
+// second. The jitter only ever adds: Retry-After is never earlier than the
+// instant the request would pass, nor than the RateLimit field's t. The
+// default is none.
+func WithRetryJitter(max time.Duration) Option {
+	return optionFunc(func(c *config) { c.jitter = max })
+}
+
+// WithDeniedHandler sets what answers a denied request. The rate-limit
+// headers and Retry-After are already set on w when f is called; f writes
+// the status and body. The default is [WriteDenied]: 429 with a problem
+// details body.
+func WithDeniedHandler(f DeniedFunc) Option {
+	return optionFunc(func(c *config) { c.denied = f })
+}
+
+// WithErrorHandler sets what answers a request no decision could be made
+// for: the store failed (err wraps the store's error), a limiter's policy
+// failed closed (err wraps [ErrFailClosed]), or the cost was invalid (err
+// wraps [core.ErrInvalidCost]). The default is [WriteUnavailable]: 503 with
+// a problem details body. It is never called for a denial.
+func WithErrorHandler(f ErrorFunc) Option {
+	return optionFunc(func(c *config) { c.onError = f })
+}
+
+// WithNoKeyHandler sets what answers a request the key function found no
+// key for (err wraps [ErrNoKey]). The default is [WriteNoKey]: 400 with a
+// problem details body. Passing such requests through unlimited would let
+// any client escape the limit by hiding its key; to charge them to a key
+// of their own, use [FirstKey] with a last key function that always finds
+// one.
+func WithNoKeyHandler(f ErrorFunc) Option {
+	return optionFunc(func(c *config) { c.noKey = f })
+}
+
+// WithFailOpen lets requests through when a store fails, without
+// rate-limit headers for the limiter that failed, instead of answering
+// them with the error handler. A decision that a failure policy made
+// fail-closed ([core.SourceFailClosed]) still answers 503: that policy
+// chose to deny.
+func WithFailOpen() Option {
+	return optionFunc(func(c *config) { c.failOpen = true })
+}
+
+// WithShadow turns enforcement off: every request is passed on, denied or
+// not, and the rate-limit headers still describe the decision (without
+// Retry-After, which belongs to 429s). Store failures, fail-closed
+// decisions and requests without a key pass too. Use it to try a limit on
+// live traffic before enforcing it.
+func WithShadow() Option {
+	return optionFunc(func(c *config) { c.shadow = true })
+}
+
+// WithNow sets the clock used for the epoch seconds of [HeadersXEpoch].
+// The default is [time.Now]. Nothing else in the middleware reads a clock:
+// stores decide the time.
+func WithNow(now func() time.Time) Option {
+	return optionFunc(func(c *config) { c.now = now })
+}
