@@ -10,6 +10,7 @@ COUNT ?= 6
 ## test: every test of every package, with the race detector, in random order
 test:
 	$(GO) test -race -shuffle=on ./...
+	cd contrib/grpclimit && $(GO) test -race -shuffle=on ./...
 
 ## bench: every benchmark, COUNT times, into bench.txt
 bench:
@@ -19,6 +20,7 @@ bench:
 lint:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	cd contrib/grpclimit && $(GO) vet ./...
 
 ## sim: the worked example of `sluice sim`
 sim:

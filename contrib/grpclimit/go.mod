@@ -1,0 +1,18 @@
+module github.com/sluicehq/sluice/contrib/grpclimit
+
+go 1.26.0
+
+require (
+	github.com/sluicehq/sluice v0.0.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)
+
+replace github.com/sluicehq/sluice => ../..
