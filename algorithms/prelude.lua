@@ -20,6 +20,15 @@
 
 local now, cost, peek, rate, period, burst, u, r =
 	struct.unpack('<dddddddd', ARGV[1])
+-- A key's TTL is the time until it is forgotten plus this margin, in ms:
+-- a second on the server's clock; a minute for a request at an instant of
+-- its own, whose clock has nothing to do with the one Redis expires keys
+-- by (a replay, a test), so that a pause between its requests does not
+-- drop a key it still needs.
+local margin = 1000
+if now >= 0 then
+	margin = 60000
+end
 if now < 0 then
 	-- The server's clock, one for the whole fleet. TIME in a script is
 	-- safe since Redis 5: scripts replicate their effects, not themselves.
@@ -92,14 +101,13 @@ local function hold(allowed, limit, remaining, retry, reset)
 end
 
 -- save writes the state with a TTL from now to e, the instant it is
--- forgotten, plus a second's margin for clocks that disagree. A store's
--- expiry never changes a decision: from e on every script decides as for
--- a missing key.
+-- forgotten, plus the margin. On the server's clock a store's expiry never
+-- changes a decision: from e on every script decides as for a missing key.
 local function save(t, a, b, c, e, tail)
 	local value = struct.pack('<ddddd', t, a, b, c, e)
 	if tail then
 		value = value .. tail
 	end
-	redis.call('SET', KEYS[1], value, 'PX', math.ceil((e - now) / 1000) + 1000)
+	redis.call('SET', KEYS[1], value, 'PX', math.ceil((e - now) / 1000) + margin)
 end
 

@@ -15,10 +15,10 @@
 // stored by their SHA-256. Every write sets a TTL of the time until the
 // key is fully recovered plus a second.
 //
-// A call that fails is never replayed by the store, except EVALSHA that
-// Redis answers NOSCRIPT (after a restart, failover or SCRIPT FLUSH),
-// which is replayed once as EVAL: a missing script ran nothing. go-redis
-// itself retries commands whose reply timed out unless the client's
-// MaxRetries is -1, which can charge a decision twice; [New] warns of it.
+// A call that fails is never replayed, except EVALSHA that Redis answers
+// NOSCRIPT (after a restart, failover or SCRIPT FLUSH), which is sent once
+// more as EVAL: a missing script ran nothing. The store marks its commands
+// so that go-redis does not retry them either, whatever the client's
+// MaxRetries: a decision whose reply timed out may have been applied.
 // docs/redis.md gives the client options to use.
 package redisstore

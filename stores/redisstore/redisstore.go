@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"unsafe"
 
@@ -14,16 +13,17 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
+// ErrMalformed reports a script reply that breaks the calling convention
+// of [core.Script]: not five integers, or numbers no decision can hold.
+// Apply wraps it with what it received.
+var ErrMalformed = wire.ErrMalformed
+
 // Config configures a [Store]. The zero Config is ready to use.
 type Config struct {
 	// Prefix starts every key the store writes, to keep sluice's keys
 	// apart from an application's. It must not contain a brace (see
 	// docs/redis.md for the key layout). The default is "sluice:".
 	Prefix string
-	// Logger receives the one warning New may give: that the client's
-	// options let it retry a command after a timeout, which can charge a
-	// decision twice. The default is [slog.Default].
-	Logger *slog.Logger
 }
 
 // Store keeps limiter state in Redis through a go-redis client and decides
@@ -48,11 +48,6 @@ var (
 // New returns a store that keeps state through client. It fails on a nil
 // client or a prefix with a brace; it does not contact Redis, so it
 // neither fails nor waits while Redis is down.
-//
-// When client is a [*redis.Client], [*redis.ClusterClient] or [*redis.Ring]
-// whose options let it retry commands (MaxRetries is not -1), New logs a
-// warning: go-redis retries a command whose reply timed out, and a script
-// that had already run is then charged twice. Set MaxRetries to -1.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -64,35 +59,16 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := wire.CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	if retries, ok := maxRetries(client); ok && retries > 0 {
-		logger := cfg.Logger
-		if logger == nil {
-			logger = slog.Default()
-		}
-		logger.Warn("redisstore: the client retries commands that timed out, which can charge a decision twice; set its MaxRetries to -1", "maxRetries", retries)
-	}
 	return &Store{client: client, prefix: prefix}, nil
-}
-
-// maxRetries returns the retries the clients that have a MaxRetries
-// option make; go-redis has turned -1 into 0 and 0 into its default, 3.
-func maxRetries(client redis.UniversalClient) (int, bool) {
-	switch c := client.(type) {
-	case *redis.Client:
-		return c.Options().MaxRetries, true
-	case *redis.ClusterClient:
-		return c.Options().MaxRetries, true
-	case *redis.Ring:
-		return c.Options().MaxRetries, true
-	}
-	return 0, false
 }
 
 // Apply decides req with its algorithm's Lua twin: EVALSHA, and EVAL once
 // if Redis does not have the script (after a restart, a failover or SCRIPT
 // FLUSH), which is safe because a missing script ran nothing. No other
-// failure is retried: a call that timed out may have been applied.
-// Requests under [core.Inf] are allowed without a call.
+// failure is retried, whatever the client's MaxRetries and MaxRedirects: a
+// call whose reply timed out may have been applied, and go-redis would
+// otherwise send it again. Requests under [core.Inf] are allowed without a
+// call.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	if err := req.Validate(); err != nil {
 		return core.Decision{}, err
@@ -108,13 +84,15 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		return core.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	c := s.encode(&req, script)
-	cmd := s.client.Do(ctx, c.args[:]...)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	reply, err := c.run(ctx, s.client)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		c.args[0], c.args[1] = "eval", script.Source()
-		cmd = s.client.Do(ctx, c.args[:]...)
+		reply, err = c.run(ctx, s.client)
 	}
-	reply, err := cmd.Result()
-	if err != nil {
+	switch {
+	case errors.Is(err, redis.Nil):
+		return core.Decision{}, fmt.Errorf("redisstore: %s: %w: no reply", req.Algorithm.Name(), wire.ErrMalformed)
+	case err != nil:
 		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", req.Algorithm.Name(), err)
 	}
 	d, err := decode(reply)
@@ -130,7 +108,24 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 type call struct {
 	args           [5]any // EVALSHA hash 1 key request
 	hash, key, req string
+	cmd            noRetry
 	buf            [192]byte
+}
+
+// noRetry is a command go-redis never sends twice. go-redis retries a
+// command whose reply timed out or whose connection dropped (the client's
+// MaxRetries, a Cluster client's MaxRedirects), and a decision sent twice
+// may be charged twice.
+type noRetry struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command.
+func (noRetry) NoRetry() bool { return true }
+
+// run sends the call's command and returns its reply.
+func (c *call) run(ctx context.Context, client redis.UniversalClient) (any, error) {
+	c.cmd = noRetry{redis.NewCmd(ctx, c.args[:]...)}
+	_ = client.Process(ctx, &c.cmd)
+	return c.cmd.Result()
 }
 
 // encode returns the EVALSHA command deciding req with script. The key

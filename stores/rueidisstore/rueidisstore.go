@@ -13,6 +13,11 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
+// ErrMalformed reports a script reply that breaks the calling convention
+// of [core.Script]: not five integers, or numbers no decision can hold.
+// Apply wraps it with what it received.
+var ErrMalformed = wire.ErrMalformed
+
 // Config configures a [Store]. The zero Config is ready to use.
 type Config struct {
 	// Prefix starts every key the store writes, to keep sluice's keys
@@ -105,9 +110,14 @@ func (s *Store) encode(req *core.Request) (key, args string) {
 
 // decode checks a script's reply.
 func decode(res rueidis.RedisResult) (core.Decision, error) {
+	if err := res.Error(); rueidis.IsRedisNil(err) {
+		return core.Decision{}, fmt.Errorf("%w: no reply", wire.ErrMalformed)
+	} else if err != nil {
+		return core.Decision{}, err // the connection's, or the script's
+	}
 	vals, err := res.ToArray()
 	if err != nil {
-		return core.Decision{}, err
+		return core.Decision{}, fmt.Errorf("%w: %v", wire.ErrMalformed, err)
 	}
 	if len(vals) != wire.ReplyLen {
 		return core.Decision{}, fmt.Errorf("%w: %d elements", wire.ErrMalformed, len(vals))
