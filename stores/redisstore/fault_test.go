@@ -476,7 +476,6 @@ func TestNoReplay(t *testing.T) {
 	})
 }
 
-
 // and transition with another name and script.
 type scripted struct {
 	core.Algorithm
