@@ -476,6 +476,7 @@ func TestNoReplay(t *testing.T) {
 	})
 }
 
+// scripted is a Lua algorithm for tests: the token bucket's name checks
 // and transition with another name and script.
 type scripted struct {
 	core.Algorithm
