@@ -108,6 +108,6 @@ local function save(t, a, b, c, e, tail)
 	if tail then
 		value = value .. tail
 	end
-	redis.call('SET', KEYS[1], value, 'PX', math.ceil((e - now) / 1000) + margin)
+	redis.call('PSETEX', KEYS[1], math.ceil((e - now) / 1000) + margin, value)
 end
 

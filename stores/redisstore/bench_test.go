@@ -47,8 +47,10 @@ return {allowed, math.floor(tokens)}
 var benchLimit = core.PerSecond(20_000).WithBurst(100)
 
 // serverStats reads the counters a benchmark reports per decision: the
-// calls of EVALSHA and EVAL, and the server's CPU time in µs.
-func serverStats(b *testing.B, client *redis.Client) (calls, cpu float64) {
+// calls of EVALSHA and EVAL and the µs Redis spent running them (the
+// scripts' cost), and the server's CPU time in µs (the scripts, and
+// reading and writing the commands).
+func serverStats(b *testing.B, client *redis.Client) (calls, script, cpu float64) {
 	b.Helper()
 	info, err := client.Info(context.Background(), "commandstats", "cpu").Result()
 	if err != nil {
@@ -66,13 +68,17 @@ func serverStats(b *testing.B, client *redis.Client) (calls, cpu float64) {
 					v, _ := strconv.ParseFloat(n, 64)
 					calls += v
 				}
+				if n, ok := strings.CutPrefix(field, "usec="); ok {
+					v, _ := strconv.ParseFloat(n, 64)
+					script += v
+				}
 			}
 		case "used_cpu_sys", "used_cpu_user":
 			v, _ := strconv.ParseFloat(value, 64)
 			cpu += v * 1e6
 		}
 	}
-	return calls, cpu
+	return calls, script, cpu
 }
 
 func BenchmarkRedis(b *testing.B) {
@@ -80,7 +86,7 @@ func BenchmarkRedis(b *testing.B) {
 	addr := testAddr(b)
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	b.Cleanup(func() { admin.Close() })
-	goredis := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	goredis := redis.NewClient(&redis.Options{Addr: addr})
 	b.Cleanup(func() { goredis.Close() })
 	ru, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
@@ -91,6 +97,11 @@ func BenchmarkRedis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	rsp, err := redisstore.New(goredis, redisstore.Config{Prefix: "bench:", Pipeline: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rsp.Close() })
 	rus, err := rueidisstore.New(ru, rueidisstore.Config{Prefix: "bench:"})
 	if err != nil {
 		b.Fatal(err)
@@ -105,6 +116,10 @@ func BenchmarkRedis(b *testing.B) {
 		}},
 		{"redisstore", func(key string) error {
 			_, err := rs.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: benchLimit, Cost: 1})
+			return err
+		}},
+		{"redisstore-pipeline", func(key string) error {
+			_, err := rsp.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: benchLimit, Cost: 1})
 			return err
 		}},
 		{"rueidisstore", func(key string) error {
@@ -128,7 +143,7 @@ func BenchmarkRedis(b *testing.B) {
 						}
 						return users[next.Add(1)%uint64(len(users))]
 					}
-					calls0, cpu0 := serverStats(b, admin)
+					calls0, script0, cpu0 := serverStats(b, admin)
 					b.ReportAllocs()
 					b.ResetTimer()
 					if goroutines == 1 {
@@ -149,8 +164,9 @@ func BenchmarkRedis(b *testing.B) {
 						})
 					}
 					b.StopTimer()
-					calls1, cpu1 := serverStats(b, admin)
+					calls1, script1, cpu1 := serverStats(b, admin)
 					b.ReportMetric((calls1-calls0)/float64(b.N), "calls/op")
+					b.ReportMetric((script1-script0)/float64(b.N), "script-µs/op")
 					b.ReportMetric((cpu1-cpu0)/float64(b.N), "redis-µs/op")
 				})
 			}

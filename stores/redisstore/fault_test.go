@@ -29,12 +29,17 @@ import (
 // reaches every client.
 func TestScriptFlushUnderLoad(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
-	r := flushUnderLoad(t, srv, newStore(t, client))
-	t.Logf("%d decisions (%d allowed), %d errors, %d flushes; server: %d EVAL, %d EVALSHA, %d NOSCRIPT",
-		r.decisions, r.allowed, r.errors, r.flushes, r.eval, r.evalsha, r.noscript)
+	for _, pipeline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pipeline=%v", pipeline), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			t.Cleanup(func() { client.Close() })
+			r := flushUnderLoad(t, srv, newStore(t, client, pipeline))
+			t.Logf("%d decisions (%d allowed), %d errors, %d flushes; server: %d EVAL, %d EVALSHA, %d NOSCRIPT",
+				r.decisions, r.allowed, r.errors, r.flushes, r.eval, r.evalsha, r.noscript)
+		})
+	}
 }
 
 // flushResult is what flushUnderLoad saw.
@@ -199,7 +204,7 @@ func TestTimedOutCallNotReplayed(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	store := newStore(t, client)
+	store := newStore(t, client, false)
 	timeout := func() context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		t.Cleanup(cancel)
@@ -522,7 +527,7 @@ func TestMalformedReplies(t *testing.T) {
 	t.Parallel()
 	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
-	store := newStore(t, client)
+	store := newStore(t, client, false)
 	for i, tt := range malformed {
 		t.Run(tt.name, func(t *testing.T) {
 			alg := newScripted(fmt.Sprintf("bad-%d", i), tt.src)
@@ -597,7 +602,7 @@ func TestUnsupportedAlgorithm(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	hook := &countHook{}
 	client.AddHook(hook)
-	store := newStore(t, client)
+	store := newStore(t, client, false)
 	alg := unscripted{algorithms.TokenBucket}
 	if _, ok := core.Algorithm(alg).(core.Scripted); ok {
 		t.Fatal("unscripted is core.Scripted")

@@ -24,6 +24,15 @@ type Config struct {
 	// apart from an application's. It must not contain a brace (see
 	// docs/redis.md for the key layout). The default is "sluice:".
 	Prefix string
+	// Pipeline sends the decisions of concurrent callers together, in
+	// pipelines (up to 4 in flight), rather than each as a command of its
+	// own: under load about twice the decisions per second, for the same
+	// Redis, as rueidis does by itself. The price: the client's hooks (such
+	// as redisotel's traces) see a pipeline per batch instead of a command
+	// per decision, and a batch is sent on a context of its own, bounded by
+	// the client's ReadTimeout and WriteTimeout; each caller still returns
+	// as soon as its own context ends. The default is false.
+	Pipeline bool
 }
 
 // Store keeps limiter state in Redis through a go-redis client and decides
@@ -38,6 +47,7 @@ type Store struct {
 	client redis.UniversalClient
 	prefix string
 	closed atomic.Bool
+	pipe   *pipeliner // nil unless Config.Pipeline
 }
 
 var (
@@ -59,7 +69,11 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := wire.CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	return &Store{client: client, prefix: prefix}, nil
+	s := &Store{client: client, prefix: prefix}
+	if cfg.Pipeline {
+		s.pipe = &pipeliner{client: client}
+	}
+	return s, nil
 }
 
 // Apply decides req with its algorithm's Lua twin: EVALSHA, and EVAL once
@@ -84,10 +98,10 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		return core.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	c := s.encode(&req, script)
-	reply, err := c.run(ctx, s.client)
+	reply, err := s.run(ctx, c)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		c.args[0], c.args[1] = "eval", script.Source()
-		reply, err = c.run(ctx, s.client)
+		reply, err = s.run(ctx, c)
 	}
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -109,6 +123,7 @@ type call struct {
 	args           [5]any // EVALSHA hash 1 key request
 	hash, key, req string
 	cmd            noRetry
+	done           chan struct{} // closed once a pipeline has sent cmd
 	buf            [192]byte
 }
 
@@ -121,10 +136,14 @@ type noRetry struct{ *redis.Cmd }
 // NoRetry tells go-redis not to retry the command.
 func (noRetry) NoRetry() bool { return true }
 
-// run sends the call's command and returns its reply.
-func (c *call) run(ctx context.Context, client redis.UniversalClient) (any, error) {
+// run sends the call's command, alone or in a pipeline, and returns its
+// reply.
+func (s *Store) run(ctx context.Context, c *call) (any, error) {
 	c.cmd = noRetry{redis.NewCmd(ctx, c.args[:]...)}
-	_ = client.Process(ctx, &c.cmd)
+	if s.pipe != nil {
+		return s.pipe.do(ctx, c)
+	}
+	_ = s.client.Process(ctx, &c.cmd)
 	return c.cmd.Result()
 }
 
@@ -190,5 +209,8 @@ func (s *Store) Prefix() string { return s.prefix }
 // not close the client, which the caller owns.
 func (s *Store) Close() error {
 	s.closed.Store(true)
+	if s.pipe != nil {
+		s.pipe.close()
+	}
 	return nil
 }

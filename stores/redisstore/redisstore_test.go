@@ -1,12 +1,16 @@
 package redisstore_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
@@ -17,9 +21,9 @@ var prefixes atomic.Int64
 
 // newStore returns a store on client with a prefix of its own, so that
 // stores sharing a server never share a key.
-func newStore(t *testing.T, client redis.UniversalClient) *redisstore.Store {
+func newStore(t *testing.T, client redis.UniversalClient, pipeline bool) *redisstore.Store {
 	t.Helper()
-	store, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("t%d:", prefixes.Add(1))})
+	store, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("t%d:", prefixes.Add(1)), Pipeline: pipeline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,13 +31,60 @@ func newStore(t *testing.T, client redis.UniversalClient) *redisstore.Store {
 }
 
 func TestConformance(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
+	client := redis.NewClient(&redis.Options{Addr: testAddr(t)})
 	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
+	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client, false) })
+}
+
+func TestConformancePipeline(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: testAddr(t)})
+	t.Cleanup(func() { client.Close() })
+	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client, true) })
 }
 
 func TestConformanceCluster(t *testing.T) {
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.SharedCluster(t).Addrs(), MaxRetries: -1})
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.SharedCluster(t).Addrs()})
 	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
+	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client, false) })
+	t.Run("Pipeline", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client, true) })
+	})
+}
+
+// TestPipelineCallerContext checks that a pipelined caller returns when
+// its context ends, even while its batch waits on a busy Redis, and that
+// Close waits for the batch.
+func TestPipelineCallerContext(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { client.Close() })
+	store := newStore(t, client, true)
+	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1}
+	if _, err := store.Apply(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	busy := make(chan error, 1)
+	go func() {
+		_, err := srv.Do("EVAL", "local t = redis.call('TIME') local s = tonumber(t[1]) while tonumber(redis.call('TIME')[1]) < s + 1 do end return 1", "0")
+		busy <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let the script start
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := store.Apply(ctx, req)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Apply on a busy Redis with a 50ms deadline = %v, want context.DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("Apply returned after %v, not when its context ended", took)
+	}
+	store.Close() // waits for the batch
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(context.Background(), req); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("Apply after Close = %v, want ErrClosed", err)
+	}
 }
