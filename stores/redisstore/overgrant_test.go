@@ -297,8 +297,8 @@ const (
 // TestNoOvergrantProcesses runs this test binary again as 4 worker
 // processes, 2 deciding through redisstore (one of them pipelining) and 2
 // through rueidisstore, on one key of the shared server under 100/s with a
-// burst of 100. They start together at an instant the parent chose, stop 10 seconds later and
-// report what they were admitted: 100 + 100 × 10 = 1100 at most in all,
+// burst of 100. They start together at an instant the parent chose, stop
+// 10 seconds later and report what they were admitted: 100 + 100 × 10 = 1100 at most in all,
 // and at least 95% of that.
 //
 // The test is not parallel, so that the package's other tests do not
