@@ -24,17 +24,20 @@ const MaxPrefixLen = 128
 // by their SHA-256, so that no key costs Redis more than about 200 bytes.
 const maxTag = 128
 
-// CheckPrefix reports a prefix a store cannot use: one with a brace, which
+// Prefix returns the prefix a store configured with prefix uses:
+// [DefaultPrefix] for "", else prefix itself, unless it has a brace, which
 // would make part of it a hash tag and send every key to one Cluster slot,
-// or one longer than [MaxPrefixLen].
-func CheckPrefix(prefix string) error {
+// or is longer than [MaxPrefixLen].
+func Prefix(prefix string) (string, error) {
 	switch {
+	case prefix == "":
+		return DefaultPrefix, nil
 	case strings.ContainsAny(prefix, "{}"):
-		return fmt.Errorf("prefix %q contains a brace: every key would share its hash tag, and one Cluster slot", prefix)
+		return "", fmt.Errorf("prefix %q contains a brace: every key would share its hash tag, and one Cluster slot", prefix)
 	case len(prefix) > MaxPrefixLen:
-		return fmt.Errorf("prefix is %d bytes, longer than %d", len(prefix), MaxPrefixLen)
+		return "", fmt.Errorf("prefix is %d bytes, longer than %d", len(prefix), MaxPrefixLen)
 	}
-	return nil
+	return prefix, nil
 }
 
 // AppendKey appends to dst the Redis key of key's state under alg:
@@ -151,12 +154,20 @@ func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 	return d, nil
 }
 
-// Script returns the Lua twin of req's algorithm, or an error wrapping
-// [core.ErrUnsupported] when it has none.
-func Script(alg core.Algorithm) (*core.Script, error) {
-	s, ok := alg.(core.Scripted)
+// Script validates req and returns the Lua twin of its algorithm, or nil
+// for a request under [core.Inf], which a store allows without a call. It
+// fails with the request's validation error, or one wrapping
+// [core.ErrUnsupported] for an algorithm without a twin.
+func Script(req *core.Request) (*core.Script, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if req.Limit.IsInf() {
+		return nil, nil
+	}
+	s, ok := req.Algorithm.(core.Scripted)
 	if !ok {
-		return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (core.Scripted)", core.ErrUnsupported, alg.Name())
+		return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (core.Scripted)", core.ErrUnsupported, req.Algorithm.Name())
 	}
 	return s.Script(), nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 )
 
@@ -63,15 +64,20 @@ func TestKeyInjective(t *testing.T) {
 	}
 }
 
-func TestCheckPrefix(t *testing.T) {
-	for _, p := range []string{"", "sluice:", "app:limits:", strings.Repeat("p", MaxPrefixLen)} {
-		if err := CheckPrefix(p); err != nil {
-			t.Errorf("CheckPrefix(%q) = %v", p, err)
+func TestPrefix(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", DefaultPrefix},
+		{"sluice:", "sluice:"},
+		{"app:limits:", "app:limits:"},
+		{strings.Repeat("p", MaxPrefixLen), strings.Repeat("p", MaxPrefixLen)},
+	} {
+		if got, err := Prefix(tc.in); err != nil || got != tc.want {
+			t.Errorf("Prefix(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
 	for _, p := range []string{"{app}:", "a}", "a{", strings.Repeat("p", MaxPrefixLen+1)} {
-		if err := CheckPrefix(p); err == nil {
-			t.Errorf("CheckPrefix(%q) = nil, want an error", p)
+		if _, err := Prefix(p); err == nil {
+			t.Errorf("Prefix(%q) = nil error, want one", p)
 		}
 	}
 }
@@ -132,8 +138,21 @@ func TestDecision(t *testing.T) {
 }
 
 func TestScript(t *testing.T) {
-	if _, err := Script(plain{}); !errors.Is(err, core.ErrUnsupported) {
+	req := core.Request{Key: "k", Algorithm: plain{algorithms.TokenBucket}, Limit: core.PerSecond(1), Cost: 1}
+	if _, err := Script(&req); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("Script(an algorithm with no twin) = %v, want ErrUnsupported", err)
+	}
+	req.Limit = core.Inf
+	if s, err := Script(&req); s != nil || err != nil {
+		t.Errorf("Script(a request under Inf) = %v, %v; want nil, nil", s, err)
+	}
+	req.Key = ""
+	if _, err := Script(&req); !errors.Is(err, core.ErrInvalidKey) {
+		t.Errorf("Script(an empty key) = %v, want ErrInvalidKey", err)
+	}
+	req.Key, req.Algorithm, req.Limit = "k", algorithms.GCRA, core.PerSecond(1)
+	if s, err := Script(&req); err != nil || s != algorithms.GCRA.(core.Scripted).Script() {
+		t.Errorf("Script(GCRA) = %v, %v; want GCRA's twin", s, err)
 	}
 }
 

@@ -62,11 +62,8 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = wire.DefaultPrefix
-	}
-	if err := wire.CheckPrefix(prefix); err != nil {
+	prefix, err := wire.Prefix(cfg.Prefix)
+	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	s := &Store{client: client, prefix: prefix}
@@ -84,18 +81,14 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 // otherwise send it again. Requests under [core.Inf] are allowed without a
 // call.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	if err := req.Validate(); err != nil {
+	script, err := wire.Script(&req)
+	switch {
+	case err != nil:
 		return core.Decision{}, err
-	}
-	if s.closed.Load() {
+	case s.closed.Load():
 		return core.Decision{}, core.ErrClosed
-	}
-	if req.Limit.IsInf() {
+	case script == nil:
 		return core.Unlimited(), nil
-	}
-	script, err := wire.Script(req.Algorithm)
-	if err != nil {
-		return core.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	c := s.encode(&req, script)
 	reply, err := s.run(ctx, c)

@@ -55,11 +55,8 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("rueidisstore: nil client")
 	}
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = wire.DefaultPrefix
-	}
-	if err := wire.CheckPrefix(prefix); err != nil {
+	prefix, err := wire.Prefix(cfg.Prefix)
+	if err != nil {
 		return nil, fmt.Errorf("rueidisstore: %w", err)
 	}
 	return &Store{client: client, prefix: prefix}, nil
@@ -71,18 +68,14 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 // failure is retried: a call that timed out may have been applied.
 // Requests under [core.Inf] are allowed without a call.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	if err := req.Validate(); err != nil {
+	script, err := wire.Script(&req)
+	switch {
+	case err != nil:
 		return core.Decision{}, err
-	}
-	if s.closed.Load() {
+	case s.closed.Load():
 		return core.Decision{}, core.ErrClosed
-	}
-	if req.Limit.IsInf() {
+	case script == nil:
 		return core.Unlimited(), nil
-	}
-	script, err := wire.Script(req.Algorithm)
-	if err != nil {
-		return core.Decision{}, fmt.Errorf("rueidisstore: %w", err)
 	}
 	key, args := s.encode(&req)
 	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(1).Key(key).Arg(args).Build())

@@ -1,0 +1,544 @@
+package storefault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// FlushResult is what [FlushUnderLoad] saw.
+type FlushResult struct {
+	Decisions, Allowed, Errors int64 // the calls that were decided, allowed, failed
+	Flushes                    int   // SCRIPT FLUSHes sent while deciding
+	Eval, EvalSHA, NoScript    int64 // the server's counts, from its INFO
+}
+
+// String returns the line a test logs, such as "38611 decisions (25772
+// allowed), 0 errors, 3 flushes; server: 49 EVAL, 38611 EVALSHA, 49
+// NOSCRIPT".
+func (r FlushResult) String() string {
+	return fmt.Sprintf("%d decisions (%d allowed), %d errors, %d flushes; server: %d EVAL, %d EVALSHA, %d NOSCRIPT",
+		r.Decisions, r.Allowed, r.Errors, r.Flushes, r.Eval, r.EvalSHA, r.NoScript)
+}
+
+// FlushUnderLoad decides with every algorithm on 64 keys from 16
+// goroutines for 2.5 seconds while SCRIPT FLUSH empties srv's script cache
+// every 500 ms: each call that meets NOSCRIPT must fall back to EVAL, and
+// no caller may see an error. store is a store on srv, a server of the
+// test's own, as SCRIPT FLUSH reaches every client. FlushUnderLoad resets
+// srv's statistics (CONFIG RESETSTAT) after a warm-up and fails t unless
+// there were at least 3 flushes, each followed by an EVAL and a NOSCRIPT.
+func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) FlushResult {
+	t.Helper()
+	const (
+		goroutines = 16
+		keys       = 64
+		load       = 2500 * time.Millisecond
+		every      = 500 * time.Millisecond
+	)
+	algs := algorithms.All()
+	limit := core.PerSecond(50)
+	ctx := context.Background()
+	// Load every script and open a connection, then zero the server's
+	// statistics: every EVAL counted from here on is a fallback.
+	for _, alg := range algs {
+		if _, err := store.Apply(ctx, core.Request{Key: "warm", Algorithm: alg, Limit: limit, Cost: 1, Peek: true}); err != nil {
+			t.Fatalf("%s: warm-up: %v", alg.Name(), err)
+		}
+	}
+	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+
+	var r FlushResult
+	var decisions, allowed, failures atomic.Int64
+	var firstErrs sync.Map // the first errors, by goroutine and call
+	start := time.Now()
+	end := start.Add(load)
+	stop := make(chan struct{})
+	flushed := make(chan int)
+	go func() {
+		// Flush only while at least one period of load remains, so that
+		// every flush is followed by calls that need its fallback.
+		n := 0
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				flushed <- n
+				return
+			case <-tick.C:
+				if time.Until(end) < every {
+					continue
+				}
+				if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+					t.Errorf("SCRIPT FLUSH: %v", err)
+					continue
+				}
+				n++
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := 0; time.Now().Before(end); i++ {
+				alg := algs[(g+i)%len(algs)]
+				req := core.Request{
+					Key:       "k" + strconv.Itoa(rng.IntN(keys)),
+					Algorithm: alg,
+					Limit:     limit,
+					Cost:      1 + rng.Int64N(3),
+				}
+				d, err := store.Apply(ctx, req)
+				if err != nil {
+					if failures.Add(1) <= 5 {
+						firstErrs.Store(fmt.Sprintf("goroutine %d call %d", g, i), fmt.Errorf("Apply(%s, %s): %w", alg.Name(), req.Key, err))
+					}
+					continue
+				}
+				decisions.Add(1)
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	r.Flushes = <-flushed
+	r.Decisions, r.Allowed, r.Errors = decisions.Load(), allowed.Load(), failures.Load()
+	firstErrs.Range(func(k, v any) bool {
+		t.Errorf("%s: %v", k, v)
+		return true
+	})
+
+	stats := Info(t, srv, "commandstats")
+	r.Eval = InfoCount(stats, "cmdstat_eval", "calls")
+	r.EvalSHA = InfoCount(stats, "cmdstat_evalsha", "calls")
+	r.NoScript = InfoCount(Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
+
+	if r.Errors != 0 {
+		t.Errorf("%d of %d calls failed, want none", r.Errors, r.Errors+r.Decisions)
+	}
+	if r.Flushes < 3 {
+		t.Errorf("%d SCRIPT FLUSHes while deciding, want at least 3", r.Flushes)
+	}
+	if r.Decisions < goroutines {
+		t.Errorf("%d decisions, want at least %d", r.Decisions, goroutines)
+	}
+	// Every flush is followed by at least one call, which meets NOSCRIPT
+	// and falls back to EVAL; no EVAL happens otherwise.
+	if r.Eval < int64(r.Flushes) || r.NoScript < int64(r.Flushes) {
+		t.Errorf("after %d flushes the server counted %d EVAL and %d NOSCRIPT, want at least one each per flush: the fallback did not run",
+			r.Flushes, r.Eval, r.NoScript)
+	}
+	return r
+}
+
+// Info returns srv's INFO section, failing t if the server does not answer
+// with one.
+func Info(t testing.TB, srv *redistest.Server, section string) string {
+	t.Helper()
+	reply, err := srv.Do("INFO", section)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := reply.String()
+	if err != nil {
+		t.Fatalf("INFO %s: %v", section, err)
+	}
+	return s
+}
+
+// InfoCount returns field of the line "name:field=N,..." of an INFO
+// section, or 0 if there is no such line or field.
+func InfoCount(info, name, field string) int64 {
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), name+":")
+		if !ok {
+			continue
+		}
+		for kv := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, field+"="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// TimedOutRequest returns the call that [PausedCall] and [BusyCall] make on
+// key: a token bucket of burst 5 that does not refill during a test,
+// charged 1.
+func TimedOutRequest(key string) core.Request {
+	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1).WithBurst(5), Cost: 1}
+}
+
+// RemainingOf returns the tokens left in key's bucket of
+// [TimedOutRequest], 5 before any call, with a peek.
+func RemainingOf(t testing.TB, store core.Store, key string) int64 {
+	t.Helper()
+	peek := TimedOutRequest(key)
+	peek.Peek = true
+	d, err := store.Apply(context.Background(), peek)
+	if err != nil {
+		t.Fatalf("Apply(peek %s): %v", key, err)
+	}
+	// A peek of cost 1 reports what would remain after charging it; a
+	// denial, what remains.
+	if d.Allowed {
+		return d.Remaining + 1
+	}
+	return d.Remaining
+}
+
+// TimeoutContexts returns a function that returns a new context which
+// times out after d, for [PausedCall] and [BusyCall]. Each context is
+// cancelled at t's cleanup.
+func TimeoutContexts(t testing.TB, d time.Duration) func() context.Context {
+	return func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+}
+
+// A Warm loads the script of [TimedOutRequest] and opens store's
+// connections before a call on key that must time out, failing t unless
+// key's bucket is full. A client that dials a connection on first use
+// needs it, or the call would time out in the handshake and never be sent.
+type Warm func(t testing.TB, store core.Store, key string)
+
+// CallResult is what [PausedCall] or [BusyCall] saw.
+type CallResult struct {
+	Remaining int64         // the key's tokens afterwards, of 5
+	D         core.Decision // the call's answer
+	Err       error
+	Took      time.Duration // from sending the call (for PausedCall, from the pause) to its return
+}
+
+// PausedCall pauses srv's clients for 400 ms (CLIENT PAUSE ALL) and makes
+// a call on key with the context ctx returns, which must time out within
+// the pause ([CheckTimedOut]). It waits until 600 ms after the pause began
+// and returns the key's remaining tokens and the call's answer. Before the
+// pause it calls warm; if warm is nil, it peeks once, which fails t unless
+// 5 tokens remain. srv is a server of the test's own, as CLIENT PAUSE
+// reaches every client.
+func PausedCall(t testing.TB, srv *redistest.Server, store core.Store, key string, ctx func() context.Context, warm Warm) CallResult {
+	t.Helper()
+	const (
+		pause  = 400 * time.Millisecond
+		settle = 600 * time.Millisecond // from the pause to the check
+	)
+	// Load the script and open the connections before the pause.
+	if warm != nil {
+		warm(t, store, key)
+	} else if n := RemainingOf(t, store, key); n != 5 {
+		t.Fatalf("%d remaining before the pause, want 5", n)
+	}
+	if _, err := srv.Do("CLIENT", "PAUSE", strconv.Itoa(int(pause/time.Millisecond)), "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	var r CallResult
+	r.D, r.Err = store.Apply(ctx(), TimedOutRequest(key))
+	r.Took = time.Since(paused)
+	CheckTimedOut(t, r.D, r.Err, r.Took, pause)
+	time.Sleep(time.Until(paused.Add(settle)))
+	r.Remaining = RemainingOf(t, store, key)
+	return r
+}
+
+// CheckTimedOut checks the answer to a call that had to time out before
+// the server could answer, after limit: an error, a zero Decision, and a
+// return before limit.
+func CheckTimedOut(t testing.TB, d core.Decision, err error, took, limit time.Duration) {
+	t.Helper()
+	switch {
+	case err == nil:
+		t.Fatalf("Apply while the server could not answer = %+v, nil; want an error", d)
+	case d != core.Decision{}:
+		t.Errorf("Apply while the server could not answer = %+v, %v; want a zero Decision with the error", d, err)
+	}
+	if took >= limit {
+		t.Errorf("Apply returned after %v, once the server could answer again (%v): its deadline did not bound it", took, limit)
+	}
+}
+
+// busyLua keeps the server in a loop for ARGV[1] µs and returns the
+// instant, in µs since the Unix epoch, it began. The loop is also bounded
+// by a count, in case TIME stood still within a script.
+const busyLua = `
+local function now()
+	local t = redis.call('TIME')
+	return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local t0 = now()
+local i = 0
+while now() - t0 < tonumber(ARGV[1]) and i < 100000000 do
+	i = i + 1
+end
+return t0`
+
+// BusyCall keeps srv busy in a 300 ms script from a connection of its own,
+// and makes a call on a fresh key from the store meanwhile, with the
+// context ctx returns. It waits until the call returned, the script ended
+// and the server has had time to run what it received, and returns the
+// key's remaining tokens and the call's answer. A call that reached the
+// server before the script began proves nothing; BusyCall then tries
+// again, up to 3 times. srv is a server of the test's own, as a busy
+// server makes every client wait.
+//
+// Before the call, BusyCall calls warm. If warm is nil, it peeks from 8
+// goroutines at once, which opens 8 connections in a client with a pool,
+// so that a client that retries finds one ready while the server is busy
+// (a new connection's handshake would time out first).
+func BusyCall(t testing.TB, srv *redistest.Server, store core.Store, ctx func() context.Context, warm Warm) CallResult {
+	t.Helper()
+	const (
+		busy   = 300 * time.Millisecond
+		lead   = 50 * time.Millisecond  // from sending the script to the call
+		settle = 100 * time.Millisecond // after the script and the call
+	)
+	if warm == nil {
+		warm = warmPool
+	}
+	for attempt := 1; ; attempt++ {
+		key := fmt.Sprintf("busy%d", attempt)
+		// Load the script and open the connections first.
+		warm(t, store, key)
+		type result struct {
+			began time.Time
+			err   error
+		}
+		done := make(chan result, 1)
+		go func() {
+			r, err := srv.Do("EVAL", busyLua, "0", strconv.FormatInt(busy.Microseconds(), 10))
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			us, err := r.Int()
+			done <- result{time.UnixMicro(us), err}
+		}()
+		time.Sleep(lead)
+		sent := time.Now()
+		var r CallResult
+		r.D, r.Err = store.Apply(ctx(), TimedOutRequest(key))
+		r.Took = time.Since(sent)
+		script := <-done
+		if script.err != nil {
+			t.Fatalf("the busy script: %v", script.err)
+		}
+		if script.began.After(sent) {
+			// The script started only after the call was sent, so the
+			// call may have been answered at once.
+			t.Logf("attempt %d: the busy script began %v after the call was sent; again", attempt, script.began.Sub(sent))
+			if attempt == 3 {
+				t.Fatal("the busy script never began before the call")
+			}
+			continue
+		}
+		t.Logf("Apply returned after %v: %+v, %v", r.Took.Round(time.Millisecond), r.D, r.Err)
+		time.Sleep(settle)
+		r.Remaining = RemainingOf(t, store, key)
+		return r
+	}
+}
+
+// warmPool is BusyCall's default [Warm]: 8 peeks at once.
+func warmPool(t testing.TB, store core.Store, key string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if n := RemainingOf(t, store, key); n != 5 {
+				t.Errorf("%d remaining before the call, want 5", n)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// CheckBusyTimedOut makes a [BusyCall] with the context ctx returns, which
+// must time out within 250 ms, and checks that the call, received while
+// the server was busy, was applied exactly once, after the caller gave up:
+// 4 tokens remain; 5 is never applied, 3 or less a replay. It logs the
+// error the caller got.
+func CheckBusyTimedOut(t testing.TB, srv *redistest.Server, store core.Store, ctx func() context.Context, warm Warm) {
+	t.Helper()
+	r := BusyCall(t, srv, store, ctx, warm)
+	CheckTimedOut(t, r.D, r.Err, r.Took, 250*time.Millisecond)
+	t.Logf("the caller got %q (%s); then %d remaining", r.Err, DescribeTimeout(r.Err), r.Remaining)
+	if r.Remaining != 4 {
+		t.Errorf("after the timed-out call, Remaining = %d, want 4: applied once (5: never applied, 3 or less: replayed)", r.Remaining)
+	}
+}
+
+// DescribeTimeout says how err reports a timeout: by wrapping
+// [context.DeadlineExceeded], as a [net.Error] whose Timeout is true, or
+// neither.
+func DescribeTimeout(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "wraps context.DeadlineExceeded"
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf("a timeout, %T with Timeout() true, not wrapping context.DeadlineExceeded", ne)
+	}
+	return "neither context.DeadlineExceeded nor a timeout"
+}
+
+// Scripted is a Lua algorithm for tests: the token bucket's name checks
+// and transition with another name and script. Make one with
+// [NewScripted].
+type Scripted struct {
+	core.Algorithm
+	name   string
+	script *core.Script
+}
+
+var _ core.Scripted = Scripted{}
+
+// NewScripted returns the algorithm name whose Lua twin is src.
+func NewScripted(name, src string) Scripted {
+	return Scripted{Algorithm: algorithms.TokenBucket, name: name, script: core.NewScript(src)}
+}
+
+// Name returns the name given to [NewScripted].
+func (a Scripted) Name() string { return a.name }
+
+// Script returns the script of the source given to [NewScripted].
+func (a Scripted) Script() *core.Script { return a.script }
+
+// Unscripted is an algorithm without a Lua twin: embedding the interface
+// keeps only [core.Algorithm]'s methods, so Unscripted{algorithms.TokenBucket}
+// is the token bucket that a Redis store cannot run.
+type Unscripted struct{ core.Algorithm }
+
+// ApplyNoPanic calls store.Apply with req, failing t if it panics.
+func ApplyNoPanic(t testing.TB, store core.Store, req core.Request) (d core.Decision, err error) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("Apply panicked: %v", p)
+		}
+	}()
+	return store.Apply(context.Background(), req)
+}
+
+// MalformedCase is a script whose reply breaks the calling convention,
+// with what a store must return for it: an error wrapping
+// [wire.ErrMalformed] where the reply is not five integers a decision can
+// hold, else an error that says what the server said.
+type MalformedCase struct {
+	Name, Src string
+	Malformed bool   // the error wraps wire.ErrMalformed
+	Says      string // and the error's text contains this
+}
+
+// malformed are the cases of [MalformedCases], with what every store's
+// error says.
+var malformed = []MalformedCase{
+	{"two-integers", "return {1, 2}", true, ""},
+	{"string", "return 'text'", true, ""},
+	{"string-element", "return {1, 2, 3, 4, 'x'}", true, ""},
+	{"nil", "return nil", true, ""},
+	{"allowed-2", "return {2, 1, 1, 0, 0}", true, "allowed is 2"},
+	{"allowed-with-retry", "return {1, 10, 9, 5, 0}", true, "allowed with retry-after"},
+	{"negative-retry", "return {0, 10, 9, -7, 0}", true, "retry-after -7"},
+	{"huge-retry", "return {0, 10, 9, 1e300, 0}", true, "retry-after"},
+	{"error-reply", "return redis.error_reply('boom')", false, "boom"},
+	{"runtime-error", "error('oops')", false, "oops"},
+	{"nested", "return { {1}, 2, 3, 4, 5 }", true, ""},
+}
+
+// MalformedCases returns the malformed replies every Redis store must
+// reject: too few elements, a string, a string element, nil, allowed not 0
+// or 1, an allowed decision with a retry-after, a negative or huge
+// retry-after, an error reply, a runtime error, and a nested array. says
+// replaces, by case name, the text a store's error must contain, for a
+// store whose errors say more; it panics on a name that is not a case. The
+// slice is the caller's.
+func MalformedCases(says map[string]string) []MalformedCase {
+	cases := slices.Clone(malformed)
+	for name, s := range says {
+		i := slices.IndexFunc(cases, func(c MalformedCase) bool { return c.Name == name })
+		if i < 0 {
+			panic(fmt.Sprintf("storefault: no malformed case %q", name))
+		}
+		cases[i].Says = s
+	}
+	return cases
+}
+
+// CheckMalformed calls store with c's script as the algorithm alg (see
+// [NewScripted]), logs the error it returns, and checks the answer: an
+// error as c says and a zero Decision, never a panic.
+func CheckMalformed(t testing.TB, store core.Store, alg string, c MalformedCase) {
+	t.Helper()
+	d, err := ApplyNoPanic(t, store, core.Request{Key: "k", Algorithm: NewScripted(alg, c.Src), Limit: core.PerSecond(10), Cost: 1})
+	t.Logf("%s: %v", c.Src, err)
+	if err == nil {
+		t.Fatalf("Apply with %q = %+v, nil; want an error", c.Src, d)
+	}
+	if d != (core.Decision{}) {
+		t.Errorf("Apply with %q = %+v with its error; want a zero Decision", c.Src, d)
+	}
+	if errors.Is(err, wire.ErrMalformed) != c.Malformed {
+		t.Errorf("Apply with %q: errors.Is(%v, wire.ErrMalformed) = %v, want %v", c.Src, err, !c.Malformed, c.Malformed)
+	}
+	if !strings.Contains(err.Error(), c.Says) {
+		t.Errorf("Apply with %q: error %q does not say %q", c.Src, err, c.Says)
+	}
+}
+
+// CheckUnsupported checks that store fails a call with an algorithm
+// without a Lua twin ([Unscripted]) with a zero Decision and an error
+// wrapping [core.ErrUnsupported], before any call to Redis: calls, which
+// counts what the store's client does (what, such as "commands" or "dials
+// and commands"), must stay 0. It logs the error. It then makes a call with the token bucket,
+// which calls must count, or it proves nothing.
+func CheckUnsupported(t testing.TB, store core.Store, calls func() int64, what string) {
+	t.Helper()
+	alg := Unscripted{algorithms.TokenBucket}
+	if _, ok := core.Algorithm(alg).(core.Scripted); ok {
+		t.Fatal("Unscripted is core.Scripted")
+	}
+	d, err := ApplyNoPanic(t, store, core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(10), Cost: 1})
+	if !errors.Is(err, core.ErrUnsupported) || d != (core.Decision{}) {
+		t.Errorf("Apply(%s without a script) = %+v, %v; want a zero Decision and an error wrapping core.ErrUnsupported", alg.Name(), d, err)
+	}
+	if n := calls(); n != 0 {
+		t.Errorf("Apply without a script made %d %s, want none", n, what)
+	}
+	t.Logf("error: %v", err)
+	// The counter sees the store's calls: a scripted algorithm is counted.
+	if _, err := store.Apply(context.Background(), core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if calls() == 0 {
+		t.Fatalf("the counter counted no %s for a scripted algorithm", what)
+	}
+}
