@@ -49,7 +49,7 @@ func Prefix(prefix string) (string, error) {
 // with '%', '{' and '}' escaped as %25, %7B and %7D, so that no key can
 // pick another's tag (and slot) by holding braces; an escaped key longer
 // than 128 bytes is replaced by "%h" and the hex SHA-256 of key, which no
-// escaped key can equal. The prefix must have passed [CheckPrefix].
+// escaped key can equal. The prefix must have come from [Prefix].
 func AppendKey(dst []byte, prefix, key, alg string) []byte {
 	dst = append(dst, prefix...)
 	dst = append(dst, '{')

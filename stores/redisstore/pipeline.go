@@ -28,9 +28,10 @@ type pipeliner struct {
 }
 
 // do sends c's command in a pipeline and returns its reply, or ctx's error
-// if ctx ends first (the command may then still be sent and applied).
+// if ctx ends first. A command whose ctx has ended by the time its batch
+// is written is not sent; one already written may still be applied.
 func (p *pipeliner) do(ctx context.Context, c *call) (any, error) {
-	c.done = make(chan struct{})
+	c.ctx, c.done = ctx, make(chan struct{})
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -69,9 +70,18 @@ func (p *pipeliner) send() {
 		// on its own.
 		pipe := p.client.Pipeline()
 		for _, c := range batch {
+			// A caller that gave up has been told its call failed: it
+			// must not be charged, and a Redis that was slow must not be
+			// sent every call abandoned while it was.
+			if err := c.ctx.Err(); err != nil {
+				c.cmd.SetErr(err)
+				continue
+			}
 			_ = pipe.Process(context.Background(), &c.cmd)
 		}
-		_, _ = pipe.Exec(context.Background())
+		if pipe.Len() > 0 {
+			_, _ = pipe.Exec(context.Background())
+		}
 		for i, c := range batch {
 			close(c.done)
 			batch[i] = nil

@@ -26,12 +26,14 @@ type Config struct {
 	Prefix string
 	// Pipeline sends the decisions of concurrent callers together, in
 	// pipelines (up to 4 in flight), rather than each as a command of its
-	// own: under load about twice the decisions per second, for the same
-	// Redis, as rueidis does by itself. The price: the client's hooks (such
-	// as redisotel's traces) see a pipeline per batch instead of a command
-	// per decision, and a batch is sent on a context of its own, bounded by
-	// the client's ReadTimeout and WriteTimeout; each caller still returns
-	// as soon as its own context ends. The default is false.
+	// own: under load about twice the decisions per second of unpipelined
+	// commands, for the same Redis, as rueidis gets by itself. The price:
+	// the client's hooks (such as redisotel's traces) see a pipeline per
+	// batch instead of a command per decision, and a batch is sent on a
+	// context of its own, bounded by the client's ReadTimeout and
+	// WriteTimeout; each caller still returns as soon as its own context
+	// ends, and a call whose context has ended before its batch is written
+	// is not sent. The default is false.
 	Pipeline bool
 }
 
@@ -116,7 +118,8 @@ type call struct {
 	args           [5]any // EVALSHA hash 1 key request
 	hash, key, req string
 	cmd            noRetry
-	done           chan struct{} // closed once a pipeline has sent cmd
+	ctx            context.Context // the caller's, while a pipeline holds cmd
+	done           chan struct{}   // closed once a pipeline has sent cmd
 	buf            [192]byte
 }
 
@@ -198,8 +201,10 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 // Prefix returns the prefix of every key the store writes.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Close stops the store: later calls fail with [core.ErrClosed]. It does
-// not close the client, which the caller owns.
+// Close stops the store: later calls fail with [core.ErrClosed]. With
+// [Config.Pipeline] it waits for the batches already queued, each bounded
+// by the client's timeouts. It does not close the client, which the caller
+// owns.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	if s.pipe != nil {
