@@ -15,7 +15,8 @@
 //   - The store failed, or a failure policy decided fail-closed
 //     ([core.SourceFailClosed]): codes.Unavailable, never
 //     ResourceExhausted (nothing was limited). [WithFailOpen] serves such
-//     calls instead when the store fails.
+//     calls instead when the store fails; [WithErrorHandler] sees every
+//     such failure, to log it.
 //   - No key: codes.InvalidArgument. A call is never let through
 //     unlimited for lack of a key.
 //

@@ -39,6 +39,7 @@ type config struct {
 	cost     CostFunc
 	failOpen bool
 	shadow   bool
+	onError  ErrorFunc
 }
 
 // WithPolicyName names the limiter given to [New] in status details
@@ -108,6 +109,23 @@ func WithFailOpen() Option {
 	return optionFunc(func(c *config) { c.failOpen = true })
 }
 
+// ErrFailClosed is the error an [ErrorFunc] sees for a call a failure
+// policy denied because its store was down ([core.SourceFailClosed]).
+var ErrFailClosed = errors.New("grpclimit: the store is down and its policy failed closed")
+
+// ErrorFunc observes a failure of the limiter for a call to method: a
+// store's error, [ErrFailClosed], or an invalid cost from a [CostFunc]
+// (wrapping [core.ErrInvalidCost]). It must be safe for concurrent use.
+type ErrorFunc func(ctx context.Context, method string, err error)
+
+// WithErrorHandler calls f with every failure of the limiter, before the
+// call is failed with codes.Unavailable (or served, under [WithFailOpen]
+// or [WithShadow]), so that a store outage can be logged and counted. The
+// client is never told the error. The default does nothing.
+func WithErrorHandler(f ErrorFunc) Option {
+	return optionFunc(func(c *config) { c.onError = f })
+}
+
 // WithShadow turns enforcement off: every call is passed to the handler,
 // whatever the limiters decide or however their stores fail.
 func WithShadow() Option {
@@ -123,6 +141,7 @@ type Interceptor struct {
 	cost     CostFunc
 	failOpen bool
 	shadow   bool
+	onError  ErrorFunc
 }
 
 // New returns an interceptor that charges each call to lim, and to the
@@ -133,7 +152,7 @@ func New(lim *core.Limiter, opts ...Option) (*Interceptor, error) {
 	for _, o := range opts {
 		o.apply(&c)
 	}
-	in := &Interceptor{key: c.key, cost: c.cost, failOpen: c.failOpen, shadow: c.shadow}
+	in := &Interceptor{key: c.key, cost: c.cost, failOpen: c.failOpen, shadow: c.shadow, onError: c.onError}
 	peerKey, err := PeerKey(c.v4, c.v6)
 	if err != nil {
 		return nil, err
@@ -201,15 +220,21 @@ func (in *Interceptor) decide(ctx context.Context, method string) error {
 		cost = in.cost(ctx, method)
 	}
 	if cost < 0 || cost > core.MaxUnits {
+		in.report(ctx, method, fmt.Errorf("%w: the cost function gave %d", core.ErrInvalidCost, cost))
 		return in.unavailable()
 	}
 	for i := range in.policies {
 		p := &in.policies[i]
 		d, err := p.lim.AllowN(ctx, key, cost)
 		switch {
-		case err != nil && in.failOpen:
-			continue
-		case err != nil, !d.Allowed && d.Source == core.SourceFailClosed:
+		case err != nil:
+			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: %w", p.name, err))
+			if in.failOpen {
+				continue
+			}
+			return in.unavailable()
+		case !d.Allowed && d.Source == core.SourceFailClosed:
+			in.report(ctx, method, fmt.Errorf("policy %q: %w", p.name, ErrFailClosed))
 			return in.unavailable()
 		case !d.Allowed:
 			if in.shadow {
@@ -219,6 +244,13 @@ func (in *Interceptor) decide(ctx context.Context, method string) error {
 		}
 	}
 	return nil
+}
+
+// report passes a failure to the error handler, if there is one.
+func (in *Interceptor) report(ctx context.Context, method string, err error) {
+	if in.onError != nil {
+		in.onError(ctx, method, err)
+	}
 }
 
 func (in *Interceptor) unavailable() error {

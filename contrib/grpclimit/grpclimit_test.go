@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,6 +157,52 @@ func TestStreamDenied(t *testing.T) {
 
 func answering(d core.Decision, err error) core.Store {
 	return core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return d, err })
+}
+
+// TestErrorHandler checks that every failure of the limiter reaches the
+// error handler, with its cause, whatever the call is then answered.
+func TestErrorHandler(t *testing.T) {
+	t.Parallel()
+	down := errors.New("connection refused")
+	for _, tc := range []struct {
+		name  string
+		store core.Store
+		opts  []grpclimit.Option
+		want  error
+		code  codes.Code
+	}{
+		{"store error", answering(core.Decision{}, down), nil, down, codes.Unavailable},
+		{"store error, fail open", answering(core.Decision{}, down), []grpclimit.Option{grpclimit.WithFailOpen()}, down, codes.OK},
+		{"fail-closed", answering(core.Decision{Source: core.SourceFailClosed}, nil), nil, grpclimit.ErrFailClosed, codes.Unavailable},
+		{"invalid cost", answering(core.Decision{Allowed: true}, nil), []grpclimit.Option{grpclimit.WithCost(func(context.Context, string) int64 { return -1 })}, core.ErrInvalidCost, codes.Unavailable},
+		{"allowed", answering(core.Decision{Allowed: true, Limit: 10}, nil), nil, nil, codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var got []error
+			opts := append(tc.opts, grpclimit.WithErrorHandler(func(_ context.Context, method string, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if method == "" {
+					t.Error("the error handler was given no method")
+				}
+				got = append(got, err)
+			}))
+			lim := newLimiter(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
+			if err := check(context.Background(), serve(t, lim, opts...)); status.Code(err) != tc.code {
+				t.Fatalf("got %v, want %v", err, tc.code)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case tc.want == nil && len(got) != 0:
+				t.Errorf("the error handler saw %v on a call that did not fail", got)
+			case tc.want != nil && (len(got) != 1 || !errors.Is(got[0], tc.want)):
+				t.Errorf("the error handler saw %v, want one error wrapping %v", got, tc.want)
+			}
+		})
+	}
 }
 
 func TestOutcomes(t *testing.T) {

@@ -110,7 +110,7 @@ func decode(res rueidis.RedisResult) (core.Decision, error) {
 	}
 	vals, err := res.ToArray()
 	if err != nil {
-		return core.Decision{}, fmt.Errorf("%w: %v", wire.ErrMalformed, err)
+		return core.Decision{}, fmt.Errorf("%w: %w", wire.ErrMalformed, err)
 	}
 	if len(vals) != wire.ReplyLen {
 		return core.Decision{}, fmt.Errorf("%w: %d elements", wire.ErrMalformed, len(vals))
@@ -119,7 +119,7 @@ func decode(res rueidis.RedisResult) (core.Decision, error) {
 	for i := range vals {
 		n, err := vals[i].ToInt64()
 		if err != nil {
-			return core.Decision{}, fmt.Errorf("%w: element %d: %v", wire.ErrMalformed, i, err)
+			return core.Decision{}, fmt.Errorf("%w: element %d: %w", wire.ErrMalformed, i, err)
 		}
 		ints[i] = n
 	}
