@@ -14,9 +14,9 @@
 -- Numbers: Redis's Lua has only doubles, exact for integers below 2^53.
 -- Every quantity sluice keeps is below 2^52 (instants in µs up to 2112,
 -- rates, costs, capacities), so the sums and products the Go twin takes in
--- int64 are exact here too, and divisions go through idiv, which corrects
--- the rounding of a / b. States are packed as doubles, not written with
--- tostring, which keeps only 14 digits.
+-- int64 are exact here too, and so is the floor of a quotient (idiv).
+-- States are packed as doubles, not written with tostring, which keeps
+-- only 14 digits.
 
 local now, cost, peek, rate, period, burst, u, r =
 	struct.unpack('<dddddddd', ARGV[1])
@@ -50,16 +50,11 @@ end
 
 local NEVER = -1 -- retry-after of a cost above capacity (core.RetryNever)
 
--- idiv returns floor(a / b) for 0 <= a < 2^53 and b > 0, exactly.
+-- idiv returns floor(a / b) for 0 <= a < 2^53 and b >= 1. The double
+-- a / b is off by at most (a / b) * 2^-53 < 1 / b, less than the distance
+-- from a / b up to the next integer, so its floor is exact.
 local function idiv(a, b)
-	local q = math.floor(a / b)
-	local m = a - q * b
-	if m < 0 then
-		q = q - 1
-	elseif m >= b then
-		q = q + 1
-	end
-	return q
+	return math.floor(a / b)
 end
 
 -- ceildiv returns ceil(a / b), 0 for a <= 0 (core.CeilDiv).

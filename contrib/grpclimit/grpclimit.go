@@ -32,10 +32,15 @@ type policy struct {
 }
 
 type config struct {
-	name     string
-	more     []policy
+	name   string
+	more   []policy
+	v4, v6 int
+	settings
+}
+
+// settings are the options an [Interceptor] keeps as they were given.
+type settings struct {
 	key      KeyFunc
-	v4, v6   int
 	cost     CostFunc
 	failOpen bool
 	shadow   bool
@@ -137,11 +142,7 @@ func WithShadow() Option {
 // [New]; it is safe for concurrent use.
 type Interceptor struct {
 	policies []policy
-	key      KeyFunc
-	cost     CostFunc
-	failOpen bool
-	shadow   bool
-	onError  ErrorFunc
+	settings
 }
 
 // New returns an interceptor that charges each call to lim, and to the
@@ -152,7 +153,7 @@ func New(lim *core.Limiter, opts ...Option) (*Interceptor, error) {
 	for _, o := range opts {
 		o.apply(&c)
 	}
-	in := &Interceptor{key: c.key, cost: c.cost, failOpen: c.failOpen, shadow: c.shadow, onError: c.onError}
+	in := &Interceptor{settings: c.settings}
 	peerKey, err := PeerKey(c.v4, c.v6)
 	if err != nil {
 		return nil, err

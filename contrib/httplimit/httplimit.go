@@ -53,16 +53,7 @@ type policy struct {
 type Middleware struct {
 	policies []policy
 	policyH  string // RateLimit-Policy: every policy's item
-	key      KeyFunc
-	cost     CostFunc
-	headers  Headers
-	jitter   time.Duration
-	denied   DeniedFunc
-	onError  ErrorFunc
-	noKey    ErrorFunc
-	failOpen bool
-	shadow   bool
-	now      func() time.Time
+	settings
 }
 
 // New returns a middleware that charges each request to lim, and to the
@@ -71,22 +62,11 @@ type Middleware struct {
 // range, an invalid trusted proxy prefix, an unknown forwarding header or
 // header set).
 func New(lim *core.Limiter, opts ...Option) (*Middleware, error) {
-	c := config{name: "default", headers: HeadersDraft}
+	c := config{name: "default", settings: settings{headers: HeadersDraft}}
 	for _, o := range opts {
 		o.apply(&c)
 	}
-	m := &Middleware{
-		key:      c.key,
-		cost:     c.cost,
-		headers:  c.headers,
-		jitter:   c.jitter,
-		denied:   c.denied,
-		onError:  c.onError,
-		noKey:    c.noKey,
-		failOpen: c.failOpen,
-		shadow:   c.shadow,
-		now:      c.now,
-	}
+	m := &Middleware{settings: c.settings}
 	switch {
 	case c.headers&^headersAll != 0:
 		return nil, fmt.Errorf("httplimit: unknown header set %#x", uint8(c.headers))

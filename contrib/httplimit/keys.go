@@ -143,49 +143,28 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, error) {
 	}
 	lines := r.Header[c.header]
 	for i := len(lines) - 1; i >= 0; i-- {
-		var next netip.Addr
 		var done bool
-		if c.forwarded {
-			addr, done = c.walkForwarded(lines[i], addr)
-		} else {
-			line := lines[i]
-			for !done && line != "" {
-				hop := line
-				if j := strings.LastIndexByte(line, ','); j >= 0 {
-					hop, line = line[j+1:], line[:j]
-				} else {
-					line = ""
-				}
-				hop = strings.TrimSpace(hop)
-				if hop == "" { // "a,,b" or a trailing comma: no hop
-					continue
-				}
-				if next, ok = parseHop(hop); !ok {
-					return addr, nil
-				}
-				addr, done = next, !c.trusts(next)
-			}
-		}
-		if done {
-			return addr, nil
+		if addr, done = c.walk(lines[i], addr); done {
+			break
 		}
 	}
 	return addr, nil
 }
 
-// walkForwarded walks one Forwarded field line from right to left, from
+// walk walks one line of the forwarding header from right to left, from
 // addr, the trusted address nearest the server so far. It returns the
-// address reached and whether the walk is over.
+// address reached and whether the walk is over: at the first hop that is
+// not a trusted proxy's, or that does not parse.
 //
-// Elements are split at every comma, quoted or not. No node a proxy writes
-// holds a comma, so a quoted comma can only come from a client, left of
-// the elements trusted proxies appended; honouring it would let a client
-// send an unterminated quote that swallows the element its proxy appends
-// after it, and so hide its own address. A non-empty element without for=
-// ends the walk like an unparsable node: the proxy that wrote it did not
-// say who its client was, and what lies left of it may be the client's own
-// words.
-func (c *ClientIP) walkForwarded(line string, addr netip.Addr) (netip.Addr, bool) {
+// Elements are split at every comma, for Forwarded too, quoted or not. No
+// node a proxy writes holds a comma, so a quoted comma can only come from
+// a client, left of the elements trusted proxies appended; honouring it
+// would let a client send an unterminated quote that swallows the element
+// its proxy appends after it, and so hide its own address. A non-empty
+// Forwarded element without for= ends the walk like an unparsable node:
+// the proxy that wrote it did not say who its client was, and what lies
+// left of it may be the client's own words.
+func (c *ClientIP) walk(line string, addr netip.Addr) (netip.Addr, bool) {
 	for line != "" {
 		elem := line
 		if j := strings.LastIndexByte(line, ','); j >= 0 {
@@ -193,11 +172,14 @@ func (c *ClientIP) walkForwarded(line string, addr netip.Addr) (netip.Addr, bool
 		} else {
 			line = ""
 		}
-		elem = strings.TrimSpace(elem)
-		if elem == "" { // "a,,b" or a trailing comma: no element
+		hop := strings.TrimSpace(elem)
+		if hop == "" { // "a,,b" or a trailing comma: no hop
 			continue
 		}
-		next, ok := parseHop(forwardedFor(elem))
+		if c.forwarded {
+			hop = forwardedFor(hop)
+		}
+		next, ok := parseHop(hop)
 		if !ok {
 			return addr, true
 		}

@@ -25,12 +25,18 @@ type namedLimiter struct {
 }
 
 type config struct {
-	name     string         // the first limiter's policy name
-	more     []namedLimiter // WithLimiter
-	ip       IPConfig
-	v4, v6   int  // WithIPv4Prefix, WithIPv6Prefix
-	v4set    bool // so that an explicit 0 is reported, not taken as the default
-	v6set    bool
+	name   string         // the first limiter's policy name
+	more   []namedLimiter // WithLimiter
+	ip     IPConfig
+	v4, v6 int  // WithIPv4Prefix, WithIPv6Prefix
+	v4set  bool // so that an explicit 0 is reported, not taken as the default
+	v6set  bool
+	settings
+}
+
+// settings are the options a [Middleware] keeps as they were given (or
+// defaulted by [New]).
+type settings struct {
 	key      KeyFunc
 	cost     CostFunc
 	headers  Headers

@@ -34,20 +34,30 @@ var parityLimits = []core.Limit{
 	core.Per(9_000, 1500*time.Millisecond),
 }
 
+// parityStart is the instant, in µs, parity runs begin at.
+var parityStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+
 // parity runs ops random operations on one key against the Go transition
-// (with a state it never forgets) and against the store, fails at the
-// first decision they disagree on, and counts the outcomes.
-func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int) (allowed, denied, never int) {
+// (with a state it never forgets) and against the store, from the instant
+// start (µs), switching among those of limits alg accepts; it fails at the
+// first decision they disagree on, and counts the outcomes. Instants stay
+// within 1970 to 2112 and costs within 2^52, so that every request is
+// valid.
+func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int, limits []core.Limit, start int64) (allowed, denied, never int) {
 	t.Helper()
-	var limits []core.Limit
-	for _, l := range parityLimits {
-		if alg.Validate(l) == nil {
-			limits = append(limits, l)
+	var usable []core.Limit
+	for _, l := range limits {
+		if l.Validate() == nil && alg.Validate(l) == nil {
+			usable = append(usable, l)
 		}
 	}
+	if len(usable) == 0 {
+		return
+	}
+	limits = usable
 	ctx := context.Background()
 	var state core.State
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	now := start
 	limit := limits[0]
 	for i := range ops {
 		if rng.IntN(50) == 0 {
@@ -64,6 +74,7 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 		default:
 			now += rng.Int64N(period/max(limit.Rate(), 1) + 2)
 		}
+		now = min(max(now, 0), core.MaxUnits-1)
 		capacity := limit.Burst()
 		if alg != algorithms.TokenBucket && alg != algorithms.GCRA {
 			capacity = limit.Rate()
@@ -73,7 +84,7 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 		case 0:
 			cost = 0
 		case 1:
-			cost = capacity + 1 + rng.Int64N(3) // unsatisfiable
+			cost = min(capacity+1+rng.Int64N(3), core.MaxUnits) // unsatisfiable, or all of 2^52
 		case 2:
 			cost = rng.Int64N(capacity) + 1
 		default:
@@ -114,7 +125,7 @@ func TestParity(t *testing.T) {
 			seed := rand.Uint64()
 			t.Logf("seed %d", seed)
 			const ops = 10_000
-			allowed, denied, never := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops)
+			allowed, denied, never := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
 			t.Logf("%d ops: %d allowed, %d denied, %d unsatisfiable", ops, allowed, denied, never)
 			// A run that never denies proves little.
 			if allowed < ops/20 || denied < ops/20 || never < ops/50 {
@@ -189,6 +200,6 @@ func FuzzParity(f *testing.F) {
 		src := &bytesSource{in: in}
 		// One key per input: a run must not see another's state, even in
 		// another fuzzing process.
-		parity(t, store, alg, fmt.Sprintf("f%x", rand.Uint64()), rand.New(src), min(len(in)/8, 300))
+		parity(t, store, alg, fmt.Sprintf("f%x", rand.Uint64()), rand.New(src), min(len(in)/8, 300), parityLimits, parityStart)
 	})
 }
