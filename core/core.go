@@ -47,14 +47,14 @@ const (
 	SourceLease                    // tokens leased from the store were spent locally
 	SourceFailOpen                 // the store failed and the policy allowed
 	SourceFailClosed               // the store failed and the policy denied
-	SourceFallback                 // the store failed and a local fallback decided
+	SourceDegraded                 // the store failed and a local fallback (degrade mode) decided
 	SourceShadow                   // shadow mode: the real decision was a denial, reported as allowed
 )
 
-var sourceNames = [...]string{"store", "cache", "lease", "fail-open", "fail-closed", "fallback", "shadow"}
+var sourceNames = [...]string{"store", "cache", "lease", "fail-open", "fail-closed", "degraded", "shadow"}
 
 // String returns the source's name as used in telemetry: "store", "cache",
-// "lease", "fail-open", "fail-closed", "fallback" or "shadow".
+// "lease", "fail-open", "fail-closed", "degraded" or "shadow".
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {
 		return sourceNames[s]
