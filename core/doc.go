@@ -27,6 +27,15 @@
 // decision without charging it. [StoreFunc] turns a function into a Store,
 // for tests and small decorators.
 //
+// A decorator is a Store that wraps another (the breaker in package
+// policy, the telemetry and layered stores). Each of sluice's decorators
+// keeps its inner store's abilities: it implements Reset by forwarding to
+// the inner store (failing with [ErrUnsupported] when that is no
+// [Resetter]), Close by releasing what it owns and then closing the inner
+// store if that is an [io.Closer], so a chain closes as one, and
+// Unwrap() Store, which returns the inner store so that code can find a
+// layer of the chain by type.
+//
 // Every request carries its limit, so a key's limit can change between
 // calls (per-key tiers, live reconfiguration); each algorithm documents what
 // it does with state written under another limit.
