@@ -227,14 +227,18 @@ func (b *Breaker) apply(ctx context.Context, req *core.Request, mode Mode) (core
 	b.calls.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
 	d, err := b.remote.Apply(cctx, *req)
-	expired := err != nil && cctx.Err() != nil
-	cancel()
 	if err == nil {
+		cancel()
 		done(nil)
 		b.settle()
 		return d, nil
 	}
-	switch cerr := ctx.Err(); {
+	// A client may report a timeout as soon as the deadline passes, before
+	// the context's timer has fired: go by the deadline too.
+	deadline, _ := cctx.Deadline()
+	expired := cctx.Err() != nil || !time.Now().Before(deadline)
+	cancel()
+	switch cerr := callerEnded(ctx, deadline); {
 	case cerr != nil:
 		// The caller gave up, or its own deadline passed: not the store's
 		// fault, whatever the error says.
@@ -257,6 +261,19 @@ func (b *Breaker) apply(ctx context.Context, req *core.Request, mode Mode) (core
 	done(errExcluded)
 	b.settle()
 	return core.Decision{}, err
+}
+
+// callerEnded returns the caller's context's error if it ended the call:
+// it was cancelled, or its deadline, no later than the breaker's (the
+// call's deadline), has passed.
+func callerEnded(ctx context.Context, deadline time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !d.After(deadline) && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // now returns the monotonic instant, in ns after b.base.

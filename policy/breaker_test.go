@@ -1,0 +1,768 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// fake is a remote store whose answers a test sets: a decision from
+// answer, or err, optionally after waiting for the call's context to end.
+type fake struct {
+	mu     sync.Mutex
+	err    error
+	hang   bool // wait until the context ends, then fail with its error
+	calls  atomic.Int64
+	resets atomic.Int64
+	closes atomic.Int64
+}
+
+var (
+	_       core.Resetter = (*fake)(nil)
+	refused               = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+)
+
+func (f *fake) set(err error, hang bool) {
+	f.mu.Lock()
+	f.err, f.hang = err, hang
+	f.mu.Unlock()
+}
+
+func (f *fake) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	f.calls.Add(1)
+	f.mu.Lock()
+	err, hang := f.err, f.hang
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return core.Decision{}, fmt.Errorf("fake: %w", ctx.Err())
+	}
+	if err != nil {
+		return core.Decision{}, fmt.Errorf("fake: %w", err)
+	}
+	return core.Decision{Allowed: true, Limit: req.Limit.Burst(), Remaining: 1}, nil
+}
+
+func (f *fake) Reset(context.Context, string, core.Algorithm) error {
+	f.resets.Add(1)
+	return nil
+}
+
+func (f *fake) Close() error {
+	f.closes.Add(1)
+	return nil
+}
+
+func newBreaker(t testing.TB, remote core.Store, opts ...BreakerOption) *Breaker {
+	t.Helper()
+	b, err := NewBreaker(remote, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func req(key string) core.Request {
+	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100), Cost: 1}
+}
+
+func TestNewBreakerInvalid(t *testing.T) {
+	t.Parallel()
+	if _, err := NewBreaker(nil); !errors.Is(err, core.ErrNoStore) {
+		t.Errorf("NewBreaker(nil) error = %v, want core.ErrNoStore", err)
+	}
+	tests := []struct {
+		name string
+		opt  BreakerOption
+	}{
+		{"timeout 0", WithTimeout(0)},
+		{"timeout negative", WithTimeout(-time.Millisecond)},
+		{"timeout huge", WithTimeout(time.Hour)},
+		{"open timeout 0", WithOpenTimeout(0)},
+		{"open timeout huge", WithOpenTimeout(48 * time.Hour)},
+		{"probes 0", WithProbes(0)},
+		{"probes huge", WithProbes(1 << 20)},
+		{"min failures 0", WithTrip(0, 0.5)},
+		{"min failures huge", WithTrip(math.MaxInt, 0.5)},
+		{"ratio 0", WithTrip(5, 0)},
+		{"ratio above 1", WithTrip(5, 1.5)},
+		{"ratio NaN", WithTrip(5, math.NaN())},
+		{"window tiny", WithWindow(time.Millisecond)},
+		{"window huge", WithWindow(48 * time.Hour)},
+		{"mode unknown", WithMode(Mode(9))},
+		{"instances 0", WithInstances(0)},
+		{"instances huge", WithInstances(1 << 30)},
+		{"local keys 0", WithLocalKeys(0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := NewBreaker(&fake{}, tt.opt)
+			if !errors.Is(err, ErrInvalidOption) || b != nil {
+				t.Errorf("NewBreaker(%s) = %v, %v; want nil and an error wrapping ErrInvalidOption", tt.name, b, err)
+			}
+			t.Logf("%v", err)
+		})
+	}
+	// A nil option is ignored, and the defaults hold.
+	b := newBreaker(t, &fake{}, nil)
+	if b.Name() != DefaultName || b.Mode() != FailOpen || b.State() != Closed {
+		t.Errorf("defaults: name %q, mode %v, state %v", b.Name(), b.Mode(), b.State())
+	}
+	if _, err := b.WithMode(Mode(7)); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("WithMode(Mode(7)) error = %v, want ErrInvalidOption", err)
+	}
+}
+
+func TestStrings(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ got, want string }{
+		{FailOpen.String(), "fail-open"},
+		{FailClosed.String(), "fail-closed"},
+		{Degrade.String(), "degrade"},
+		{Mode(9).String(), "Mode(9)"},
+		{Closed.String(), "closed"},
+		{HalfOpen.String(), "half-open"},
+		{Open.String(), "open"},
+		{State(5).String(), "State(5)"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("String() = %q, want %q", tt.got, tt.want)
+		}
+	}
+}
+
+// TestModeAnswers checks each mode's answer to a call that failed while
+// the circuit was closed, and to calls while it is open.
+func TestModeAnswers(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	f.set(refused, false)
+	b := newBreaker(t, f, WithInstances(4), WithOpenTimeout(time.Hour))
+	views := map[Mode]core.Store{FailOpen: b}
+	for _, m := range []Mode{FailClosed, Degrade} {
+		v, err := b.WithMode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		views[m] = v
+	}
+	ctx := context.Background()
+	for round, state := range []State{Closed, Open} {
+		if round == 1 {
+			for range 10 { // trip it
+				b.Apply(ctx, req("trip"))
+			}
+		}
+		if got := b.State(); got != state {
+			t.Fatalf("round %d: state %v, want %v", round, got, state)
+		}
+		d, err := views[FailOpen].Apply(ctx, req("k"))
+		if err != nil || d != (core.Decision{Allowed: true, Source: core.SourceFailOpen}) {
+			t.Errorf("%v: fail-open = %+v, %v", state, d, err)
+		}
+		d, err = views[FailClosed].Apply(ctx, req("k"))
+		if err != nil || d.Allowed || d.Source != core.SourceFailClosed || d.RetryAfter <= 0 || d.Limit != 0 {
+			t.Errorf("%v: fail-closed = %+v, %v; want a denial with a RetryAfter", state, d, err)
+		}
+		if state == Open && (d.RetryAfter <= 59*time.Minute || d.RetryAfter > time.Hour) {
+			t.Errorf("open: fail-closed RetryAfter = %v, want the rest of the hour's open timeout", d.RetryAfter)
+		}
+		// Degrade: 100/min among 4 instances is 25 a minute, burst 25.
+		key := "degrade-" + state.String()
+		admitted := 0
+		for i := range 30 {
+			d, err := views[Degrade].Apply(ctx, req(key))
+			if err != nil || d.Source != core.SourceDegraded {
+				t.Fatalf("%v: degrade call %d = %+v, %v", state, i, d, err)
+			}
+			if d.Allowed {
+				admitted++
+				if d.Limit != 25 {
+					t.Errorf("%v: degraded decision's Limit = %d, want 25", state, d.Limit)
+				}
+			}
+		}
+		if admitted != 25 {
+			t.Errorf("%v: degrade admitted %d of 30, want 25", state, admitted)
+		}
+	}
+}
+
+func TestShare(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		limit core.Limit
+		n     int64
+		want  core.Limit
+	}{
+		{core.PerSecond(100), 1, core.PerSecond(100)},
+		{core.PerSecond(100), 4, core.PerSecond(25)},
+		{core.PerSecond(100), 3, core.PerSecond(33)},                           // rounded down
+		{core.PerSecond(10).WithBurst(50), 4, core.PerSecond(2).WithBurst(12)}, // each part rounded down
+		{core.PerSecond(10).WithBurst(2), 4, core.PerSecond(2).WithBurst(1)},   // burst at least 1
+		{core.PerSecond(10), 50, core.Per(1, 5*time.Second)},                   // below one a second: 1 per ⌈50/10⌉ s
+		{core.PerSecond(3), 4, core.Per(1, 2*time.Second)},                     // ⌈4/3⌉ = 2
+		{core.PerMinute(1), 1000, core.Per(1, 1000*time.Minute)},
+	}
+	for _, tt := range tests {
+		got, ok := share(tt.limit, tt.n, algorithms.TokenBucket)
+		if !ok || got != tt.want {
+			t.Errorf("share(%v, %d) = %v, %v; want %v", tt.limit, tt.n, got, ok, tt.want)
+		}
+		// n instances never admit more than the limit in the long run.
+		if ok && float64(got.Rate())*float64(tt.n)/got.Period().Seconds() > float64(tt.limit.Rate())/tt.limit.Period().Seconds()+1e-9 {
+			t.Errorf("share(%v, %d) = %v: %d of them exceed the limit's rate", tt.limit, tt.n, got, tt.n)
+		}
+	}
+	// A share past the longest period is not expressible.
+	if got, ok := share(core.Per(1, core.MaxPeriod/2), 3, algorithms.TokenBucket); ok {
+		t.Errorf("share(1 per MaxPeriod/2, 3) = %v, true; want false", got)
+	}
+}
+
+// TestDegradeInexpressible answers fail-closed when the share cannot be
+// expressed.
+func TestDegradeInexpressible(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	f.set(refused, false)
+	b := newBreaker(t, f, WithMode(Degrade), WithInstances(3))
+	r := req("k")
+	r.Limit = core.Per(1, core.MaxPeriod/2)
+	d, err := b.Apply(context.Background(), r)
+	if err != nil || d.Allowed || d.Source != core.SourceFailClosed {
+		t.Errorf("Apply = %+v, %v; want a fail-closed denial", d, err)
+	}
+}
+
+// TestTripAndRecover walks the circuit through its states on a fake
+// clock: it opens on the ratio of failures, makes no call while open,
+// lets at most the probes through when half-open, and closes on their
+// success; the changes arrive in order.
+func TestTripAndRecover(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		var changes []string
+		b := newBreaker(t, f, WithOpenTimeout(time.Second), WithProbes(2),
+			WithOnChange(func(c Change) { changes = append(changes, c.From.String()+">"+c.To.String()) }))
+		ctx := context.Background()
+		apply := func() core.Decision {
+			t.Helper()
+			d, err := b.Apply(ctx, req("k"))
+			if err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			return d
+		}
+		// 10 successes, then failures: the ratio needs 10 failures (and at
+		// least 5) to reach half.
+		for range 10 {
+			apply()
+		}
+		f.set(refused, false)
+		for i := range 9 {
+			if d := apply(); d.Source != core.SourceFailOpen {
+				t.Fatalf("failure %d answered %+v", i, d)
+			}
+			if b.State() != Closed {
+				t.Fatalf("opened after %d failures and 10 successes; want 10 failures", i+1)
+			}
+		}
+		apply()
+		if b.State() != Open {
+			t.Fatalf("state %v after 10 failures and 10 successes, want open", b.State())
+		}
+		calls := f.calls.Load()
+		for range 100 {
+			apply()
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := f.calls.Load() - calls; n != 0 {
+			t.Errorf("%d calls reached the store while open, want 0", n)
+		}
+		// Half-open: a probe fails, the circuit opens again.
+		time.Sleep(time.Second + time.Millisecond)
+		apply()
+		if b.State() != Open || f.calls.Load()-calls != 1 {
+			t.Errorf("after a failed probe: state %v, %d calls; want open, 1", b.State(), f.calls.Load()-calls)
+		}
+		// Redis is back: 2 probes close it.
+		f.set(nil, false)
+		time.Sleep(time.Second + time.Millisecond)
+		for i := range 2 {
+			if d := apply(); d.Source != core.SourceStore {
+				t.Fatalf("probe %d answered %+v", i, d)
+			}
+		}
+		if b.State() != Closed {
+			t.Errorf("state %v after 2 successful probes, want closed", b.State())
+		}
+		want := []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed"}
+		if !slices.Equal(changes, want) {
+			t.Errorf("changes %v, want %v", changes, want)
+		}
+		if n := b.BreakerChanges(); n != uint64(len(want)) {
+			t.Errorf("BreakerChanges() = %d, want %d", n, len(want))
+		}
+		st := b.Stats()
+		if st.Failures != 11 || st.Changes != 5 || st.Rejected != 100 {
+			t.Errorf("Stats() = %+v; want 11 failures, 5 changes, 100 rejected", st)
+		}
+	})
+}
+
+// TestHalfOpenProbes checks that the half-open circuit lets only its
+// probes through, while they are under way.
+func TestHalfOpenProbes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		f.set(refused, false)
+		b := newBreaker(t, f, WithProbes(3), WithTimeout(50*time.Millisecond), WithMode(FailClosed))
+		ctx := context.Background()
+		for range 5 {
+			b.Apply(ctx, req("k"))
+		}
+		if b.State() != Open {
+			t.Fatalf("state %v, want open", b.State())
+		}
+		time.Sleep(DefaultOpenTimeout + time.Millisecond)
+		// Probes that hang until the deadline: 3 get through; the other
+		// 20 callers are answered at once.
+		f.set(nil, true)
+		calls := f.calls.Load()
+		var wg sync.WaitGroup
+		var quick atomic.Int64
+		for range 23 {
+			wg.Go(func() {
+				start := time.Now()
+				d, err := b.Apply(ctx, req("k"))
+				if err != nil || d.Source != core.SourceFailClosed {
+					t.Errorf("Apply = %+v, %v; want fail-closed", d, err)
+				}
+				if time.Since(start) == 0 {
+					quick.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := f.calls.Load() - calls; n != 3 {
+			t.Errorf("%d calls reached the store while half-open, want the 3 probes", n)
+		}
+		if quick.Load() != 20 {
+			t.Errorf("%d callers answered at once, want 20", quick.Load())
+		}
+		if b.State() != Open {
+			t.Errorf("state %v after the probes timed out, want open", b.State())
+		}
+	})
+}
+
+// TestPerCallDeadline checks that a store that does not answer costs a
+// call the per-call deadline, and counts as a failure.
+func TestPerCallDeadline(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		f.set(nil, true)
+		b := newBreaker(t, f, WithTimeout(7*time.Millisecond), WithMode(FailClosed))
+		start := time.Now()
+		d, err := b.Apply(context.Background(), req("k"))
+		if took := time.Since(start); took != 7*time.Millisecond {
+			t.Errorf("Apply took %v, want the deadline, 7ms", took)
+		}
+		if err != nil || d.Source != core.SourceFailClosed {
+			t.Errorf("Apply = %+v, %v; want fail-closed", d, err)
+		}
+		if c := b.Counts(); c.Failures != 1 {
+			t.Errorf("Counts() = %+v, want 1 failure", c)
+		}
+	})
+}
+
+// TestNotCounted checks the errors that never count: each is returned to
+// the caller, and a thousand of them leave the circuit closed with no
+// failure counted.
+func TestNotCounted(t *testing.T) {
+	t.Parallel()
+	background := func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name  string
+		ctx   func() (context.Context, context.CancelFunc)
+		err   error // the store's
+		hang  bool
+		req   core.Request
+		want  error // the caller's error wraps it
+		calls bool  // the store is called
+	}{
+		{"cancelled before", func() (context.Context, context.CancelFunc) { return cancelled, func() {} },
+			context.Canceled, false, req("k"), context.Canceled, true},
+		{"cancelled during", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(time.Millisecond, cancel)
+			return ctx, cancel
+		}, nil, true, req("k"), context.Canceled, true},
+		{"caller's deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Millisecond)
+		}, nil, true, req("k"), context.DeadlineExceeded, true},
+		{"caller's deadline, client's timeout error", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Microsecond)
+			time.Sleep(time.Millisecond)
+			return ctx, cancel
+		}, os.ErrDeadlineExceeded, false, req("k"), context.DeadlineExceeded, true},
+		{"invalid key", background, nil, false, req(""), core.ErrInvalidKey, false},
+		{"invalid cost", background, nil, false, core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}, core.ErrInvalidCost, false},
+		{"no algorithm", background, nil, false, core.Request{Key: "k", Limit: core.PerSecond(1), Cost: 1}, core.ErrNoAlgorithm, false},
+		{"unsupported", background, core.ErrUnsupported, false, req("k"), core.ErrUnsupported, true},
+		{"malformed", background, wire.ErrMalformed, false, req("k"), wire.ErrMalformed, true},
+		{"WRONGTYPE", background, errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), false, req("k"), nil, true},
+		{"BUSYKEY is not BUSY", background, errors.New("BUSYKEY Target key name already exists."), false, req("k"), nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fake{}
+			f.set(tt.err, tt.hang)
+			b := newBreaker(t, f, WithTrip(1, 0.01), WithTimeout(time.Second))
+			for i := range 1000 {
+				ctx, cancel := tt.ctx()
+				d, err := b.Apply(ctx, tt.req)
+				cancel()
+				if err == nil || d != (core.Decision{}) {
+					t.Fatalf("call %d: Apply = %+v, %v; want an error", i, d, err)
+				}
+				if tt.want != nil && !errors.Is(err, tt.want) {
+					t.Fatalf("call %d: error %v does not wrap %v", i, err, tt.want)
+				}
+				if i == 0 {
+					t.Logf("error: %v", err)
+				}
+				if tt.hang && i == 10 {
+					break // slow ones: enough
+				}
+			}
+			if (f.calls.Load() > 0) != tt.calls {
+				t.Errorf("%d calls to the store", f.calls.Load())
+			}
+			if b.State() != Closed || b.Stats().Failures != 0 || b.Counts().Failures != 0 {
+				t.Errorf("state %v, stats %+v, counts %+v; want closed, no failure", b.State(), b.Stats(), b.Counts())
+			}
+		})
+	}
+}
+
+// TestDenialIsSuccess checks that denials count as successes.
+func TestDenialIsSuccess(t *testing.T) {
+	t.Parallel()
+	denied := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+		return core.Decision{Allowed: false, RetryAfter: time.Second}, nil
+	})
+	b := newBreaker(t, denied, WithTrip(1, 0.01))
+	for range 100 {
+		d, err := b.Apply(context.Background(), req("k"))
+		if err != nil || d.Allowed || d.Source != core.SourceStore {
+			t.Fatalf("Apply = %+v, %v; want the store's denial", d, err)
+		}
+	}
+	if c := b.Counts(); c.Successes != 100 || b.State() != Closed {
+		t.Errorf("counts %+v, state %v; want 100 successes, closed", c, b.State())
+	}
+}
+
+// TestInf answers requests under core.Inf without the store, whatever the
+// mode.
+func TestInf(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	f.set(refused, false)
+	b := newBreaker(t, f, WithMode(FailClosed))
+	r := req("k")
+	r.Limit = core.Inf
+	if d, err := b.Apply(context.Background(), r); err != nil || d != core.Unlimited() || f.calls.Load() != 0 {
+		t.Errorf("Apply(Inf) = %+v, %v with %d calls; want core.Unlimited() and none", d, err, f.calls.Load())
+	}
+}
+
+// TestHookReentrant calls the breaker from its own hook, and blocks the
+// hook, while other callers go on.
+func TestHookReentrant(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	f.set(refused, false)
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	var b *Breaker
+	var seen []Change
+	b = newBreaker(t, f, WithTrip(1, 0.01), WithOpenTimeout(time.Hour), WithOnChange(func(c Change) {
+		seen = append(seen, c)
+		// Calls from the hook neither deadlock nor deliver.
+		d, err := b.Apply(context.Background(), req("from-hook"))
+		if err != nil || d.Source != core.SourceFailOpen || b.State() != Open || b.BreakerState() != "open" {
+			t.Errorf("in the hook: Apply = %+v, %v, state %v", d, err, b.State())
+		}
+		close(entered)
+		<-release
+	}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.Apply(context.Background(), req("k")) // trips, and delivers
+	}()
+	<-entered
+	// The hook blocks its caller only: the others are answered.
+	for range 100 {
+		if d, err := b.Apply(context.Background(), req("k")); err != nil || d.Source != core.SourceFailOpen {
+			t.Fatalf("Apply while the hook blocks = %+v, %v", d, err)
+		}
+	}
+	close(release)
+	<-done
+	if len(seen) != 1 || seen[0].From != Closed || seen[0].To != Open || seen[0].Name != DefaultName || seen[0].At.IsZero() {
+		t.Errorf("hook saw %+v, want one change from closed to open", seen)
+	}
+}
+
+// TestHookOrderConcurrent checks that concurrent callers deliver every
+// change once, in order.
+func TestHookOrderConcurrent(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	var mu sync.Mutex
+	var seen []Change
+	b := newBreaker(t, f, WithTrip(1, 0.01), WithOpenTimeout(time.Millisecond), WithProbes(1),
+		WithOnChange(func(c Change) {
+			mu.Lock()
+			seen = append(seen, c)
+			mu.Unlock()
+		}))
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 2000 {
+				if (g+i)%7 == 0 {
+					f.set(refused, false)
+				} else if (g+i)%5 == 0 {
+					f.set(nil, false)
+				}
+				if _, err := b.Apply(context.Background(), req("k")); err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.Apply(context.Background(), req("k")) // delivers the last
+	mu.Lock()
+	defer mu.Unlock()
+	if uint64(len(seen)) != b.BreakerChanges() {
+		t.Errorf("hook saw %d changes, BreakerChanges() = %d", len(seen), b.BreakerChanges())
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i].From != seen[i-1].To || seen[i].At.Before(seen[i-1].At) {
+			t.Fatalf("change %d (%v→%v) does not follow change %d (%v→%v)", i, seen[i].From, seen[i].To, i-1, seen[i-1].From, seen[i-1].To)
+		}
+	}
+	t.Logf("%d changes, %+v", len(seen), b.Stats())
+}
+
+// TestDegradeDiscardedOnClose checks that the local state of one outage
+// does not survive the circuit's closing into the next.
+func TestDegradeDiscardedOnClose(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		b := newBreaker(t, f, WithMode(Degrade), WithInstances(2), WithProbes(1))
+		ctx := context.Background()
+		admitted := func() int {
+			n := 0
+			for range 60 {
+				d, err := b.Apply(ctx, req("k"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed && d.Source == core.SourceDegraded {
+					n++
+				}
+			}
+			return n
+		}
+		for outage := range 2 {
+			f.set(refused, false)
+			if n := admitted(); n != 50 {
+				t.Errorf("outage %d: %d admitted locally, want the share, 50", outage, n)
+			}
+			if b.State() != Open || b.local.Load() == nil {
+				t.Fatalf("outage %d: state %v, local store made %v", outage, b.State(), b.local.Load() != nil)
+			}
+			f.set(nil, false)
+			time.Sleep(DefaultOpenTimeout + time.Millisecond)
+			b.Apply(ctx, req("k"))
+			if b.State() != Closed || b.local.Load() != nil {
+				t.Errorf("after outage %d: state %v, local store kept %v; want closed and none", outage, b.State(), b.local.Load() != nil)
+			}
+		}
+	})
+}
+
+func TestCloseResetUnwrap(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	f.set(refused, false)
+	b, err := NewBreaker(f, WithMode(Degrade))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := b.WithMode(FailOpen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Apply(ctx, req("k")) // makes the local store
+	if b.Unwrap() != core.Store(f) || v.Unwrap() != core.Store(b) || v.Breaker() != b || v.Mode() != FailOpen {
+		t.Errorf("Unwrap: breaker %v, view %v", b.Unwrap(), v.Unwrap())
+	}
+	if err := v.Reset(ctx, "k", algorithms.TokenBucket); err != nil || f.resets.Load() != 1 {
+		t.Errorf("Reset = %v with %d resets, want nil and 1", err, f.resets.Load())
+	}
+	if err := b.Reset(ctx, "", algorithms.TokenBucket); !errors.Is(err, core.ErrInvalidKey) {
+		t.Errorf("Reset(\"\") = %v, want core.ErrInvalidKey", err)
+	}
+	local := b.local.Load()
+	for range 2 {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close = %v", err)
+		}
+	}
+	if f.closes.Load() != 1 {
+		t.Errorf("remote closed %d times, want once", f.closes.Load())
+	}
+	if _, err := local.Apply(ctx, req("k")); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("the local store after Close: %v, want core.ErrClosed", err)
+	}
+	for name, s := range map[string]core.Store{"breaker": b, "view": v} {
+		if _, err := s.Apply(ctx, req("k")); !errors.Is(err, core.ErrClosed) {
+			t.Errorf("%s: Apply after Close = %v, want core.ErrClosed", name, err)
+		}
+		if err := s.(core.Resetter).Reset(ctx, "k", algorithms.TokenBucket); !errors.Is(err, core.ErrClosed) {
+			t.Errorf("%s: Reset after Close = %v, want core.ErrClosed", name, err)
+		}
+	}
+
+	// A remote store without Reset.
+	plain := newBreaker(t, core.StoreFunc(f.Apply))
+	if err := plain.Reset(ctx, "k", algorithms.TokenBucket); !errors.Is(err, core.ErrUnsupported) {
+		t.Errorf("Reset over a store without Reset = %v, want core.ErrUnsupported", err)
+	}
+}
+
+// TestBreakerConcurrentSafe hammers one breaker and its views from many
+// goroutines while the store fails and recovers.
+func TestBreakerConcurrentSafe(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	b := newBreaker(t, f, WithMode(Degrade), WithInstances(3), WithOpenTimeout(2*time.Millisecond), WithProbes(2))
+	closed, _ := b.WithMode(FailClosed)
+	open, _ := b.WithMode(FailOpen)
+	stores := []core.Store{b, closed, open}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if i%2 == 0 {
+				f.set(refused, false)
+			} else {
+				f.set(nil, false)
+			}
+		}
+	})
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 3000 {
+				r := req(fmt.Sprint("k", i%10))
+				r.Peek = i%13 == 0
+				if _, err := stores[(g+i)%3].Apply(context.Background(), r); err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+				if i%500 == 0 {
+					_ = b.State()
+					_ = b.Counts()
+				}
+			}
+		})
+	}
+	time.Sleep(10 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("%+v", b.Stats())
+}
+
+func TestIsStoreFailure(t *testing.T) {
+	t.Parallel()
+	wrap := func(err error) error { return fmt.Errorf("redisstore: gcra: %w", err) }
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{wrap(context.Canceled), false},
+		{wrap(context.DeadlineExceeded), true},
+		{wrap(os.ErrDeadlineExceeded), true},
+		{wrap(refused), true},
+		{wrap(syscall.ECONNRESET), true},
+		{wrap(syscall.EPIPE), true},
+		{wrap(syscall.ECONNREFUSED), true},
+		{wrap(errors.New("EOF")), false}, // only io.EOF itself
+		{wrap(fmt.Errorf("read: %w", io.EOF)), true},
+		{wrap(io.ErrUnexpectedEOF), true},
+		{wrap(net.ErrClosed), true},
+		{wrap(errors.New("LOADING Redis is loading the dataset in memory")), true},
+		{wrap(errors.New("BUSY Redis is busy running a script.")), true},
+		{wrap(errors.New("READONLY You can't write against a read only replica.")), true},
+		{wrap(errors.New("MASTERDOWN Link with MASTER is down")), true},
+		{wrap(errors.New("CLUSTERDOWN The cluster is down")), true},
+		{wrap(errors.New("TRYAGAIN Multiple keys request during rehashing of slot")), true},
+		{wrap(errors.New("OOM command not allowed when used memory > 'maxmemory'.")), true},
+		{errors.Join(errors.New("x"), errors.New("OOM command not allowed")), true},
+		{wrap(errors.New("BUSYKEY Target key name already exists.")), false},
+		{wrap(errors.New("BUSYGROUP Consumer Group name already exists")), false},
+		{wrap(errors.New("WRONGTYPE Operation against a key")), false},
+		{wrap(errors.New("NOPERM this user has no permissions")), false},
+		{wrap(errors.New("ERR user_script:1: oops")), false},
+		{wrap(errors.New("loading")), false},
+		{wrap(wire.ErrMalformed), false},
+		{wrap(core.ErrClosed), false},
+		{wrap(core.ErrUnsupported), false},
+		{fmt.Errorf("%w: %w", core.ErrInvalidKey, refused), false}, // a refused request never counts
+	}
+	for _, tt := range tests {
+		if got := IsStoreFailure(tt.err); got != tt.want {
+			t.Errorf("IsStoreFailure(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
