@@ -57,8 +57,8 @@ func TestReserveSteps(t *testing.T) {
 		retry   time.Duration
 	}{
 		0: {0, "allow", 2, 0, 0, true, 0, 0},
-		1: {0, "reserve", 1, 2 * s, 0, true, s, 0},         // one token owed: ready at 1 s
-		2: {0, "reserve", 1, 2 * s, 0, true, 2 * s, 0},     // the next at 2 s
+		1: {0, "reserve", 1, 2 * s, 0, true, s, 0},          // one token owed: ready at 1 s
+		2: {0, "reserve", 1, 2 * s, 0, true, 2 * s, 0},      // the next at 2 s
 		3: {0, "reserve", 1, 2*s + s/2, 0, false, 0, 3 * s}, // 3 s > 2.5 s: not made
 		4: {0, "allow", 1, 0, 0, false, 0, 3 * s},           // debt: plain requests wait it out
 		5: {0, "cancel", 0, 0, 2, true, 0, 0},               // give step 2's token back

@@ -664,7 +664,7 @@ func testReserve(t *testing.T, s core.Store) {
 		{0, 2, 300 * ms, false, true, 300 * ms, 0},  // 3 tokens owed
 		{0, 1, 0, false, false, 0, 400 * ms},        // a plain request waits for the debt
 		{0, 2, 0, true, true, 0, 0},                 // give the last 2 back
-		{50 * ms, 1, 0, false, false, 0, 150 * ms}, // one and a half owed
+		{50 * ms, 1, 0, false, false, 0, 150 * ms},  // one and a half owed
 		{100 * ms, 1, 200 * ms, false, true, 100 * ms, 0},
 		{300 * ms, 2, 0, false, false, 0, 100 * ms},
 		{300 * ms, 1, 0, false, true, 0, 0},
