@@ -10,7 +10,8 @@
 // t.Cleanup stops it by its PID, never by name, and removes the directory.
 // [Server.Kill], [Server.Stop] and [Server.Restart] are for fault tests.
 // [Server.Do] is a minimal RESP2 client, enough to set up and inspect state
-// without a Redis library.
+// without a Redis library. [NewProxy] puts a TCP proxy in front of a
+// server, to blackhole its connections or delay its replies.
 //
 // Starting a cluster takes 2 to 3 seconds, so a package can share one
 // server and one cluster among all its tests: [Shared] and [SharedCluster]

@@ -1,0 +1,505 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/memstore"
+)
+
+// State is the state of a [Breaker]'s circuit.
+type State uint8
+
+// The states of a circuit.
+const (
+	// Closed: every call goes to the store.
+	Closed State = iota
+	// HalfOpen: the open timeout has passed; a few calls (the probes) go
+	// to the store, and the others get the mode's answer.
+	HalfOpen
+	// Open: no call goes to the store; every decision is the mode's.
+	Open
+)
+
+var stateNames = [...]string{"closed", "half-open", "open"}
+
+// String returns "closed", "half-open" or "open".
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+func stateOf(s gobreaker.State) State {
+	switch s {
+	case gobreaker.StateOpen:
+		return Open
+	case gobreaker.StateHalfOpen:
+		return HalfOpen
+	}
+	return Closed
+}
+
+// Change is a change of a circuit's state, as [WithOnChange] reports it.
+type Change struct {
+	Name     string    // the breaker's name (see [WithName])
+	From, To State     // the states before and after
+	At       time.Time // when the state changed
+}
+
+// Counts are the circuit's counts since it last changed state or, while it
+// is closed, within the current window. Excluded calls are those whose
+// outcome did not count: the caller gave up, or the request was refused.
+type Counts struct {
+	Requests             uint32 // calls let through, including those still running
+	Successes            uint32
+	Failures             uint32
+	Excluded             uint32
+	ConsecutiveSuccesses uint32
+	ConsecutiveFailures  uint32
+}
+
+// Stats are a breaker's totals since it was made.
+type Stats struct {
+	// Calls counts the calls sent to the store.
+	Calls uint64
+	// Failures counts the calls that failed as the store's failure (see
+	// [IsStoreFailure]), each answered by the mode.
+	Failures uint64
+	// Rejected counts the decisions the mode answered without a call:
+	// the circuit was open, or half-open with its probes under way.
+	Rejected uint64
+	// Changes counts the changes of state.
+	Changes uint64
+}
+
+// Outcomes reported to gobreaker. A success is a nil error.
+var (
+	errFailure  = errors.New("policy: store failure")
+	errExcluded = errors.New("policy: not counted")
+)
+
+// Breaker is a [core.Store] that guards a remote store (Redis) with a
+// circuit breaker, and answers by its [Mode] the decisions the store
+// cannot make. Make one with [NewBreaker]; share one Breaker among all the
+// limiters that use one Redis, giving each the mode it needs with
+// [Breaker.WithMode].
+//
+// Each call to the store runs under a per-call deadline ([WithTimeout]).
+// A call that fails as the store's failure (see [IsStoreFailure]) is
+// counted, and answered by the mode with a nil error; once failures trip
+// the circuit ([WithTrip]) it opens, and for [WithOpenTimeout] no call
+// reaches the store: every decision is the mode's, at the cost of an
+// atomic load and a clock read. Then the circuit is half-open: a few
+// probes ([WithProbes]) go to the store, and their successes close it,
+// a failure opens it again.
+//
+// What never counts, and is returned to the caller as an error: a request
+// that is invalid or unsupported (the store's error, or
+// [core.Request.Validate]'s), a call whose caller's context ended (the
+// error wraps the context's), and any other error of the store, such as
+// a malformed reply. A denial is a success.
+//
+// A Breaker is safe for concurrent use. It starts no goroutine; the
+// degrade mode's local store, made on first use, runs one sweeper until
+// the circuit closes again or the Breaker is closed.
+type Breaker struct {
+	remote core.Store
+	cfg    config
+	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
+	base   time.Time // the origin of the monotonic instants below
+
+	state     atomic.Uint32 // State, as of the last change
+	openUntil atomic.Int64  // ns after base at which an open circuit lets probes through
+	changes   atomic.Uint64
+	calls     atomic.Uint64
+	failures  atomic.Uint64
+	rejected  atomic.Uint64
+	notes     notifier
+
+	localMu    sync.Mutex // serialises making and discarding the local store
+	local      atomic.Pointer[memstore.Store]
+	localStale atomic.Bool // the circuit closed: discard the local store
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ core.Store    = (*Breaker)(nil)
+	_ core.Resetter = (*Breaker)(nil)
+	_ io.Closer     = (*Breaker)(nil)
+	_ core.Store    = (*View)(nil)
+	_ core.Resetter = (*View)(nil)
+)
+
+// NewBreaker returns a breaker in front of remote, closed, configured by
+// opts. It fails with an error wrapping [core.ErrNoStore] for a nil
+// remote, or [ErrInvalidOption] for an option out of range. It does not
+// contact the store, so it neither fails nor waits while Redis is down:
+// the first decisions then follow the mode.
+func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
+	if remote == nil {
+		return nil, fmt.Errorf("policy: %w", core.ErrNoStore)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := &Breaker{remote: remote, cfg: cfg, base: time.Now()}
+	b.notes.fn = cfg.onChange
+	minFailures, ratio := uint32(cfg.minFailures), cfg.ratio
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:         cfg.name,
+		MaxRequests:  uint32(cfg.probes),
+		Interval:     cfg.window,
+		BucketPeriod: cfg.window / 10,
+		Timeout:      cfg.openTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.TotalFailures >= minFailures &&
+				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
+		},
+		OnStateChange: b.onStateChange,
+		IsExcluded:    func(err error) bool { return err == errExcluded },
+	})
+	return b, nil
+}
+
+// onStateChange records a change. gobreaker calls it with its lock held,
+// so it only stores: the user's function is called later, by settle.
+func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
+	at := time.Now()
+	s := stateOf(to)
+	if s == Open {
+		// Before the state, so that whoever sees Open sees its deadline.
+		b.openUntil.Store(int64(at.Sub(b.base) + b.cfg.openTimeout))
+	}
+	b.state.Store(uint32(s))
+	if s == Closed {
+		b.localStale.Store(true)
+	}
+	b.changes.Add(1)
+	b.notes.push(Change{Name: b.cfg.name, From: stateOf(from), To: s, At: at})
+}
+
+// Apply decides req through the store, unless the circuit is open, and
+// answers by the breaker's mode when the store cannot decide (see
+// [Breaker]). Requests under [core.Inf] are allowed at once.
+func (b *Breaker) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	return b.apply(ctx, &req, b.cfg.mode)
+}
+
+func (b *Breaker) apply(ctx context.Context, req *core.Request, mode Mode) (core.Decision, error) {
+	if b.closed.Load() {
+		return core.Decision{}, core.ErrClosed
+	}
+	if err := req.Validate(); err != nil {
+		return core.Decision{}, err
+	}
+	if req.Limit.IsInf() {
+		return core.Unlimited(), nil
+	}
+	if b.open() {
+		b.rejected.Add(1)
+		return b.answer(req, mode)
+	}
+	done, err := b.cb.Allow()
+	b.settle() // Allow may have moved an open circuit to half-open
+	if err != nil {
+		b.rejected.Add(1)
+		return b.answer(req, mode)
+	}
+	b.calls.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+	d, err := b.remote.Apply(cctx, *req)
+	expired := err != nil && cctx.Err() != nil
+	cancel()
+	if err == nil {
+		done(nil)
+		b.settle()
+		return d, nil
+	}
+	switch cerr := ctx.Err(); {
+	case cerr != nil:
+		// The caller gave up, or its own deadline passed: not the store's
+		// fault, whatever the error says.
+		done(errExcluded)
+		b.settle()
+		if !errors.Is(err, cerr) {
+			err = fmt.Errorf("policy: %w: %w", cerr, err)
+		}
+		return core.Decision{}, err
+	case isRequestError(err):
+		done(errExcluded)
+		b.settle()
+		return core.Decision{}, err
+	case expired || IsStoreFailure(err):
+		done(errFailure)
+		b.failures.Add(1)
+		b.settle()
+		return b.answer(req, mode)
+	}
+	done(errExcluded)
+	b.settle()
+	return core.Decision{}, err
+}
+
+// now returns the monotonic instant, in ns after b.base.
+func (b *Breaker) now() int64 { return int64(time.Since(b.base)) }
+
+// open reports whether the circuit is open and its open timeout has not
+// passed, so that a call need not ask gobreaker (and take its lock).
+func (b *Breaker) open() bool {
+	return State(b.state.Load()) == Open && b.now() < b.openUntil.Load()
+}
+
+// settle does what changes of state left to do outside gobreaker's lock:
+// it discards the local store once the circuit has closed, and delivers
+// the changes to the user's function.
+func (b *Breaker) settle() {
+	if b.localStale.Load() {
+		b.discardLocal()
+	}
+	b.notes.flush()
+}
+
+// answer is the mode's decision for req.
+func (b *Breaker) answer(req *core.Request, mode Mode) (core.Decision, error) {
+	switch mode {
+	case FailOpen:
+		return core.Decision{Allowed: true, Source: core.SourceFailOpen}, nil
+	case Degrade:
+		return b.degrade(req)
+	}
+	return b.failClosed(), nil
+}
+
+func (b *Breaker) failClosed() core.Decision {
+	return core.Decision{RetryAfter: b.retryAfter(), Source: core.SourceFailClosed}
+}
+
+// retryAfter is a fail-closed denial's RetryAfter: the time until an open
+// circuit lets a probe through, else the per-call deadline.
+func (b *Breaker) retryAfter() time.Duration {
+	if State(b.state.Load()) == Open {
+		if d := time.Duration(b.openUntil.Load() - b.now()); d > 0 {
+			return d
+		}
+	}
+	return b.cfg.timeout
+}
+
+// degrade decides req on the local store under the instance's share of
+// its limit.
+func (b *Breaker) degrade(req *core.Request) (core.Decision, error) {
+	lim, ok := share(req.Limit, int64(b.cfg.instances), req.Algorithm)
+	if !ok {
+		return b.failClosed(), nil
+	}
+	r := *req
+	r.Limit = lim
+	// A local store discarded under the call (the circuit closed) fails
+	// with ErrClosed: take the next one.
+	for range 3 {
+		s, err := b.localStore()
+		if err != nil {
+			return core.Decision{}, err
+		}
+		d, err := s.Apply(context.Background(), r)
+		if err == nil {
+			d.Source = core.SourceDegraded
+			return d, nil
+		}
+		if !errors.Is(err, core.ErrClosed) {
+			return core.Decision{}, fmt.Errorf("policy: degrade: %w", err)
+		}
+	}
+	return b.failClosed(), nil
+}
+
+// localStore returns the degrade mode's store, making it on first use. It
+// fails with core.ErrClosed once the breaker is closed.
+func (b *Breaker) localStore() (*memstore.Store, error) {
+	if s := b.local.Load(); s != nil {
+		return s, nil
+	}
+	b.localMu.Lock()
+	defer b.localMu.Unlock()
+	if b.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	if s := b.local.Load(); s != nil {
+		return s, nil
+	}
+	s, err := memstore.New(memstore.Config{MaxKeys: b.cfg.localKeys})
+	if err != nil {
+		return nil, fmt.Errorf("policy: degrade: %w", err)
+	}
+	b.local.Store(s)
+	return s, nil
+}
+
+// discardLocal closes the local store, if the circuit closed since it was
+// last discarded; the next degraded decision starts a fresh one.
+func (b *Breaker) discardLocal() {
+	if !b.localStale.CompareAndSwap(true, false) {
+		return
+	}
+	b.localMu.Lock()
+	s := b.local.Swap(nil)
+	b.localMu.Unlock()
+	if s != nil {
+		s.Close()
+	}
+}
+
+// Reset forgets key's state under alg in the remote store and in the
+// degrade mode's local store. It fails with [core.ErrUnsupported] if the
+// remote store is not a [core.Resetter], and with the remote store's error
+// if it fails (after the local state is forgotten). Reset is not guarded
+// by the circuit: it runs under the caller's context alone.
+func (b *Breaker) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	if b.closed.Load() {
+		return core.ErrClosed
+	}
+	r, ok := b.remote.(core.Resetter)
+	if !ok {
+		return fmt.Errorf("%w: %T has no Reset", core.ErrUnsupported, b.remote)
+	}
+	if s := b.local.Load(); s != nil {
+		if err := s.Reset(ctx, key, alg); err != nil && !errors.Is(err, core.ErrClosed) {
+			return err
+		}
+	}
+	return r.Reset(ctx, key, alg)
+}
+
+// Close closes the local store, then the remote store if it is an
+// [io.Closer], and returns the remote's error. It does not wait for calls
+// in flight, which end within the per-call deadline, so it returns
+// promptly even while Redis is down. Later calls fail with
+// [core.ErrClosed]. Close is idempotent: later calls return the first's
+// result. Views share the breaker's fate.
+func (b *Breaker) Close() error {
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		b.localMu.Lock()
+		s := b.local.Swap(nil)
+		b.localMu.Unlock()
+		if s != nil {
+			s.Close()
+		}
+		if c, ok := b.remote.(io.Closer); ok {
+			b.closeErr = c.Close()
+		}
+	})
+	return b.closeErr
+}
+
+// Unwrap returns the remote store.
+func (b *Breaker) Unwrap() core.Store { return b.remote }
+
+// Name returns the breaker's name (see [WithName]).
+func (b *Breaker) Name() string { return b.cfg.name }
+
+// Mode returns the mode of the breaker's own answers (see [WithMode]).
+func (b *Breaker) Mode() Mode { return b.cfg.mode }
+
+// State returns the circuit's state as of its last change. The change from
+// open to half-open happens at the first call after the open timeout, so
+// an open circuit reads as open until then. State costs an atomic load.
+func (b *Breaker) State() State { return State(b.state.Load()) }
+
+// BreakerState returns [Breaker.State] as a string: "closed", "half-open"
+// or "open". Package telemetry reports it.
+func (b *Breaker) BreakerState() string { return b.State().String() }
+
+// BreakerChanges returns how many times the circuit's state has changed
+// since [NewBreaker]; it never decreases. Package telemetry reports it.
+func (b *Breaker) BreakerChanges() uint64 { return b.changes.Load() }
+
+// Counts returns the circuit's current counts (see [Counts]).
+func (b *Breaker) Counts() Counts {
+	c := b.cb.Counts()
+	return Counts{
+		Requests:             c.Requests,
+		Successes:            c.TotalSuccesses,
+		Failures:             c.TotalFailures,
+		Excluded:             c.TotalExclusions,
+		ConsecutiveSuccesses: c.ConsecutiveSuccesses,
+		ConsecutiveFailures:  c.ConsecutiveFailures,
+	}
+}
+
+// Stats returns the breaker's totals since it was made.
+func (b *Breaker) Stats() Stats {
+	return Stats{
+		Calls:    b.calls.Load(),
+		Failures: b.failures.Load(),
+		Rejected: b.rejected.Load(),
+		Changes:  b.changes.Load(),
+	}
+}
+
+// WithMode returns a view of the breaker that answers with mode m: it
+// shares the breaker's circuit, store and counts, so one breaker per Redis
+// can serve limiters that each need their own mode. It fails with
+// [ErrInvalidOption] for an unknown mode.
+func (b *Breaker) WithMode(m Mode) (*View, error) {
+	if !m.valid() {
+		return nil, fmt.Errorf("%w: WithMode(%v): unknown mode", ErrInvalidOption, m)
+	}
+	return &View{b: b, mode: m}, nil
+}
+
+// View is a [Breaker] answering with a mode of its own; make one with
+// [Breaker.WithMode]. A View is safe for concurrent use. It owns nothing,
+// so it has no Close: close the Breaker, after which the View's calls fail
+// with [core.ErrClosed].
+type View struct {
+	b    *Breaker
+	mode Mode
+}
+
+// Apply is [Breaker.Apply], answering by the view's mode.
+func (v *View) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	return v.b.apply(ctx, &req, v.mode)
+}
+
+// Reset is [Breaker.Reset].
+func (v *View) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return v.b.Reset(ctx, key, alg)
+}
+
+// Unwrap returns the breaker, whose Unwrap returns the remote store.
+func (v *View) Unwrap() core.Store { return v.b }
+
+// Breaker returns the breaker the view shares.
+func (v *View) Breaker() *Breaker { return v.b }
+
+// Mode returns the view's mode.
+func (v *View) Mode() Mode { return v.mode }
+
+// State is [Breaker.State].
+func (v *View) State() State { return v.b.State() }
+
+// BreakerState is [Breaker.BreakerState].
+func (v *View) BreakerState() string { return v.b.BreakerState() }
+
+// BreakerChanges is [Breaker.BreakerChanges].
+func (v *View) BreakerChanges() uint64 { return v.b.BreakerChanges() }

@@ -1,0 +1,38 @@
+// Package policy decides what a limiter does when its store fails.
+//
+// A [Breaker] is a store decorator, a [core.Store] in front of a remote
+// store (Redis, through package redisstore or rueidisstore), built on
+// sony/gobreaker's two-step circuit breaker. Every call to the store runs
+// under a short per-call deadline ([DefaultTimeout], 8 ms), so a slow
+// Redis counts as a failing one. A call that fails as the store's failure
+// ([IsStoreFailure]: a timeout, a refused or broken connection, a Redis
+// error such as LOADING, BUSY, READONLY or OOM) is answered by the
+// breaker's [Mode] instead of returning an error; once failures make up
+// half the calls of the last second the circuit opens, and no call reaches
+// the store until the open timeout has passed and a few probes succeed.
+// Meanwhile every decision is the mode's, made in process at once:
+//
+//   - [FailOpen] allows, marked [core.SourceFailOpen];
+//   - [FailClosed] denies, marked [core.SourceFailClosed], which the HTTP
+//     and gRPC middleware answer with 503 and Unavailable;
+//   - [Degrade] decides on a local in-process store under the limit
+//     divided by the number of instances ([WithInstances]), marked
+//     [core.SourceDegraded]; the local state is discarded when the
+//     circuit closes.
+//
+// A caller that gives up (its context is cancelled or its deadline passes)
+// never counts against the store, and gets its context's error; a denial
+// is a success. Invalid requests and errors that are not the store's
+// failure are returned as errors and do not count.
+//
+// One Breaker should guard each Redis, shared by every limiter that uses
+// it, so that they see one circuit; [Breaker.WithMode] gives each limiter
+// the mode it needs (fail-closed for logins, fail-open for reads, say) over
+// that one circuit. [WithOnChange] reports each change of state, outside
+// the breaker's locks; [Breaker.BreakerState] and
+// [Breaker.BreakerChanges] are what package telemetry reports.
+//
+// docs/outages.md is the runbook: what each mode admits while Redis is
+// down, what to alert on, the client options that keep a call's cost
+// bounded, and how to test an outage in your own service.
+package policy

@@ -1,0 +1,78 @@
+package policy_test
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// A breaker over a Redis that is down, in degrade mode: a fleet of 4
+// instances shares 100 requests a minute, so each decides locally under
+// 25. A login limiter answers fail-closed over the same circuit.
+func Example() {
+	// A store standing in for a Redis that refuses connections.
+	down := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+		return core.Decision{}, fmt.Errorf("dial tcp 10.0.0.7:6379: %w", syscall.ECONNREFUSED)
+	})
+	breaker, err := policy.NewBreaker(down,
+		policy.WithMode(policy.Degrade),
+		policy.WithInstances(4),
+		policy.WithOnChange(func(c policy.Change) { fmt.Printf("circuit %s: %s → %s\n", c.Name, c.From, c.To) }),
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer breaker.Close()
+	api, err := core.NewLimiter(breaker, algorithms.TokenBucket, core.PerMinute(100))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	admitted := 0
+	for range 40 {
+		d, err := api.Allow(ctx, "user:42")
+		if err != nil {
+			panic(err) // never: the store's failures are answered by the mode
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	fmt.Printf("api: %d of 40 admitted, circuit %s\n", admitted, breaker.State())
+
+	failClosed, err := breaker.WithMode(policy.FailClosed)
+	if err != nil {
+		panic(err)
+	}
+	login, err := core.NewLimiter(failClosed, algorithms.GCRA, core.PerMinute(5))
+	if err != nil {
+		panic(err)
+	}
+	d, _ := login.Allow(ctx, "user:42")
+	fmt.Printf("login: allowed %v, source %v\n", d.Allowed, d.Source)
+	// Output:
+	// circuit sluice: closed → open
+	// api: 25 of 40 admitted, circuit open
+	// login: allowed false, source fail-closed
+}
+
+// IsStoreFailure tells a store's failure from a caller who gave up.
+func ExampleIsStoreFailure() {
+	for _, err := range []error{
+		fmt.Errorf("redisstore: gcra: %w", syscall.ECONNRESET),
+		fmt.Errorf("redisstore: gcra: %w", context.DeadlineExceeded),
+		fmt.Errorf("redisstore: gcra: %w", context.Canceled),
+		fmt.Errorf("redisstore: gcra: %w", core.ErrInvalidKey),
+	} {
+		fmt.Printf("%v: %v\n", err, policy.IsStoreFailure(err))
+	}
+	// Output:
+	// redisstore: gcra: connection reset by peer: true
+	// redisstore: gcra: context deadline exceeded: true
+	// redisstore: gcra: context canceled: false
+	// redisstore: gcra: sluice: invalid key: false
+}

@@ -1,0 +1,207 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Defaults for a [Breaker]'s options.
+const (
+	// DefaultTimeout is the per-call deadline: a call to the store that
+	// has not answered within it counts as a failure. 8 ms is several
+	// times a healthy Redis's round trip on a local network, even at its
+	// 99.9th percentile, and leaves room for 5 ms of added latency (a
+	// saturated link, a busy neighbour) without tripping; see
+	// docs/outages.md.
+	DefaultTimeout = 8 * time.Millisecond
+	// DefaultOpenTimeout is how long the circuit stays open before it lets
+	// probes through.
+	DefaultOpenTimeout = time.Second
+	// DefaultProbes is how many calls the half-open circuit lets through;
+	// that many successes in a row close it.
+	DefaultProbes = 3
+	// DefaultMinFailures and DefaultFailureRatio are the trip condition:
+	// the circuit opens once at least 5 calls have failed within the
+	// window and failures are at least half the calls that completed.
+	DefaultMinFailures  = 5
+	DefaultFailureRatio = 0.5
+	// DefaultWindow is the span over which failures are counted. It rolls
+	// in tenths: a failure is forgotten between 0.9 and 1 window later.
+	DefaultWindow = time.Second
+	// DefaultLocalKeys bounds the keys the degrade mode's local store
+	// holds (about 120 bytes each).
+	DefaultLocalKeys = 1 << 16
+	// DefaultName is the breaker's name unless [WithName] gives another.
+	DefaultName = "sluice"
+)
+
+// Bounds on options, so that a typo cannot make a breaker that never
+// answers or never probes.
+const (
+	maxTimeout     = time.Minute
+	maxOpenTimeout = time.Hour
+	minWindow      = 10 * time.Millisecond
+	maxWindow      = time.Hour
+	maxProbes      = 1000
+	maxInstances   = 1 << 20
+)
+
+// ErrInvalidOption reports an option [NewBreaker] cannot use; the error
+// says which and why.
+var ErrInvalidOption = errors.New("policy: invalid option")
+
+// A BreakerOption configures [NewBreaker]. The options are the With…
+// functions of this package.
+type BreakerOption interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	name        string
+	timeout     time.Duration
+	openTimeout time.Duration
+	probes      int
+	minFailures int
+	ratio       float64
+	window      time.Duration
+	mode        Mode
+	instances   int
+	localKeys   int
+	onChange    func(Change)
+}
+
+func defaultConfig() config {
+	return config{
+		name:        DefaultName,
+		timeout:     DefaultTimeout,
+		openTimeout: DefaultOpenTimeout,
+		probes:      DefaultProbes,
+		minFailures: DefaultMinFailures,
+		ratio:       DefaultFailureRatio,
+		window:      DefaultWindow,
+		mode:        FailOpen,
+		instances:   1,
+		localKeys:   DefaultLocalKeys,
+	}
+}
+
+func (c *config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+	}
+	switch {
+	case c.timeout <= 0 || c.timeout > maxTimeout:
+		return bad("WithTimeout(%v): the per-call deadline must be above 0 and at most %v", c.timeout, maxTimeout)
+	case c.openTimeout <= 0 || c.openTimeout > maxOpenTimeout:
+		return bad("WithOpenTimeout(%v): must be above 0 and at most %v", c.openTimeout, maxOpenTimeout)
+	case c.probes < 1 || c.probes > maxProbes:
+		return bad("WithProbes(%d): must be 1 to %d", c.probes, maxProbes)
+	case c.minFailures < 1 || c.minFailures > math.MaxUint32:
+		return bad("WithTrip(%d, %v): at least 1 failure must trip the circuit", c.minFailures, c.ratio)
+	case !(c.ratio > 0 && c.ratio <= 1): // also rejects NaN
+		return bad("WithTrip(%d, %v): the failure ratio must be above 0 and at most 1", c.minFailures, c.ratio)
+	case c.window < minWindow || c.window > maxWindow:
+		return bad("WithWindow(%v): must be %v to %v", c.window, minWindow, maxWindow)
+	case !c.mode.valid():
+		return bad("WithMode(%v): unknown mode", c.mode)
+	case c.instances < 1 || c.instances > maxInstances:
+		return bad("WithInstances(%d): must be 1 to %d", c.instances, maxInstances)
+	case c.localKeys < 1:
+		return bad("WithLocalKeys(%d): must be at least 1", c.localKeys)
+	}
+	return nil
+}
+
+// WithName names the breaker, as [Change] and logs report it. The default
+// is [DefaultName].
+func WithName(name string) BreakerOption {
+	return optionFunc(func(c *config) { c.name = name })
+}
+
+// WithTimeout sets the per-call deadline: each call to the store runs
+// under a context that ends d after the call began (or sooner, if the
+// caller's does), and a call that has not answered by then is a failure.
+// d must be above 0 and at most a minute. The default is
+// [DefaultTimeout], 8 ms. Set it above your Redis's latency at its worst
+// healthy moment; docs/outages.md explains the choice.
+func WithTimeout(d time.Duration) BreakerOption {
+	return optionFunc(func(c *config) { c.timeout = d })
+}
+
+// WithOpenTimeout sets how long the circuit stays open after it trips (or
+// after a probe fails) before it lets probes through. d must be above 0
+// and at most an hour. The default is [DefaultOpenTimeout], 1 second.
+func WithOpenTimeout(d time.Duration) BreakerOption {
+	return optionFunc(func(c *config) { c.openTimeout = d })
+}
+
+// WithProbes sets how many calls the half-open circuit lets through to the
+// store at once; that many successes in a row close the circuit, and any
+// failure opens it again. Other calls meanwhile get the mode's answer. n
+// must be 1 to 1000. The default is [DefaultProbes], 3.
+func WithProbes(n int) BreakerOption {
+	return optionFunc(func(c *config) { c.probes = n })
+}
+
+// WithTrip sets when the closed circuit opens: once at least minFailures
+// calls have failed within the window (see [WithWindow]) and the failures
+// are at least ratio (0 < ratio ≤ 1) of the calls that completed in it
+// with a success or a failure. The defaults are [DefaultMinFailures] and
+// [DefaultFailureRatio]: 5 failures, and half the calls.
+//
+// A ratio rather than a run of failures keeps a brief stall, which fails
+// every call in flight at once, from opening the circuit of a busy
+// service; minFailures keeps a quiet one from opening on a single failure.
+// A service that makes fewer than minFailures calls per window never
+// opens the circuit, but each failing call still gets the mode's answer
+// within the per-call deadline.
+func WithTrip(minFailures int, ratio float64) BreakerOption {
+	return optionFunc(func(c *config) { c.minFailures, c.ratio = minFailures, ratio })
+}
+
+// WithWindow sets the span over which failures and successes are counted
+// while the circuit is closed. It rolls in tenths. d must be 10 ms to an
+// hour. The default is [DefaultWindow], 1 second.
+func WithWindow(d time.Duration) BreakerOption {
+	return optionFunc(func(c *config) { c.window = d })
+}
+
+// WithMode sets the mode of the breaker's own answers (see [Mode]); views
+// made with [Breaker.WithMode] answer with theirs. The default is
+// [FailOpen].
+func WithMode(m Mode) BreakerOption {
+	return optionFunc(func(c *config) { c.mode = m })
+}
+
+// WithInstances sets how many instances of the service share the limits,
+// for [Degrade]: each decides locally under the limit divided by n (see
+// [Degrade] for the rounding). n must be 1 to 2^20. The default is 1,
+// right only for a service that runs alone: set it to your fleet's size,
+// or a little below it if the fleet scales down.
+func WithInstances(n int) BreakerOption {
+	return optionFunc(func(c *config) { c.instances = n })
+}
+
+// WithLocalKeys bounds the keys [Degrade]'s local store holds; beyond
+// it, a new key evicts the one closest to expiry. n must be at least 1.
+// The default is [DefaultLocalKeys].
+func WithLocalKeys(n int) BreakerOption {
+	return optionFunc(func(c *config) { c.localKeys = n })
+}
+
+// WithOnChange sets a function told of every change of the circuit's
+// state, in order. It runs on the goroutine of a call that made or saw
+// the change, after the breaker has released its locks, so it may call
+// the breaker (its own calls deliver nothing meanwhile: no re-entrancy).
+// While it runs, later changes wait for it, and other callers are not
+// held up: keep it short, and never block in it. It is never called for
+// two changes at once. The default is none.
+func WithOnChange(f func(Change)) BreakerOption {
+	return optionFunc(func(c *config) { c.onChange = f })
+}

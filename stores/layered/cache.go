@@ -1,0 +1,90 @@
+package layered
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// entry is what the cache keeps for one key under one algorithm: the
+// latest denial the remote gave it, and its lease.
+type entry struct {
+	// deny is read without a lock on every request for the key, and
+	// replaced whole by the remote's next denial.
+	deny atomic.Pointer[denial]
+
+	mu    sync.Mutex
+	lease *lease // nil until the key is leased
+	dead  bool   // dropped by Reset: holders of the entry must not lease from it
+}
+
+// drop forgets the entry's denial and lease, for Reset.
+func (e *entry) drop() {
+	e.deny.Store(nil)
+	e.mu.Lock()
+	e.dead, e.lease = true, nil
+	e.mu.Unlock()
+}
+
+// denial is a denial the remote gave a request of cost under limit. It is
+// never changed once stored.
+type denial struct {
+	limit core.Limit
+	cost  int64
+	d     core.Decision // the remote's decision
+	// explicit marks a denial decided at an explicit instant, at (µs
+	// since the Unix epoch); it answers only requests at that instant.
+	// Otherwise at is the local clock when the call was sent (ns), retryAt
+	// when the request would pass and until when the cache stops serving
+	// the denial (retryAt, or sooner under Config.MaxDeny).
+	explicit           bool
+	at, retryAt, until int64
+}
+
+// cachedDenial answers req from the entry's denial if it can; now is the
+// local clock, for requests without an explicit Now.
+//
+// On the local clock, a denial of cost c with wait r, sent at t, answers
+// requests under the same limit of cost c up to the limit's capacity
+// until t + r. Every algorithm admits a request only once what the key
+// holds (tokens, or room in its windows) covers the cost, and what a key
+// holds only grows with time when nothing is charged, and shrinks when
+// something is: so a request of cost c' ≥ c is denied at every instant
+// before t + r, whatever the rest of the fleet does, short of a Reset or
+// a change of limit. Smaller costs, costs above the capacity (which the
+// remote calls unsatisfiable) and costs of zero go to the remote.
+//
+// At an explicit instant, the cache answers only a request at the same
+// instant, of the same cost and limit, with the remote's own numbers: it
+// cannot know how a caller's instants will move (replays run faster than
+// time, traces backwards), and at the same instant its answer is exactly
+// the remote's.
+func (e *entry) cachedDenial(req *core.Request, now int64) (core.Decision, bool) {
+	dn := e.deny.Load()
+	if dn == nil || dn.limit != req.Limit {
+		return core.Decision{}, false
+	}
+	d := dn.d
+	d.Source = core.SourceCache
+	if !req.Now.IsZero() {
+		if !dn.explicit || dn.at != req.Now.UnixMicro() || dn.cost != req.Cost {
+			return core.Decision{}, false
+		}
+		return d, true
+	}
+	if dn.explicit || req.Cost < dn.cost || req.Cost > d.Limit || now >= dn.until {
+		return core.Decision{}, false
+	}
+	d.RetryAfter = ceilMicros(dn.retryAt - now)
+	d.ResetAfter = max(d.ResetAfter-time.Duration(now-dn.at), d.RetryAfter)
+	return d, true
+}
+
+// ceilMicros returns ns as a duration rounded up to a whole microsecond,
+// the unit of every wait a store reports: a retry at that instant is no
+// earlier than the remote's.
+func ceilMicros(ns int64) time.Duration {
+	return time.Duration((ns + 999) / 1000 * 1000)
+}

@@ -1,0 +1,357 @@
+package layered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// Defaults for [Config]'s zero fields.
+const (
+	// DefaultSize is the number of keys the cache holds when Config.Size
+	// is zero.
+	DefaultSize = 1 << 16
+	// DefaultLeaseTTL is how long a lease may be spent when
+	// Config.LeaseTTL is zero.
+	DefaultLeaseTTL = time.Second
+)
+
+// ErrInvalidConfig reports a [Config] that New cannot use.
+var ErrInvalidConfig = errors.New("layered: invalid config")
+
+// maxShards is the most independently locked parts the cache is split
+// into; minShardSize the fewest entries each is made to hold.
+const (
+	maxShards    = 16
+	minShardSize = 256
+)
+
+// Config configures a [Store]. The zero Config is ready to use: a deny
+// cache of [DefaultSize] keys on the wall clock, without leases.
+type Config struct {
+	// Size bounds the number of keys (key and algorithm pairs) the cache
+	// holds, denials and leases together. When it is full, a new key
+	// evicts the least recently used one; a key evicted while it holds a
+	// lease loses the lease's unspent tokens. Zero means [DefaultSize];
+	// a negative Size is an error. There is no unbounded setting. An entry
+	// costs about 300 bytes plus the key's length.
+	Size int
+
+	// Now is the local clock, which times cached denials and leases for
+	// requests without an explicit [core.Request.Now]. Only differences
+	// between its readings matter, so it need not agree with the remote
+	// store's clock, only tick at the same rate. It must be safe for
+	// concurrent use. The default is the monotonic clock.
+	Now func() time.Time
+
+	// MaxDeny caps how long a denial is served from the cache. A denial
+	// is otherwise served until its RetryAfter; a cap makes a Reset done
+	// elsewhere in the fleet (or an operator deleting a key in Redis)
+	// take effect here within MaxDeny. Zero means no cap; negative is an
+	// error.
+	MaxDeny time.Duration
+
+	// Lease, when not nil, turns leases on: it returns the batch size, in
+	// units of cost, to lease for a request, or 0 (or 1) for no lease.
+	// It is called on every request that could be leased (see the
+	// package documentation: requests without an explicit Now, under the
+	// token bucket, GCRA or the fixed window), so it must be cheap and
+	// safe for concurrent use. The store never leases more than the
+	// limit's capacity (the burst, or the window's rate), and adapts the
+	// batch between 1 and the returned size to what the key spends. The
+	// default is nil: no leases.
+	Lease func(req core.Request) int64
+
+	// LeaseTTL is the longest a lease may be spent after it was taken;
+	// unspent tokens lapse with it. It bounds how far leasing moves
+	// admissions in time (see the package documentation). A lease under
+	// the fixed window also lapses when the window it was taken in ends.
+	// The default is [DefaultLeaseTTL]; negative is an error.
+	LeaseTTL time.Duration
+}
+
+// Store is a [core.Store] that puts a bounded local cache in front of a
+// remote store: cached denials, and leases when [Config.Lease] is set.
+// It is safe for concurrent use. It starts no goroutine. Decisions made
+// locally carry [core.SourceCache] (a cached denial) or
+// [core.SourceLease] (spent from a lease); the remote's carry what the
+// remote said.
+type Store struct {
+	remote   core.Store
+	shards   []*lru.Cache[cacheKey, *entry]
+	mask     uint64
+	seed     maphash.Seed
+	clock    func() time.Time // Config.Now, or nil for the monotonic clock
+	base     time.Time
+	maxDeny  int64 // ns; 0 for none
+	lease    func(core.Request) int64
+	leaseTTL int64 // ns
+	size     int
+
+	// epoch counts Resets. A decision whose remote call overlapped a Reset
+	// is not cached: it may describe the state before the Reset.
+	epoch     atomic.Uint64
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ core.Store    = (*Store)(nil)
+	_ core.Resetter = (*Store)(nil)
+	_ io.Closer     = (*Store)(nil)
+)
+
+// cacheKey names a cache entry: one key under one algorithm, as the
+// remote names its states. A struct of two strings hashes without
+// building a string.
+type cacheKey struct {
+	key, alg string
+}
+
+// New returns a store that caches in front of remote. It fails with an
+// error wrapping [ErrInvalidConfig] on a nil remote or a negative Size,
+// MaxDeny or LeaseTTL.
+func New(remote core.Store, cfg Config) (*Store, error) {
+	switch {
+	case remote == nil:
+		return nil, fmt.Errorf("%w: nil remote store", ErrInvalidConfig)
+	case cfg.Size < 0:
+		return nil, fmt.Errorf("%w: Size %d is negative", ErrInvalidConfig, cfg.Size)
+	case cfg.MaxDeny < 0:
+		return nil, fmt.Errorf("%w: MaxDeny %v is negative", ErrInvalidConfig, cfg.MaxDeny)
+	case cfg.LeaseTTL < 0:
+		return nil, fmt.Errorf("%w: LeaseTTL %v is negative", ErrInvalidConfig, cfg.LeaseTTL)
+	}
+	if cfg.Size == 0 {
+		cfg.Size = DefaultSize
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	// A power of two of shards, each of at least minShardSize entries
+	// (one shard for a small cache), whose sizes add up to at most Size.
+	n := min(maxShards, 1<<(bits.Len(uint(cfg.Size/minShardSize))-1))
+	if cfg.Size < minShardSize {
+		n = 1
+	}
+	s := &Store{
+		remote:   remote,
+		shards:   make([]*lru.Cache[cacheKey, *entry], n),
+		mask:     uint64(n - 1),
+		seed:     maphash.MakeSeed(),
+		clock:    cfg.Now,
+		maxDeny:  int64(cfg.MaxDeny),
+		lease:    cfg.Lease,
+		leaseTTL: int64(cfg.LeaseTTL),
+		size:     cfg.Size / n * n,
+	}
+	if s.clock != nil {
+		s.base = s.clock()
+	} else {
+		s.base = time.Now()
+	}
+	for i := range s.shards {
+		c, err := lru.New[cacheKey, *entry](cfg.Size / n)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err) // cannot happen: the size is positive
+		}
+		s.shards[i] = c
+	}
+	return s, nil
+}
+
+// now reads the local clock, in ns since New.
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return int64(s.clock().Sub(s.base))
+	}
+	return int64(time.Since(s.base))
+}
+
+func (s *Store) shard(key string) *lru.Cache[cacheKey, *entry] {
+	return s.shards[maphash.String(s.seed, key)&s.mask]
+}
+
+// Apply decides req: from a lease or a cached denial when it can, from
+// the remote store otherwise. Invalid requests fail with the core
+// sentinels before anything is looked up or sent. A failure of the remote
+// is returned wrapped; cached denials are still served while the remote
+// fails, and nothing is ever allowed from the cache.
+func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return core.Decision{}, err
+	}
+	if s.closed.Load() {
+		return core.Decision{}, core.ErrClosed
+	}
+	if req.Limit.IsInf() {
+		return s.callRemote(ctx, req)
+	}
+	k := cacheKey{req.Key, req.Algorithm.Name()}
+	sh := s.shard(req.Key)
+	e, _ := sh.Get(k)
+	if req.Now.IsZero() {
+		now := s.now()
+		if batch := s.leaseSize(&req); batch > 0 {
+			if d, ok, err := s.applyLease(ctx, &req, sh, k, e, batch, now); ok || err != nil {
+				return d, err
+			}
+		}
+		if e != nil {
+			if d, ok := e.cachedDenial(&req, now); ok {
+				return d, nil
+			}
+		}
+		return s.decideRemote(ctx, &req, sh, k, e, now)
+	}
+	if e != nil {
+		if d, ok := e.cachedDenial(&req, 0); ok {
+			return d, nil
+		}
+	}
+	return s.decideRemote(ctx, &req, sh, k, e, 0)
+}
+
+// callRemote asks the remote store, wrapping its failure.
+func (s *Store) callRemote(ctx context.Context, req core.Request) (core.Decision, error) {
+	d, err := s.remote.Apply(ctx, req)
+	if err != nil {
+		return core.Decision{}, fmt.Errorf("layered: remote: %w", err)
+	}
+	return d, nil
+}
+
+// decideRemote decides req at the remote and updates the key's cached
+// denial with the answer: a denial is remembered, a charge forgets the
+// denial. start is the local clock before the call (unused for requests
+// with an explicit Now).
+func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64) (core.Decision, error) {
+	epoch := s.epoch.Load()
+	d, err := s.callRemote(ctx, *req)
+	if err != nil {
+		return d, err
+	}
+	switch {
+	case !d.Allowed && req.Cost > 0 && d.RetryAfter > 0 && !d.Unsatisfiable():
+		if s.epoch.Load() != epoch {
+			break // a Reset overlapped the call
+		}
+		dn := &denial{limit: req.Limit, cost: req.Cost, d: d}
+		if req.Now.IsZero() {
+			dn.retryAt = start + int64(d.RetryAfter)
+			dn.until = dn.retryAt
+			if s.maxDeny > 0 {
+				dn.until = start + min(int64(d.RetryAfter), s.maxDeny)
+			}
+			dn.at = start
+		} else {
+			dn.explicit, dn.at = true, req.Now.UnixMicro()
+		}
+		if e == nil {
+			e = s.entry(sh, k)
+		}
+		e.deny.Store(dn)
+	case d.Allowed && req.Cost > 0 && !req.Peek && e != nil:
+		// The state changed: a denial cached before it no longer tells
+		// the remaining budget.
+		e.deny.Store(nil)
+	}
+	return d, nil
+}
+
+// entry returns the cache's entry for k, adding a new one if there is
+// none.
+func (s *Store) entry(sh *lru.Cache[cacheKey, *entry], k cacheKey) *entry {
+	if e, ok := sh.Get(k); ok {
+		return e
+	}
+	e := new(entry)
+	if prev, found, _ := sh.PeekOrAdd(k, e); found {
+		return prev
+	}
+	return e
+}
+
+// Reset forgets key's state under alg at the remote store, and drops the
+// local denial and lease for it. It fails with an error wrapping
+// [core.ErrUnsupported] when the remote is not a [core.Resetter]. A
+// Reset done at another instance of the fleet is seen here only when the
+// cached denial or lease lapses (see [Config.MaxDeny]).
+func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	if err := core.ValidateKey(key); err != nil {
+		return err
+	}
+	if alg == nil {
+		return core.ErrNoAlgorithm
+	}
+	if s.closed.Load() {
+		return core.ErrClosed
+	}
+	r, ok := s.remote.(core.Resetter)
+	if !ok {
+		return fmt.Errorf("%w: the remote %T has no Reset", core.ErrUnsupported, s.remote)
+	}
+	s.epoch.Add(1)
+	err := r.Reset(ctx, key, alg)
+	// Calls that overlapped the remote Reset see the epoch move and cache
+	// nothing; what they cached before it is dropped here.
+	s.epoch.Add(1)
+	k := cacheKey{key, alg.Name()}
+	sh := s.shard(key)
+	if e, ok := sh.Peek(k); ok {
+		e.drop()
+		sh.Remove(k)
+	}
+	if err != nil {
+		return fmt.Errorf("layered: remote: %w", err)
+	}
+	return nil
+}
+
+// Len returns the number of keys the cache holds, at most [Config.Size].
+func (s *Store) Len() int {
+	n := 0
+	for _, sh := range s.shards {
+		n += sh.Len()
+	}
+	return n
+}
+
+// Size returns the most keys the cache holds: [Config.Size], rounded down
+// to a multiple of the number of the cache's shards (a power of two up to
+// 16, each of at least 256 keys).
+func (s *Store) Size() int { return s.size }
+
+// Unwrap returns the remote store.
+func (s *Store) Unwrap() core.Store { return s.remote }
+
+// Close stops the store and drops the cache, then closes the remote store
+// if it is an [io.Closer], returning its error. Later calls fail with
+// [core.ErrClosed]. Close is idempotent: a second call returns the first
+// one's result. Leased tokens not yet spent are lost, as when a lease
+// lapses.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		for _, sh := range s.shards {
+			sh.Purge()
+		}
+		if c, ok := s.remote.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				s.closeErr = fmt.Errorf("layered: closing the remote: %w", err)
+			}
+		}
+	})
+	return s.closeErr
+}

@@ -1,0 +1,232 @@
+package layered
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+)
+
+// lease is a key's lease: tokens charged to the remote in one call and
+// spent here, and, when the remote could not give a batch, how long to
+// wait for one. Guarded by its entry's mu.
+type lease struct {
+	limit   core.Limit    // the limit the tokens were taken under
+	taken   int64         // the batch taken; 0 when there is no lease
+	left    int64         // tokens not yet spent
+	at      int64         // local clock when the take was sent, ns
+	expires int64         // local clock from which the tokens lapse, ns
+	take    core.Decision // the remote's answer to the take
+	size    int64         // the next batch, adapted to what the key spends
+
+	// A denied take: until waitUntil (local ns) the key waits for the
+	// remote to hold a whole batch, which it will at waitRetry.
+	waitLimit         core.Limit
+	waitAt, waitUntil int64
+	waitRetry         int64
+	waitD             core.Decision
+
+	// refill is non-nil while one caller takes a batch; it is closed when
+	// the take returns. Other callers wait for it rather than send takes
+	// of their own.
+	refill chan struct{}
+}
+
+// leaseSize returns the largest batch to lease for req, or 0 if req is not
+// leased: leases are off, the request carries an explicit Now, its cost is
+// zero or above the batch, or its algorithm is not one whose bound under
+// leasing is exact (the token bucket, GCRA and the fixed window, compared
+// as sluice's own values).
+func (s *Store) leaseSize(req *core.Request) int64 {
+	if s.lease == nil || req.Cost <= 0 {
+		return 0
+	}
+	var capacity int64
+	switch req.Algorithm {
+	case algorithms.TokenBucket, algorithms.GCRA:
+		capacity = req.Limit.Burst()
+	case algorithms.FixedWindow:
+		capacity = req.Limit.Rate()
+	default:
+		return 0
+	}
+	b := min(s.lease(*req), capacity)
+	if b < 2 || req.Cost > b {
+		return 0
+	}
+	return b
+}
+
+// applyLease decides req from the key's lease: it spends the lease's
+// tokens, waits for another caller's take, denies while the remote cannot
+// give a batch, or takes a batch itself. ok is false when the lease cannot
+// decide (a peek with no tokens in hand, a key just Reset, a batch the
+// remote calls unsatisfiable): the caller then decides as without leases.
+func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, most, now int64) (d core.Decision, ok bool, err error) {
+	if e == nil {
+		if req.Peek {
+			return core.Decision{}, false, nil
+		}
+		e = s.entry(sh, k)
+	}
+	for {
+		e.mu.Lock()
+		l := e.lease
+		switch {
+		case e.dead:
+			e.mu.Unlock()
+			return core.Decision{}, false, nil
+		case l == nil && req.Peek:
+			e.mu.Unlock()
+			return core.Decision{}, false, nil
+		case l == nil:
+			l = new(lease)
+			e.lease = l
+		}
+		if l.taken > 0 && l.limit == req.Limit && now < l.expires && l.left >= req.Cost {
+			left := l.left - req.Cost
+			if !req.Peek {
+				l.left = left
+			}
+			d := l.decision(now, left)
+			e.mu.Unlock()
+			return d, true, nil
+		}
+		if ch := l.refill; ch != nil {
+			e.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return core.Decision{}, true, fmt.Errorf("layered: waiting for a lease: %w", ctx.Err())
+			}
+			now = s.now()
+			continue
+		}
+		if now < l.waitUntil && l.waitLimit == req.Limit {
+			d := l.waitDecision(now)
+			e.mu.Unlock()
+			return d, true, nil
+		}
+		if req.Peek {
+			e.mu.Unlock()
+			return core.Decision{}, false, nil
+		}
+		batch := l.nextBatch(req, most, now)
+		ch := make(chan struct{})
+		l.refill = ch
+		e.mu.Unlock()
+		return s.take(ctx, req, e, l, batch, now, ch)
+	}
+}
+
+// decision is the decision for a request spent from the lease, leaving
+// left tokens in it. Remaining counts what the remote had left after the
+// take and what the lease still holds: the key's budget as this instance
+// last saw it, less what it has spent since. ResetAfter is the take's, run
+// down by the time since.
+func (l *lease) decision(now, left int64) core.Decision {
+	return core.Decision{
+		Allowed:    true,
+		Limit:      l.take.Limit,
+		Remaining:  l.take.Remaining + left,
+		ResetAfter: max(l.take.ResetAfter-time.Duration(now-l.at), 0),
+		Source:     core.SourceLease,
+	}
+}
+
+// waitDecision is the denial of a request made while the key waits for a
+// batch: nothing is admitted here until then, so Remaining is 0, and the
+// request will pass once the wait is over (if nothing else is charged).
+func (l *lease) waitDecision(now int64) core.Decision {
+	d := l.waitD
+	d.Remaining = 0
+	d.RetryAfter = ceilMicros(l.waitRetry - now)
+	d.ResetAfter = max(d.ResetAfter-time.Duration(now-l.waitAt), d.RetryAfter)
+	d.Source = core.SourceCache
+	return d
+}
+
+// nextBatch adapts the batch to what the key spent of its last lease, and
+// returns the batch to take for req (at least its cost, at most most). A
+// lease spent before it lapsed doubles the batch; one that lapsed with
+// tokens left makes the batch what was spent of it. Whatever the old
+// lease still holds (less than req's cost) lapses now.
+func (l *lease) nextBatch(req *core.Request, most, now int64) int64 {
+	if l.size == 0 || l.size > most {
+		l.size = most
+	}
+	if l.taken > 0 && l.limit == req.Limit {
+		switch {
+		case now < l.expires:
+			l.size = min(2*l.size, most)
+		case l.left > 0:
+			l.size = max(l.taken-l.left, 1)
+		}
+	}
+	l.taken, l.left = 0, 0
+	return max(l.size, req.Cost)
+}
+
+// take takes a batch for req from the remote, in one call, and decides req
+// from it. ch is closed when the take has returned, waking the callers
+// that waited for it.
+//
+// When the remote denies the batch, the key waits for one: until the
+// remote says it will hold a whole batch, requests are denied here. This
+// request is decided at the remote if the denial says the remote still
+// holds enough for it; otherwise it is denied with the batch's wait.
+func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease, batch, start int64, ch chan struct{}) (core.Decision, bool, error) {
+	epoch := s.epoch.Load()
+	breq := *req
+	breq.Cost = batch
+	d, err := s.remote.Apply(ctx, breq)
+
+	e.mu.Lock()
+	l.refill = nil
+	close(ch)
+	valid := s.epoch.Load() == epoch && !e.dead
+	switch {
+	case err != nil:
+		e.mu.Unlock()
+		return core.Decision{}, true, fmt.Errorf("layered: remote: %w", err)
+	case d.Allowed && !valid:
+		// A Reset overlapped the take: the batch was charged to the
+		// state it forgot. This request was admitted; the rest lapses.
+		e.mu.Unlock()
+		d.Remaining += batch - req.Cost
+		d.Source = core.SourceLease
+		return d, true, nil
+	case d.Allowed:
+		l.limit, l.taken, l.left, l.at, l.take = req.Limit, batch, batch-req.Cost, start, d
+		l.expires = start + s.leaseTTL
+		if req.Algorithm == algorithms.FixedWindow {
+			// Never spend a window's tokens in the next window.
+			l.expires = min(l.expires, start+int64(d.ResetAfter))
+		}
+		l.waitUntil = 0
+		dec := l.decision(start, l.left)
+		e.mu.Unlock()
+		return dec, true, nil
+	case d.Unsatisfiable() || d.RetryAfter <= 0:
+		e.mu.Unlock()
+		return core.Decision{}, false, nil
+	}
+	if valid {
+		l.waitLimit, l.waitAt, l.waitD = req.Limit, start, d
+		l.waitRetry = start + int64(d.RetryAfter)
+		l.waitUntil = l.waitRetry
+		if s.maxDeny > 0 {
+			l.waitUntil = start + min(int64(d.RetryAfter), s.maxDeny)
+		}
+	}
+	e.mu.Unlock()
+	if d.Remaining >= req.Cost {
+		d, err := s.callRemote(ctx, *req)
+		return d, true, err
+	}
+	return d, true, nil
+}
