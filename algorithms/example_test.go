@@ -17,7 +17,7 @@ func Example() {
 		var s core.State
 		admitted := 0
 		for _, at := range []int64{t0 + 999_998, t0 + 999_999, t0 + 1_000_000, t0 + 1_000_001} {
-			if alg.Transition(&s, at, 1, limit, false).Allowed {
+			if alg.Transition(&s, core.Step{Now: at, Cost: 1, Limit: limit}).Allowed {
 				admitted++
 			}
 		}

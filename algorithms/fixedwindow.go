@@ -23,6 +23,11 @@ import (
 // whose window starts elsewhere starts counting afresh, and so does the
 // window after E. A cost of zero is admitted even when a lowered rate
 // leaves the count above it.
+//
+// A refund takes its cost off the count while the window of the key's
+// last charge is still the current one; after that window has ended the
+// charge no longer counts, and the refund changes nothing. A charge
+// refunded within its own window is therefore undone exactly.
 type fixedWindow struct{}
 
 func (fixedWindow) Name() string { return "fixed-window" }
@@ -31,9 +36,10 @@ func (fixedWindow) Validate(core.Limit) error { return nil }
 
 func (fixedWindow) Horizon(l core.Limit) time.Duration { return l.Period() }
 
-func (fixedWindow) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
-	rate, period := l.Rate(), l.PeriodMicros()
-	now = max(now, s.T)
+func (fixedWindow) Transition(s *core.State, st core.Step) core.Decision {
+	cost := st.Cost
+	rate, period := st.Limit.Rate(), st.Limit.PeriodMicros()
+	now := max(st.Now, s.T)
 	start := windowStart(now, period)
 	var count int64
 	if now < s.E && s.A == start {
@@ -46,6 +52,13 @@ func (fixedWindow) Transition(s *core.State, now, cost int64, l core.Limit, peek
 		}
 		return untilEnd
 	}
+	if st.Op == core.OpRefund {
+		if cost > 0 && count > 0 {
+			count = max(count-cost, 0)
+			s.T, s.A, s.B, s.E = now, start, count, start+period
+		}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-count, 0), ResetAfter: resetAfter(count)}
+	}
 	if cost > rate {
 		return forget(unsatisfiable(rate, max(rate-count, 0), resetAfter(count)), now, s.E)
 	}
@@ -57,7 +70,7 @@ func (fixedWindow) Transition(s *core.State, now, cost int64, l core.Limit, peek
 	switch {
 	case cost == 0:
 		return forget(d, now, s.E)
-	case !peek:
+	case st.Op == core.OpCharge:
 		s.T, s.A, s.B, s.E = now, start, count, start+period
 	}
 	return d

@@ -1,6 +1,6 @@
 -- fixedwindow.lua: the Lua twin of fixedwindow.go, run after prelude.lua
 -- (which gives the calling convention: KEYS[1] the state, ARGV[1] the
--- packed request, a reply of five integers).
+-- packed request, a reply of six integers).
 --
 -- State: T the last charge (µs); A the start of the counted window; B the
 -- count charged in it; E the window's end. Windows are aligned to the Unix
@@ -17,6 +17,13 @@ local function resetAfter(count)
 		return 0
 	end
 	return untilEnd
+end
+if refund then
+	if cost > 0 and count > 0 then
+		count = math.max(count - cost, 0)
+		save(now, start, count, C, start + period)
+	end
+	return reply(true, rate, math.max(rate - count, 0), 0, resetAfter(count))
 end
 if cost > rate then
 	return hold(false, rate, math.max(rate - count, 0), NEVER, resetAfter(count))

@@ -28,6 +28,11 @@ import (
 // last charge (its TAT, rounded up to a whole microsecond when the
 // fraction's ticks change size), capped at the new tolerance: a key is
 // never more than empty. From E on the key is forgotten.
+//
+// A refund moves the TAT back by the refunded cost's intervals, never
+// before now. GCRA does not reserve ([core.Reserver]): its TAT cannot tell
+// a reservation's debt from a key that a lowered burst left over-full, so
+// use the token bucket to Wait or Reserve.
 type gcra struct{}
 
 func (gcra) Name() string { return "gcra" }
@@ -36,10 +41,12 @@ func (gcra) Validate(core.Limit) error { return nil }
 
 func (gcra) Horizon(l core.Limit) time.Duration { return tokenBucket{}.Horizon(l) }
 
-func (gcra) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
-	u, r := l.Units()
-	burst := l.Burst()
+func (gcra) Transition(s *core.State, st core.Step) core.Decision {
+	cost := st.Cost
+	u, r := st.Limit.Units()
+	burst := st.Limit.Burst()
 	tolerance := burst * u
+	now := st.Now
 	// owed is how far the TAT was ahead of the last charge, in ticks,
 	// capped at the tolerance: the cap is taken at the last charge, not at
 	// now, so that repeated denials under a new limit agree on their waits.
@@ -62,6 +69,20 @@ func (gcra) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) 
 	decision := func(allowed bool, debt int64) core.Decision {
 		return core.Decision{Allowed: allowed, Limit: burst, Remaining: (tolerance - debt) / u, ResetAfter: micros(core.CeilDiv(debt, r))}
 	}
+	save := func(debt int64) {
+		s.T, s.A, s.B, s.C, s.E = now, now+debt/r, debt%r, r, now+core.CeilDiv(debt, r)
+	}
+	if st.Op == core.OpRefund {
+		if cost > 0 && debt > 0 {
+			if cost >= core.CeilDiv(debt, u) {
+				debt = 0 // and cost × u might not fit in 64 bits
+			} else {
+				debt -= cost * u
+			}
+			save(debt)
+		}
+		return decision(true, debt)
+	}
 	if cost > burst {
 		d := decision(false, debt)
 		d.RetryAfter = core.RetryNever
@@ -76,8 +97,8 @@ func (gcra) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) 
 	switch {
 	case cost == 0:
 		return forget(decision(true, debt), now, s.E)
-	case !peek:
-		s.T, s.A, s.B, s.C, s.E = now, now+debt/r, debt%r, r, now+core.CeilDiv(debt, r)
+	case st.Op == core.OpCharge:
+		save(debt)
 	}
 	return decision(true, debt)
 }

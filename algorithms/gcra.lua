@@ -1,6 +1,6 @@
 -- gcra.lua: the Lua twin of gcra.go, run after prelude.lua (which gives
 -- the calling convention: KEYS[1] the state, ARGV[1] the packed request, a
--- reply of five integers).
+-- reply of six integers).
 --
 -- State: T the last charge (µs); A the TAT's whole microseconds; B its
 -- fraction in ticks of 1/C µs; C the units per µs it was written under; E
@@ -24,6 +24,21 @@ if now < E then
 end
 -- debt: how far the TAT is ahead of now.
 local debt = tolerance - refill(tolerance - owed, tolerance, now - T, r)
+local function keep(debt)
+	local whole = idiv(debt, r)
+	save(now, now + whole, debt - whole * r, r, now + ceildiv(debt, r))
+end
+if refund then
+	if cost > 0 and debt > 0 then
+		if cost >= ceildiv(debt, u) then
+			debt = 0
+		else
+			debt = debt - cost * u
+		end
+		keep(debt)
+	end
+	return reply(true, burst, idiv(tolerance - debt, u), 0, ceildiv(debt, r))
+end
 if cost > burst then
 	return hold(false, burst, idiv(tolerance - debt, u), NEVER, ceildiv(debt, r))
 end
@@ -36,7 +51,6 @@ if cost == 0 then
 	return hold(true, burst, idiv(tolerance - debt, u), 0, ceildiv(debt, r))
 end
 if not peek then
-	local whole = idiv(debt, r)
-	save(now, now + whole, debt - whole * r, r, now + ceildiv(debt, r))
+	keep(debt)
 end
 return reply(true, burst, idiv(tolerance - debt, u), 0, ceildiv(debt, r))

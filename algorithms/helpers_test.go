@@ -98,7 +98,7 @@ func runSteps(t *testing.T, alg core.Algorithm, lim core.Limit, s *core.State, s
 // the Unix epoch, as a store would. Every test calls the algorithms through
 // it; req.Algorithm and req.Key are not consulted.
 func apply(alg core.Algorithm, s *core.State, now int64, req core.Request) core.Decision {
-	return alg.Transition(s, now, req.Cost, req.Limit, req.Peek)
+	return alg.Transition(s, req.Step(now))
 }
 
 // admitN makes n calls of the given cost at t0+at and returns how many

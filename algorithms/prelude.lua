@@ -5,11 +5,12 @@
 -- KEYS[1]  the key's state: a string of five little-endian doubles T, A,
 --          B, C, E (core.State's fields), then, for the sliding window log,
 --          its entries as pairs of doubles (at, cost).
--- ARGV[1]  eight little-endian doubles: now (µs since the Unix epoch, or
---          -1 for the server's TIME), cost, peek (1 or 0), rate, period
---          (µs), burst, units per token, units per µs.
+-- ARGV[1]  nine little-endian doubles: now (µs since the Unix epoch, or
+--          -1 for the server's TIME), cost, op (0 charge, 1 peek, 2
+--          refund), rate, period (µs), burst, units per token, units per
+--          µs, and the debt in units a reservation may run to (0 if none).
 -- reply    {allowed (1/0), limit, remaining, retry-after µs (-1: never),
---          reset-after µs}
+--          reset-after µs, delay µs}
 --
 -- Numbers: Redis's Lua has only doubles, exact for integers below 2^53.
 -- Every quantity sluice keeps is below 2^52 (instants in µs up to 2112,
@@ -18,8 +19,8 @@
 -- States are packed as doubles, not written with tostring, which keeps
 -- only 14 digits.
 
-local now, cost, peek, rate, period, burst, u, r =
-	struct.unpack('<dddddddd', ARGV[1])
+local now, cost, op, rate, period, burst, u, r, maxdebt =
+	struct.unpack('<ddddddddd', ARGV[1])
 -- A key's TTL is the time until it is forgotten plus this margin, in ms:
 -- a second on the server's clock; a minute for a request at an instant of
 -- its own, whose clock has nothing to do with the one Redis expires keys
@@ -35,7 +36,7 @@ if now < 0 then
 	local t = redis.call('TIME')
 	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-peek = peek == 1
+local peek, refund = op == 1, op == 2
 
 local state = redis.call('GET', KEYS[1])
 local T, A, B, C, E = 0, 0, 0, 0, 0
@@ -76,8 +77,8 @@ local function refill(level, capacity, elapsed, r)
 	return v
 end
 
-local function reply(allowed, limit, remaining, retry, reset)
-	return {allowed and 1 or 0, limit, remaining, retry, reset}
+local function reply(allowed, limit, remaining, retry, reset, delay)
+	return {allowed and 1 or 0, limit, remaining, retry, reset, delay or 0}
 end
 
 -- hold is the reply to a decision that writes nothing: its waits are

@@ -25,6 +25,11 @@ import (
 //
 // When the limit changes, counts are kept against the new rate, capped at
 // it; a new period whose windows start elsewhere starts counting afresh.
+//
+// A refund takes its cost off the count of the key's last charge's
+// window: the current window's, or, when the last charge was in the
+// previous window, that one's, while it still weighs. A charge refunded
+// before the key is charged in a later window is therefore undone exactly.
 type slidingWindowCounter struct{}
 
 func (slidingWindowCounter) Name() string { return "sliding-window-counter" }
@@ -38,9 +43,10 @@ func (slidingWindowCounter) Validate(l core.Limit) error {
 
 func (slidingWindowCounter) Horizon(l core.Limit) time.Duration { return 2 * l.Period() }
 
-func (slidingWindowCounter) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
-	rate, period := l.Rate(), l.PeriodMicros()
-	now = max(now, s.T)
+func (slidingWindowCounter) Transition(s *core.State, st core.Step) core.Decision {
+	cost := st.Cost
+	rate, period := st.Limit.Rate(), st.Limit.PeriodMicros()
+	now := max(st.Now, s.T)
 	start := windowStart(now, period)
 	var cur, prev int64
 	if now < s.E {
@@ -66,6 +72,20 @@ func (slidingWindowCounter) Transition(s *core.State, now, cost int64, l core.Li
 		}
 		return 0
 	}
+	if st.Op == core.OpRefund {
+		switch {
+		case cost == 0:
+		case cur > 0:
+			cur = max(cur-cost, 0)
+			s.T, s.A, s.B, s.C, s.E = now, start, cur, prev, start+2*period
+		case prev > 0 && s.A == start-period:
+			// The last charge was in the previous window, which still
+			// weighs until this one ends.
+			prev = max(prev-cost, 0)
+			s.T, s.A, s.B, s.C, s.E = now, start, 0, prev, start+period
+		}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), ResetAfter: resetAfter(cur)}
+	}
 	if cost > rate {
 		return forget(unsatisfiable(rate, remaining(cur), resetAfter(cur)), now, s.E)
 	}
@@ -77,7 +97,7 @@ func (slidingWindowCounter) Transition(s *core.State, now, cost int64, l core.Li
 	switch {
 	case cost == 0:
 		return forget(d, now, s.E)
-	case !peek:
+	case st.Op == core.OpCharge:
 		s.T, s.A, s.B, s.C, s.E = now, start, cur, prev, start+2*period
 	}
 	return d

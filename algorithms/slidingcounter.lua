@@ -1,6 +1,6 @@
 -- slidingcounter.lua: the Lua twin of slidingcounter.go, run after
 -- prelude.lua (which gives the calling convention: KEYS[1] the state,
--- ARGV[1] the packed request, a reply of five integers).
+-- ARGV[1] the packed request, a reply of six integers).
 --
 -- State: T the last charge (µs); A the start of the current window; B its
 -- count; C the previous window's count; E the end of the window after the
@@ -45,6 +45,18 @@ local function retry()
 		e = math.max(period - idiv((rate - cost) * period, cur), 0)
 	end
 	return period + e - elapsed
+end
+if refund then
+	if cost > 0 and cur > 0 then
+		cur = math.max(cur - cost, 0)
+		save(now, start, cur, prev, start + 2 * period)
+	elseif cost > 0 and prev > 0 and A == start - period then
+		-- The last charge was in the previous window, which still weighs
+		-- until this one ends.
+		prev = math.max(prev - cost, 0)
+		save(now, start, 0, prev, start + period)
+	end
+	return reply(true, rate, remaining(cur), 0, resetAfter(cur))
 end
 if cost > rate then
 	return hold(false, rate, remaining(cur), NEVER, resetAfter(cur))

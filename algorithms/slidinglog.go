@@ -33,6 +33,9 @@ const maxIdleLog = 16
 //
 // When the limit changes, the logged charges are judged against the new
 // rate and period until E; from E on the key is forgotten.
+//
+// A refund takes its cost off the newest entries still in the window,
+// newest first, so a refund of the key's last charge undoes it exactly.
 type slidingWindowLog struct{}
 
 func (slidingWindowLog) Name() string { return "sliding-window-log" }
@@ -46,10 +49,12 @@ func (slidingWindowLog) Validate(l core.Limit) error {
 
 func (slidingWindowLog) Horizon(l core.Limit) time.Duration { return l.Period() }
 
-func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
-	rate, period := l.Rate(), l.PeriodMicros()
+func (slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
+	cost := st.Cost
+	rate, period := st.Limit.Rate(), st.Limit.PeriodMicros()
 	first, live := s.B, s.A
-	if now = max(now, s.T); now >= s.E {
+	now := max(st.Now, s.T)
+	if now >= s.E {
 		first, live = int64(len(s.Log)), 0 // forgotten
 	}
 	// Skip the entries that have left the window (now − period, now].
@@ -62,6 +67,28 @@ func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit,
 			return 0
 		}
 		return micros(s.Log[len(s.Log)-1].At + period - now)
+	}
+	if st.Op == core.OpRefund {
+		if cost > 0 && live > 0 {
+			n := int64(len(s.Log))
+			for give := cost; give > 0 && n > first; {
+				e := &s.Log[n-1]
+				take := min(e.Cost, give)
+				e.Cost -= take
+				give -= take
+				live -= take
+				if e.Cost > 0 {
+					break
+				}
+				n--
+			}
+			s.Log = s.Log[:n]
+			s.T, s.A, s.B, s.E = now, live, first, now
+			if live > 0 {
+				s.E = s.Log[n-1].At + period
+			}
+		}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), ResetAfter: resetAfter(live)}
 	}
 	if cost > rate {
 		return forget(unsatisfiable(rate, max(rate-live, 0), resetAfter(live)), now, s.E)
@@ -82,7 +109,7 @@ func (slidingWindowLog) Transition(s *core.State, now, cost int64, l core.Limit,
 	if cost == 0 {
 		return forget(core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), ResetAfter: resetAfter(live)}, now, s.E)
 	}
-	if peek {
+	if st.Op == core.OpPeek {
 		// The charge would be the newest entry, leaving a period from now.
 		return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live - cost, ResetAfter: micros(period)}
 	}

@@ -1,6 +1,6 @@
 -- slidinglog.lua: the Lua twin of slidinglog.go, run after prelude.lua
 -- (which gives the calling convention: KEYS[1] the state, ARGV[1] the
--- packed request, a reply of five integers).
+-- packed request, a reply of six integers).
 --
 -- State: T the last charge (µs); A the total cost of the entries; E when
 -- the newest entry leaves the window; then the entries, oldest first, as
@@ -34,6 +34,30 @@ local function resetAfter(live)
 		return 0
 	end
 	return at(n - 1) + period - now
+end
+if refund then
+	if cost > 0 and live > 0 then
+		-- Take the cost off the newest entries, newest first.
+		local give, last, rest = cost, n - 1, nil
+		while give > 0 and last >= first do
+			local c = charged(last)
+			if c > give then
+				rest, live, give = c - give, live - give, 0
+			else
+				give, live, last = give - c, live - c, last - 1
+			end
+		end
+		if live > 0 then
+			local tail = string.sub(state, HEAD + 16 * first + 1, HEAD + 16 * (last + 1))
+			if rest then
+				tail = string.sub(tail, 1, -17) .. struct.pack('<dd', at(last), rest)
+			end
+			save(now, live, 0, C, at(last) + period, tail)
+			return reply(true, rate, math.max(rate - live, 0), 0, at(last) + period - now)
+		end
+		save(now, 0, 0, C, now)
+	end
+	return reply(true, rate, math.max(rate - live, 0), 0, resetAfter(live))
 end
 if cost > rate then
 	return hold(false, rate, math.max(rate - live, 0), NEVER, resetAfter(live))

@@ -21,6 +21,13 @@ import (
 // the new burst; if the change alters the units a token is made of, a
 // fraction of a token earned under the old limit is dropped. From E on the
 // key is forgotten and starts full under whatever limit it is asked.
+//
+// A reservation ([core.Request.MaxWait]) may take the level below zero,
+// by at most [core.Step.Debt]: the tokens it took are owed, later
+// requests wait until they are repaid, and the reservation's Delay is the
+// time until the level is back at zero. A refund puts its tokens back,
+// never above the burst: exactly the level the bucket would have had
+// without the refunded charge.
 type tokenBucket struct{}
 
 func (tokenBucket) Name() string { return "token-bucket" }
@@ -32,41 +39,70 @@ func (tokenBucket) Horizon(l core.Limit) time.Duration {
 	return micros(core.CeilDiv(l.Burst()*u, r))
 }
 
-func (tokenBucket) Transition(s *core.State, now, cost int64, l core.Limit, peek bool) core.Decision {
-	u, r := l.Units()
-	burst := l.Burst()
+func (tokenBucket) Reserves() bool { return true }
+
+func (tokenBucket) Transition(s *core.State, st core.Step) core.Decision {
+	cost := st.Cost
+	u, r := st.Limit.Units()
+	burst := st.Limit.Burst()
 	capacity := burst * u
+	// level is in units, below zero when reservations are owed: never
+	// below −2^52, so every sum here stays within 2^53.
 	level := capacity
-	if now = max(now, s.T); now < s.E {
+	now := max(st.Now, s.T)
+	if now < s.E {
 		level = s.A
 		if s.B != u && s.B > 0 {
-			level = min(s.A/s.B, burst) * u
+			level = min(floorDiv(s.A, s.B), burst) * u
 		}
 		level = refill(level, capacity, now-s.T, r)
 	}
 	untilFull := func(level int64) int64 { return core.CeilDiv(capacity-level, r) }
+	decision := func(allowed bool, level int64) core.Decision {
+		return core.Decision{Allowed: allowed, Limit: burst, Remaining: max(level, 0) / u, ResetAfter: micros(untilFull(level))}
+	}
+	if st.Op == core.OpRefund {
+		if cost > 0 && level < capacity {
+			if cost >= core.CeilDiv(capacity-level, u) {
+				level = capacity // and cost × u might not fit in 64 bits
+			} else {
+				level += cost * u
+			}
+			s.T, s.A, s.B, s.E = now, level, u, now+untilFull(level)
+		}
+		return decision(true, level)
+	}
 	if cost > burst {
-		return forget(unsatisfiable(burst, level/u, micros(untilFull(level))), now, s.E)
+		d := decision(false, level)
+		d.RetryAfter = core.RetryNever
+		return forget(d, now, s.E)
 	}
 	need := cost * u
-	if level < need {
-		return forget(core.Decision{
-			Limit:      burst,
-			Remaining:  level / u,
-			RetryAfter: micros(core.CeilDiv(need-level, r)),
-			ResetAfter: micros(untilFull(level)),
-		}, now, s.E)
+	if short := need - level; cost > 0 && short > st.Debt {
+		d := decision(false, level)
+		d.RetryAfter = micros(core.CeilDiv(short, r))
+		return forget(d, now, s.E)
+	}
+	if cost == 0 {
+		return forget(decision(true, level), now, s.E)
 	}
 	level -= need
-	full := untilFull(level)
-	d := core.Decision{Allowed: true, Limit: burst, Remaining: level / u, ResetAfter: micros(full)}
-	switch {
-	case cost == 0:
-		return forget(d, now, s.E)
-	case !peek:
-		s.T, s.A, s.B, s.E = now, level, u, now+full
+	d := decision(true, level)
+	d.Delay = micros(core.CeilDiv(-level, r))
+	if st.Op == core.OpCharge {
+		s.T, s.A, s.B, s.E = now, level, u, now+untilFull(level)
 	}
 	return d
+}
+
+// floorDiv returns ⌊a / b⌋ for b > 0, rounding down for negative a as
+// Lua's math.floor does (Go's / rounds towards zero).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
 }
 
 // refill returns level after elapsed µs at r units a µs, capped at capacity.

@@ -26,8 +26,12 @@ var (
 	// or too far after it to count in exact microseconds (see [MaxExact]).
 	ErrInvalidTime = errors.New("sluice: invalid time")
 	// ErrUnsupported reports an optional operation the store does not
-	// implement, such as Reset on a store that is not a [Resetter].
+	// implement, such as Reset on a store that is not a [Resetter], or a
+	// reservation under an algorithm that cannot reserve.
 	ErrUnsupported = errors.New("sluice: not supported by this store")
+	// ErrInvalidRequest reports a request whose options contradict each
+	// other, such as a peek that is also a refund.
+	ErrInvalidRequest = errors.New("sluice: invalid request")
 )
 
 // MaxKeyLen is the longest key, in bytes, a request may carry. Keys come
@@ -86,6 +90,10 @@ type Decision struct {
 	// ResetAfter is the wait until the key is back to full capacity, as if
 	// it had never been used; zero when it already is.
 	ResetAfter time.Duration
+	// Delay is how long the caller of an admitted reservation
+	// ([Request.MaxWait]) must wait before it acts: the capacity it was
+	// charged is available only then. Zero for every other decision.
+	Delay time.Duration
 	// Source says what produced the decision.
 	Source Source
 }
@@ -118,6 +126,25 @@ type Request struct {
 	// Peek asks for the decision the request would get, without charging
 	// it or changing any state.
 	Peek bool
+	// Refund gives Cost back to the key instead of charging it: it undoes
+	// an admission of that cost, such as one half of a multi-limit request
+	// another limit denied, or a reservation cancelled before it was used.
+	// The bucket algorithms return the units exactly, never above a fresh
+	// key's capacity; the window algorithms return the cost to the window
+	// of the key's last charge while that window still counts (each
+	// algorithm documents it). A refund's decision is allowed and reports
+	// the key after it.
+	Refund bool
+	// MaxWait, when positive, makes the request a reservation: if it would
+	// be admitted within MaxWait (counting every charge made before it,
+	// reservations included), it is charged now, the key going into debt,
+	// and the decision is allowed with a [Decision.Delay] the caller must
+	// wait before acting. A reservation that would need longer is denied
+	// and charges nothing. Only algorithms that implement [Reserver] can
+	// reserve; for others the request fails with [ErrUnsupported]. A key's
+	// debt never exceeds [MaxUnits] units (see [Limit.Units]), which for
+	// any practical limit is far beyond a deadline.
+	MaxWait time.Duration
 }
 
 // Validate checks the request's key, algorithm, cost and limit, returning an
@@ -135,6 +162,12 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: %d exceeds 2^52", ErrInvalidCost, r.Cost)
 	case !r.Now.IsZero() && (r.Now.Before(epoch) || !r.Now.Before(maxTime)):
 		return fmt.Errorf("%w: %v is outside 1970 to %v", ErrInvalidTime, r.Now, maxTime)
+	case r.Peek && r.Refund:
+		return fmt.Errorf("%w: a refund cannot be a peek", ErrInvalidRequest)
+	case r.MaxWait < 0:
+		return fmt.Errorf("%w: MaxWait %v is negative", ErrInvalidRequest, r.MaxWait)
+	case r.MaxWait > 0 && (r.Peek || r.Refund):
+		return fmt.Errorf("%w: a reservation (MaxWait) cannot be a peek or a refund", ErrInvalidRequest)
 	}
 	if err := r.Limit.Validate(); err != nil {
 		return err
@@ -142,7 +175,61 @@ func (r *Request) Validate() error {
 	if r.Limit.inf {
 		return nil
 	}
+	if r.MaxWait > 0 {
+		if rs, ok := r.Algorithm.(Reserver); !ok || !rs.Reserves() {
+			return fmt.Errorf("%w: algorithm %q cannot reserve (MaxWait)", ErrUnsupported, r.Algorithm.Name())
+		}
+	}
 	return r.Algorithm.Validate(r.Limit)
+}
+
+// Step returns what the request asks of its algorithm at now, in µs since
+// the Unix epoch: the arguments of [Algorithm.Transition]. Its limit must
+// not be [Inf].
+func (r *Request) Step(now int64) Step {
+	st := Step{Now: now, Cost: r.Cost, Limit: r.Limit}
+	switch {
+	case r.Peek:
+		st.Op = OpPeek
+	case r.Refund:
+		st.Op = OpRefund
+	case r.MaxWait > 0:
+		st.Debt = MaxUnits
+		if w, per := r.MaxWait.Microseconds(), r.Limit.refill; w < MaxUnits/per {
+			st.Debt = w * per
+		}
+	}
+	return st
+}
+
+// Op is what a [Step] does to a key: charge its cost, only look, or give
+// the cost back.
+type Op uint8
+
+// The operations of a step. Lua twins receive them as the numbers 0, 1
+// and 2.
+const (
+	OpCharge Op = iota // charge the cost if admitted ([Request] default)
+	OpPeek             // decide without changing anything ([Request.Peek])
+	OpRefund           // give the cost back ([Request.Refund])
+)
+
+// Step is one request as an algorithm sees it, in integer microseconds.
+// [Request.Step] makes one.
+type Step struct {
+	// Now is the instant to decide at, in µs since the Unix epoch.
+	// Algorithms decide at max(Now, State.T).
+	Now int64
+	// Cost is the request's cost, 0 to [MaxUnits].
+	Cost int64
+	// Limit is the limit to decide under; never [Inf].
+	Limit Limit
+	// Op says whether to charge, peek or refund.
+	Op Op
+	// Debt is how far, in units (see [Limit.Units]), an admission may take
+	// the key below empty: MaxWait × units per µs for a reservation, at
+	// most [MaxUnits]; zero for every other request.
+	Debt int64
 }
 
 // The instants a request may carry: from the Unix epoch to MaxUnits µs
@@ -206,12 +293,24 @@ type Algorithm interface {
 	// that cannot read E (one whose clock is not the requests') may
 	// forget a state this long after its last charge.
 	Horizon(l Limit) time.Duration
-	// Transition decides a request of cost at now (microseconds since the
-	// Unix epoch) under limit l, with the key's state s. It changes s only
-	// when it admits a request of positive cost that is not a peek. Its
-	// inputs have been validated ([Request.Validate]) and l is not [Inf].
-	// Transition must not retain s.
-	Transition(s *State, now, cost int64, l Limit, peek bool) Decision
+	// Transition decides step st with the key's state s. It changes s
+	// only when it admits a charge of positive cost, or refunds one. Its
+	// inputs have been validated ([Request.Validate]) and the limit is
+	// not [Inf]. Transition must not retain s.
+	Transition(s *State, st Step) Decision
+}
+
+// Reserver is implemented by algorithms that can reserve: admit a request
+// now that may act only later, by letting a key go into debt (see
+// [Request.MaxWait] and [Step.Debt]). The bucket algorithms reserve; the
+// window algorithms, whose capacity returns all at once at a boundary,
+// do not.
+type Reserver interface {
+	Algorithm
+	// Reserves reports whether the algorithm honours [Step.Debt]; an
+	// algorithm that implements Reserver but returns false is treated as
+	// one that does not.
+	Reserves() bool
 }
 
 // Store runs an algorithm's transition atomically for a key: two calls for

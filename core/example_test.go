@@ -94,3 +94,51 @@ func ExampleStoreFunc() {
 	fmt.Println("denials:", denials.Load())
 	// Output: denials: 3
 }
+
+// Wait queues callers on a key instead of turning them away: each call
+// reserves its token in the store (one call, in Redis as in memory) and
+// sleeps until the token is due.
+func ExampleLimiter_Wait() {
+	store, _ := memstore.New(memstore.Config{})
+	defer store.Close()
+	limiter, _ := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(20).WithBurst(1))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	for range 3 {
+		if _, err := limiter.Wait(ctx, "batch-job"); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// The first token is there; the next two come 50ms apart.
+	fmt.Println("3 calls at 20/s took at least 100ms:", time.Since(start) >= 99*time.Millisecond)
+	// Output: 3 calls at 20/s took at least 100ms: true
+}
+
+// Reserve charges now for work that may start later; a reservation the
+// caller will not use is cancelled and its capacity given back.
+func ExampleLimiter_Reserve() {
+	store, _ := memstore.New(memstore.Config{})
+	defer store.Close()
+	limiter, _ := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(1).WithBurst(1))
+	ctx := context.Background()
+
+	limiter.Allow(ctx, "k") // the only token
+	r, err := limiter.Reserve(ctx, "k", 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("reserved: %v, act in %v\n", r.OK(), r.Delay.Round(100*time.Millisecond))
+	if d, _ := limiter.Peek(ctx, "k"); !d.Allowed {
+		fmt.Printf("meanwhile others wait %v\n", d.RetryAfter.Round(100*time.Millisecond))
+	}
+	r.Cancel(ctx) // the work was called off
+	if d, _ := limiter.Peek(ctx, "k"); !d.Allowed {
+		fmt.Printf("after the cancel, %v\n", d.RetryAfter.Round(100*time.Millisecond))
+	}
+	// Output:
+	// reserved: true, act in 1s
+	// meanwhile others wait 2s
+	// after the cancel, 1s
+}

@@ -305,7 +305,7 @@ func capacity(lim *core.Limiter) (q int64) {
 		}
 	}()
 	var s core.State
-	return lim.Algorithm().Transition(&s, probeInstant, 0, l, true).Limit
+	return lim.Algorithm().Transition(&s, core.Step{Now: probeInstant, Limit: l, Op: core.OpPeek}).Limit
 }
 
 // sfMax is the largest Integer a structured field carries (RFC 9651

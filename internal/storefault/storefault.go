@@ -450,7 +450,7 @@ func ApplyNoPanic(t testing.TB, store core.Store, req core.Request) (d core.Deci
 
 // MalformedCase is a script whose reply breaks the calling convention,
 // with what a store must return for it: an error wrapping
-// [wire.ErrMalformed] where the reply is not five integers a decision can
+// [wire.ErrMalformed] where the reply is not six integers a decision can
 // hold, else an error that says what the server said.
 type MalformedCase struct {
 	Name, Src string
@@ -463,15 +463,16 @@ type MalformedCase struct {
 var malformed = []MalformedCase{
 	{"two-integers", "return {1, 2}", true, ""},
 	{"string", "return 'text'", true, ""},
-	{"string-element", "return {1, 2, 3, 4, 'x'}", true, ""},
+	{"string-element", "return {1, 2, 3, 4, 5, 'x'}", true, ""},
 	{"nil", "return nil", true, ""},
-	{"allowed-2", "return {2, 1, 1, 0, 0}", true, "allowed is 2"},
-	{"allowed-with-retry", "return {1, 10, 9, 5, 0}", true, "allowed with retry-after"},
-	{"negative-retry", "return {0, 10, 9, -7, 0}", true, "retry-after -7"},
-	{"huge-retry", "return {0, 10, 9, 1e300, 0}", true, "retry-after"},
+	{"allowed-2", "return {2, 1, 1, 0, 0, 0}", true, "allowed is 2"},
+	{"allowed-with-retry", "return {1, 10, 9, 5, 0, 0}", true, "allowed with retry-after"},
+	{"negative-retry", "return {0, 10, 9, -7, 0, 0}", true, "retry-after -7"},
+	{"huge-retry", "return {0, 10, 9, 1e300, 0, 0}", true, "retry-after"},
+	{"denied-with-delay", "return {0, 10, 9, 5, 5, 5}", true, "delay 5"},
 	{"error-reply", "return redis.error_reply('boom')", false, "boom"},
 	{"runtime-error", "error('oops')", false, "oops"},
-	{"nested", "return { {1}, 2, 3, 4, 5 }", true, ""},
+	{"nested", "return { {1}, 2, 3, 4, 5, 6 }", true, ""},
 }
 
 // MalformedCases returns the malformed replies every Redis store must

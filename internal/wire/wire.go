@@ -97,9 +97,9 @@ func appendEscaped(dst []byte, key string) []byte {
 }
 
 // ArgsLen is the length in bytes of the packed request, ARGV[1].
-const ArgsLen = 8 * 8
+const ArgsLen = 9 * 8
 
-// AppendArgs appends the packed request ARGV[1] for req to dst: eight
+// AppendArgs appends the packed request ARGV[1] for req to dst: nine
 // little-endian doubles, exact because each is an integer below 2^53 (see
 // [core.Script]). The request must have passed [core.Request.Validate]
 // and its limit must not be [core.Inf].
@@ -108,29 +108,26 @@ func AppendArgs(dst []byte, req *core.Request) []byte {
 	if !req.Now.IsZero() {
 		now = req.Now.UnixMicro()
 	}
-	var peek int64
-	if req.Peek {
-		peek = 1
-	}
+	st := req.Step(now)
 	l := req.Limit
 	u, r := l.Units()
-	for _, v := range [...]int64{now, req.Cost, peek, l.Rate(), l.PeriodMicros(), l.Burst(), u, r} {
+	for _, v := range [...]int64{now, req.Cost, int64(st.Op), l.Rate(), l.PeriodMicros(), l.Burst(), u, r, st.Debt} {
 		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(v)))
 	}
 	return dst
 }
 
 // ReplyLen is the number of integers in a script's reply.
-const ReplyLen = 5
+const ReplyLen = 6
 
 // ErrMalformed reports a script reply that breaks the calling convention:
-// not five integers, or numbers no decision can hold. A store wraps it
+// not six integers, or numbers no decision can hold. A store wraps it
 // with what it received.
 var ErrMalformed = errors.New("malformed script reply")
 
 // Decision checks a script's reply and returns the decision it holds.
 func Decision(reply [ReplyLen]int64) (core.Decision, error) {
-	allowed, limit, remaining, retry, reset := reply[0], reply[1], reply[2], reply[3], reply[4]
+	allowed, limit, remaining, retry, reset, delay := reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]
 	switch {
 	case allowed != 0 && allowed != 1:
 		return core.Decision{}, fmt.Errorf("%w: allowed is %d", ErrMalformed, allowed)
@@ -140,6 +137,8 @@ func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 		return core.Decision{}, fmt.Errorf("%w: retry-after %dµs, reset-after %dµs", ErrMalformed, retry, reset)
 	case allowed == 1 && retry != 0:
 		return core.Decision{}, fmt.Errorf("%w: allowed with retry-after %dµs", ErrMalformed, retry)
+	case delay < 0 || delay > core.MaxUnits || allowed == 0 && delay != 0:
+		return core.Decision{}, fmt.Errorf("%w: delay %dµs (allowed %d)", ErrMalformed, delay, allowed)
 	}
 	d := core.Decision{
 		Allowed:    allowed == 1,
@@ -147,6 +146,7 @@ func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 		Remaining:  remaining,
 		RetryAfter: time.Duration(retry) * time.Microsecond,
 		ResetAfter: time.Duration(reset) * time.Microsecond,
+		Delay:      time.Duration(delay) * time.Microsecond,
 	}
 	if retry == -1 {
 		d.RetryAfter = core.RetryNever

@@ -87,10 +87,14 @@ func TestAppendArgs(t *testing.T) {
 	now := time.UnixMicro(core.MaxUnits - 1)
 	for _, tc := range []struct {
 		req  core.Request
-		want [8]int64
+		want [9]int64
 	}{
-		{core.Request{Limit: l, Cost: 3, Now: now, Peek: true}, [8]int64{core.MaxUnits - 1, 3, 1, 1_000_000, 86_400_000_000, 52_000_000_000, 86_400, 1}},
-		{core.Request{Limit: core.PerSecond(3), Cost: core.MaxUnits}, [8]int64{-1, core.MaxUnits, 0, 3, 1_000_000, 3, 1_000_000, 3}},
+		{core.Request{Limit: l, Cost: 3, Now: now, Peek: true}, [9]int64{core.MaxUnits - 1, 3, 1, 1_000_000, 86_400_000_000, 52_000_000_000, 86_400, 1, 0}},
+		{core.Request{Limit: core.PerSecond(3), Cost: core.MaxUnits}, [9]int64{-1, core.MaxUnits, 0, 3, 1_000_000, 3, 1_000_000, 3, 0}},
+		{core.Request{Limit: core.PerSecond(3), Cost: 2, Refund: true}, [9]int64{-1, 2, 2, 3, 1_000_000, 3, 1_000_000, 3, 0}},
+		// A reservation's debt is MaxWait × units per µs, at most 2^52.
+		{core.Request{Limit: core.PerSecond(3), Cost: 1, MaxWait: 1500 * time.Millisecond}, [9]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, 4_500_000}},
+		{core.Request{Limit: core.PerSecond(3), Cost: 1, MaxWait: math.MaxInt64}, [9]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, core.MaxUnits}},
 	} {
 		b := AppendArgs([]byte("x"), &tc.req)
 		if len(b) != 1+ArgsLen {
@@ -110,26 +114,30 @@ func TestDecision(t *testing.T) {
 		reply [ReplyLen]int64
 		want  core.Decision
 	}{
-		{[5]int64{1, 10, 9, 0, 100_000}, core.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond}},
-		{[5]int64{0, 10, 0, 7, 1_000_000}, core.Decision{Limit: 10, RetryAfter: 7 * time.Microsecond, ResetAfter: time.Second}},
-		{[5]int64{0, 10, 3, -1, 5}, core.Decision{Limit: 10, Remaining: 3, RetryAfter: core.RetryNever, ResetAfter: 5 * time.Microsecond}},
+		{[6]int64{1, 10, 9, 0, 100_000, 0}, core.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond}},
+		{[6]int64{0, 10, 0, 7, 1_000_000, 0}, core.Decision{Limit: 10, RetryAfter: 7 * time.Microsecond, ResetAfter: time.Second}},
+		{[6]int64{0, 10, 3, -1, 5, 0}, core.Decision{Limit: 10, Remaining: 3, RetryAfter: core.RetryNever, ResetAfter: 5 * time.Microsecond}},
+		{[6]int64{1, 10, 0, 0, 3_000_000, 250_000}, core.Decision{Allowed: true, Limit: 10, ResetAfter: 3 * time.Second, Delay: 250 * time.Millisecond}},
 	}
 	for _, tc := range good {
 		if got, err := Decision(tc.reply); err != nil || got != tc.want {
 			t.Errorf("Decision(%v) = %+v, %v; want %+v", tc.reply, got, err, tc.want)
 		}
 	}
-	for _, reply := range [][5]int64{
-		{2, 10, 9, 0, 0},
-		{-1, 10, 9, 0, 0},
-		{1, -10, 9, 0, 0},
-		{1, 10, -9, 0, 0},
-		{0, 10, 9, -2, 0},
-		{0, 10, 9, 0, -1},
-		{1, 10, 9, 5, 0},
-		{0, 10, 9, math.MaxInt64, 0},
-		{0, 10, 9, 0, math.MaxInt64},
-		{1, math.MaxInt64, 9, 0, 0},
+	for _, reply := range [][6]int64{
+		{2, 10, 9, 0, 0, 0},
+		{-1, 10, 9, 0, 0, 0},
+		{1, -10, 9, 0, 0, 0},
+		{1, 10, -9, 0, 0, 0},
+		{0, 10, 9, -2, 0, 0},
+		{0, 10, 9, 0, -1, 0},
+		{1, 10, 9, 5, 0, 0},
+		{0, 10, 9, math.MaxInt64, 0, 0},
+		{0, 10, 9, 0, math.MaxInt64, 0},
+		{1, math.MaxInt64, 9, 0, 0, 0},
+		{1, 10, 9, 0, 0, -1},
+		{1, 10, 9, 0, 0, math.MaxInt64},
+		{0, 10, 9, 5, 5, 5},
 	} {
 		if _, err := Decision(reply); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decision(%v) = %v, want ErrMalformed", reply, err)

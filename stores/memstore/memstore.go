@@ -193,20 +193,21 @@ func (s *Store) Apply(_ context.Context, req core.Request) (core.Decision, error
 	if t := sh.table(alg, false); t != nil {
 		e = t.entries[req.Key]
 	}
-	charges := !req.Peek && req.Cost > 0
+	changes := !req.Peek && req.Cost > 0 // a charge or a refund
 	if e == nil {
 		// Run a fresh key on the shard's scratch state and keep it only if
-		// it was charged: denials and peeks of unknown keys store nothing.
+		// it was charged: denials, peeks and refunds of unknown keys store
+		// nothing.
 		sh.scratch = core.State{}
-		d := req.Algorithm.Transition(&sh.scratch, at, req.Cost, req.Limit, req.Peek)
-		if d.Allowed && charges {
+		d := req.Algorithm.Transition(&sh.scratch, req.Step(at))
+		if d.Allowed && changes && !req.Refund {
 			s.insert(sh, alg, req.Key, &entry{state: sh.scratch, expires: expiry(&req, &sh.scratch, clock)}, clock)
 		}
 		sh.scratch = core.State{}
 		return d, nil
 	}
-	d := req.Algorithm.Transition(&e.state, at, req.Cost, req.Limit, req.Peek)
-	if d.Allowed && charges {
+	d := req.Algorithm.Transition(&e.state, req.Step(at))
+	if d.Allowed && changes {
 		e.expires = expiry(&req, &e.state, clock)
 	}
 	return d, nil

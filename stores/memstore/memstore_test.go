@@ -155,7 +155,7 @@ func TestForgettingIsExact(t *testing.T) {
 			ctx := context.Background()
 			req := core.Request{Key: "k", Algorithm: alg, Limit: limit, Cost: 3}
 			d, _ := s.Apply(ctx, req)
-			alg.Transition(kept, clock.UnixMicro(), req.Cost, req.Limit, req.Peek)
+			alg.Transition(kept, req.Step(clock.UnixMicro()))
 			clock = clock.Add(alg.Horizon(limit))
 			s.Sweep()
 			if st := s.Stats(); st.Keys != 0 {
@@ -163,7 +163,7 @@ func TestForgettingIsExact(t *testing.T) {
 			}
 			req.Cost = 4
 			got, _ := s.Apply(ctx, req)
-			want := alg.Transition(kept, clock.UnixMicro(), req.Cost, req.Limit, req.Peek)
+			want := alg.Transition(kept, req.Step(clock.UnixMicro()))
 			if got != want {
 				t.Fatalf("after forgetting: %+v; the kept state decides %+v (first decision %+v)", got, want, d)
 			}
@@ -274,7 +274,7 @@ func TestForgettingIsExactUnderChanges(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := alg.Transition(kept[key], clock.UnixMicro(), req.Cost, req.Limit, false)
+				want := alg.Transition(kept[key], req.Step(clock.UnixMicro()))
 				if got != want {
 					t.Fatalf("op %d: %s cost %d under %v: store %+v, kept state %+v", i, key, req.Cost, req.Limit, got, want)
 				}
@@ -289,7 +289,7 @@ type panicky struct{ core.Algorithm }
 
 func (panicky) Name() string { return "panicky" }
 
-func (panicky) Transition(*core.State, int64, int64, core.Limit, bool) core.Decision {
+func (panicky) Transition(*core.State, core.Step) core.Decision {
 	panic("panicky: transition")
 }
 

@@ -151,7 +151,7 @@ func TestNoReplay(t *testing.T) {
 
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
-// panic. An error wraps wire.ErrMalformed where the reply is not five
+// panic. An error wraps wire.ErrMalformed where the reply is not six
 // integers a decision can hold, else it says what the server said.
 func TestMalformedReplies(t *testing.T) {
 	t.Parallel()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ var parityStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 // first decision they disagree on, and counts the outcomes. Instants stay
 // within 1970 to 2112 and costs within 2^52, so that every request is
 // valid.
-func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int, limits []core.Limit, start int64) (allowed, denied, never int) {
+func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int, limits []core.Limit, start int64) (allowed, denied, never, refunds, delayed int) {
 	t.Helper()
 	var usable []core.Limit
 	for _, l := range limits {
@@ -90,17 +91,34 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 		default:
 			cost = rng.Int64N(min(capacity, 3)) + 1
 		}
-		peek := rng.IntN(8) == 0
-		want := alg.Transition(&state, now, cost, limit, peek)
-		req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: cost, Now: time.UnixMicro(now), Peek: peek}
+		req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: cost, Now: time.UnixMicro(now)}
+		switch rng.IntN(8) {
+		case 0:
+			req.Peek = true
+		case 1:
+			req.Refund = true
+		case 2, 3:
+			if rs, ok := alg.(core.Reserver); ok && rs.Reserves() {
+				req.MaxWait = time.Duration(rng.Int64N(3*period+1)) * time.Microsecond
+				if rng.IntN(50) == 0 {
+					req.MaxWait = math.MaxInt64 // a debt of 2^52 units
+				}
+			}
+		}
+		want := alg.Transition(&state, req.Step(now))
 		got, err := store.Apply(ctx, req)
 		if err != nil {
-			t.Fatalf("op %d: Apply(now=%d, cost=%d, %v, peek=%v): %v", i, now, cost, limit, peek, err)
+			t.Fatalf("op %d: Apply(now=%d, cost=%d, %v, peek=%v, refund=%v, maxwait=%v): %v", i, now, cost, limit, req.Peek, req.Refund, req.MaxWait, err)
 		}
 		if got != want {
-			t.Fatalf("op %d: Apply(now=%d, cost=%d, %v, peek=%v)\n got %+v\nwant %+v\nstate %+v", i, now, cost, limit, peek, got, want, state)
+			t.Fatalf("op %d: Apply(now=%d, cost=%d, %v, peek=%v, refund=%v, maxwait=%v)\n got %+v\nwant %+v\nstate %+v", i, now, cost, limit, req.Peek, req.Refund, req.MaxWait, got, want, state)
 		}
 		switch {
+		case req.Refund:
+			refunds++
+		case got.Delay > 0:
+			delayed++
+			allowed++
 		case got.Allowed:
 			allowed++
 		case got.Unsatisfiable():
@@ -109,7 +127,7 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 			denied++
 		}
 	}
-	return allowed, denied, never
+	return allowed, denied, never, refunds, delayed
 }
 
 func TestParity(t *testing.T) {
@@ -125,11 +143,14 @@ func TestParity(t *testing.T) {
 			seed := rand.Uint64()
 			t.Logf("seed %d", seed)
 			const ops = 10_000
-			allowed, denied, never := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
-			t.Logf("%d ops: %d allowed, %d denied, %d unsatisfiable", ops, allowed, denied, never)
+			allowed, denied, never, refunds, delayed := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
+			t.Logf("%d ops: %d allowed (%d reserved with a delay), %d denied, %d unsatisfiable, %d refunds", ops, allowed, delayed, denied, never, refunds)
 			// A run that never denies proves little.
-			if allowed < ops/20 || denied < ops/20 || never < ops/50 {
+			if allowed < ops/20 || denied < ops/20 || never < ops/50 || refunds < ops/20 {
 				t.Fatalf("too few of some outcome")
+			}
+			if rs, ok := alg.(core.Reserver); ok && rs.Reserves() && delayed < ops/50 {
+				t.Fatalf("too few reservations with a delay")
 			}
 		})
 	}

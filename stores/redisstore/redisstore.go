@@ -14,7 +14,7 @@ import (
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
-// of [core.Script]: not five integers, or numbers no decision can hold.
+// of [core.Script]: not six integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
 var ErrMalformed = wire.ErrMalformed
 

@@ -86,7 +86,7 @@ func warm(t testing.TB, store core.Store, key string) {
 
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
-// panic. An error wraps wire.ErrMalformed where the reply is not five
+// panic. An error wraps wire.ErrMalformed where the reply is not six
 // integers a decision can hold, else it says what the server said; where a
 // reply has the wrong elements, rueidisstore's error also says which.
 func TestMalformedReplies(t *testing.T) {
@@ -94,7 +94,7 @@ func TestMalformedReplies(t *testing.T) {
 	store := newStore(t, newClient(t, testAddr(t)))
 	says := map[string]string{
 		"two-integers":   "2 elements",
-		"string-element": "element 4",
+		"string-element": "element 5",
 		"nested":         "element 0",
 	}
 	for i, tt := range storefault.MalformedCases(says) {

@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 			{"Peek", testPeek},
 			{"Unsatisfiable", testUnsatisfiable},
 			{"OwnClock", testOwnClock},
+			{"Refund", testRefund},
 		} {
 			t.Run(tc.name+"/"+alg.Name(), func(t *testing.T) {
 				t.Parallel()
@@ -72,6 +73,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"Keys", testKeys},
 		{"BadInput", testBadInput},
 		{"Inf", testInf},
+		{"Reserve", testReserve},
 		{"Reset", testReset},
 		{"Close", testClose},
 	} {
@@ -207,10 +209,19 @@ func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 			Limit:     limit,
 			Cost:      rng.Int64N(limit.Burst()*3/2 + 2),
 			Now:       now,
-			Peek:      rng.IntN(10) == 0,
 		}
 		if alg.Name() == "fixed-window" || strings.HasPrefix(alg.Name(), "sliding") {
 			req.Cost = rng.Int64N(limit.Rate()*3/2 + 2)
+		}
+		switch rng.IntN(10) {
+		case 0:
+			req.Peek = true
+		case 1:
+			req.Refund = true
+		case 2:
+			if r, ok := alg.(core.Reserver); ok && r.Reserves() {
+				req.MaxWait = time.Duration(rng.Int64N(int64(2 * limit.Period())))
+			}
 		}
 		got, err := s.Apply(context.Background(), req)
 		if err != nil {
@@ -221,7 +232,7 @@ func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 			st = new(core.State)
 			ref[req.Key] = st
 		}
-		want := alg.Transition(st, req.Now.UnixMicro(), req.Cost, req.Limit, req.Peek)
+		want := alg.Transition(st, req.Step(req.Now.UnixMicro()))
 		switch got.Source {
 		case core.SourceStore, core.SourceCache, core.SourceLease:
 		default:
@@ -229,8 +240,8 @@ func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 		}
 		got.Source = want.Source
 		if got != want {
-			t.Fatalf("seed %d, op %d: %s %v cost %d peek %v at T0+%v:\n got %+v\nwant %+v",
-				seed, i, req.Key[len(req.Key)-1:], limit, req.Cost, req.Peek, req.Now.Sub(T0), got, want)
+			t.Fatalf("seed %d, op %d: %s %v cost %d peek %v refund %v maxwait %v at T0+%v:\n got %+v\nwant %+v",
+				seed, i, req.Key[len(req.Key)-1:], limit, req.Cost, req.Peek, req.Refund, req.MaxWait, req.Now.Sub(T0), got, want)
 		}
 	}
 }
@@ -570,6 +581,111 @@ func testClose(t *testing.T, s core.Store) {
 	if r, ok := s.(core.Resetter); ok {
 		if err := r.Reset(ctx, req.Key, req.Algorithm); !errors.Is(err, core.ErrClosed) {
 			t.Errorf("Reset after Close: err = %v, want %v", err, core.ErrClosed)
+		}
+	}
+}
+
+// testRefund runs one random trace on two keys, and on the first of them
+// also charges, at random instants, a cost that it refunds at once: every
+// decision on the two keys must agree, since a charge refunded at its own
+// instant is undone exactly by every algorithm.
+func testRefund(t *testing.T, s core.Store, alg core.Algorithm) {
+	rng, seed := newRand()
+	limit := traceLimits(alg)[0]
+	capacity := limit.Burst()
+	if alg.Name() == "fixed-window" || strings.HasPrefix(alg.Name(), "sliding") {
+		capacity = limit.Rate()
+	}
+	twin, plain := newKey(t)+":refunded", newKey(t)+":plain"
+	ctx := context.Background()
+	now := T0
+	refunded := 0
+	n := traceLength / 2
+	if testing.Short() {
+		n /= 10
+	}
+	for i := 0; i < n; i++ {
+		now = now.Add(time.Duration(rng.Int64N(int64(limit.Period())/limit.Rate()*2+1)) / us * us)
+		if rng.IntN(3) == 0 {
+			extra := core.Request{Key: twin, Algorithm: alg, Limit: limit, Cost: rng.Int64N(capacity) + 1, Now: now}
+			d, err := s.Apply(ctx, extra)
+			if err != nil {
+				t.Fatalf("seed %d, op %d: %+v: %v", seed, i, extra, err)
+			}
+			if d.Allowed {
+				extra.Refund = true
+				if _, err := s.Apply(ctx, extra); err != nil {
+					t.Fatalf("seed %d, op %d: refund %+v: %v", seed, i, extra, err)
+				}
+				refunded++
+			}
+		}
+		req := core.Request{Algorithm: alg, Limit: limit, Cost: rng.Int64N(capacity+1) + 1, Now: now, Peek: rng.IntN(5) == 0}
+		req.Key = twin
+		got, err := s.Apply(ctx, req)
+		if err != nil {
+			t.Fatalf("seed %d, op %d: %+v: %v", seed, i, req, err)
+		}
+		req.Key = plain
+		want, err := s.Apply(ctx, req)
+		if err != nil {
+			t.Fatalf("seed %d, op %d: %+v: %v", seed, i, req, err)
+		}
+		got.Source, want.Source = core.SourceStore, core.SourceStore // a cache may answer either
+		if got != want {
+			t.Fatalf("seed %d, op %d: cost %d peek %v at T0+%v after %d refunded charges:\n got %+v\nwant %+v (never charged)",
+				seed, i, req.Cost, req.Peek, now.Sub(T0), refunded, got, want)
+		}
+	}
+	if refunded < n/20 {
+		t.Fatalf("seed %d: only %d of %d charges were admitted and refunded", seed, refunded, n)
+	}
+}
+
+// testReserve checks reservations (core.Request.MaxWait) under the
+// algorithms that make them, and that the others refuse them.
+func testReserve(t *testing.T, s core.Store) {
+	ctx := context.Background()
+	for _, alg := range algorithms.All() {
+		if r, ok := alg.(core.Reserver); ok && r.Reserves() {
+			continue
+		}
+		req := core.Request{Key: newKey(t), Algorithm: alg, Limit: core.PerSecond(1), Cost: 1, MaxWait: time.Second, Now: T0}
+		if _, err := s.Apply(ctx, req); !errors.Is(err, core.ErrUnsupported) {
+			t.Errorf("%s: a reservation = %v, want ErrUnsupported", alg.Name(), err)
+		}
+	}
+	key := newKey(t)
+	limit := core.PerSecond(10).WithBurst(2) // a token every 100ms
+	ms := time.Millisecond
+	for i, st := range []struct {
+		at      time.Duration
+		cost    int64
+		wait    time.Duration
+		refund  bool
+		allowed bool
+		delay   time.Duration
+		retry   time.Duration
+	}{
+		{0, 2, 0, false, true, 0, 0},
+		{0, 1, 100 * ms, false, true, 100 * ms, 0},
+		{0, 1, 150 * ms, false, false, 0, 200 * ms}, // would be ready at 200ms
+		{0, 2, 300 * ms, false, true, 300 * ms, 0},  // 3 tokens owed
+		{0, 1, 0, false, false, 0, 400 * ms},        // a plain request waits for the debt
+		{0, 2, 0, true, true, 0, 0},                 // give the last 2 back
+		{50 * ms, 1, 0, false, false, 0, 150 * ms},  // one and a half owed
+		{100 * ms, 1, 200 * ms, false, true, 100 * ms, 0},
+		{300 * ms, 2, 0, false, false, 0, 100 * ms},
+		{300 * ms, 1, 0, false, true, 0, 0},
+	} {
+		req := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: limit, Cost: st.cost, Now: T0.Add(st.at), MaxWait: st.wait, Refund: st.refund}
+		d, err := s.Apply(ctx, req)
+		if err != nil {
+			t.Fatalf("step %d: %+v: %v", i, req, err)
+		}
+		if d.Allowed != st.allowed || d.Delay != st.delay || d.RetryAfter != st.retry {
+			t.Errorf("step %d: cost %d at T0+%v, wait %v, refund %v = allowed %v, delay %v, retry %v; want %v, %v, %v",
+				i, st.cost, st.at, st.wait, st.refund, d.Allowed, d.Delay, d.RetryAfter, st.allowed, st.delay, st.retry)
 		}
 	}
 }

@@ -158,7 +158,7 @@ func (u *unatomic) Apply(_ context.Context, req core.Request) (core.Decision, er
 	s.Log = slices.Clone(s.Log)
 	u.mu.Unlock()
 	runtime.Gosched()
-	d := req.Algorithm.Transition(&s, now.UnixMicro(), req.Cost, req.Limit, req.Peek)
+	d := req.Algorithm.Transition(&s, req.Step(now.UnixMicro()))
 	if d.Allowed && !req.Peek && req.Cost > 0 {
 		u.mu.Lock()
 		u.states[k] = s

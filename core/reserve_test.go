@@ -1,0 +1,208 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/memstore"
+)
+
+// counting wraps a store and counts its calls.
+type counting struct {
+	core.Store
+	calls atomic.Int64
+}
+
+func (c *counting) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	c.calls.Add(1)
+	return c.Store.Apply(ctx, req)
+}
+
+func newLimiter(t *testing.T, now func() time.Time, alg core.Algorithm, l core.Limit) (*core.Limiter, *counting) {
+	t.Helper()
+	s, err := memstore.New(memstore.Config{SweepInterval: -1, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := &counting{Store: s}
+	lim, err := core.NewLimiter(c, alg, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim, c
+}
+
+func TestReserveSteps(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := t0
+	lim, _ := newLimiter(t, func() time.Time { return clock }, algorithms.TokenBucket, core.PerSecond(1).WithBurst(2))
+	ctx := context.Background()
+	s := time.Second
+	for i, st := range []struct {
+		at      time.Duration
+		op      string // "allow", "reserve" (n, within wait) or "cancel" (of step ref)
+		n       int64
+		wait    time.Duration
+		ref     int
+		allowed bool
+		delay   time.Duration
+		retry   time.Duration
+	}{
+		0: {0, "allow", 2, 0, 0, true, 0, 0},
+		1: {0, "reserve", 1, 2 * s, 0, true, s, 0},          // one token owed: ready at 1 s
+		2: {0, "reserve", 1, 2 * s, 0, true, 2 * s, 0},      // the next at 2 s
+		3: {0, "reserve", 1, 2*s + s/2, 0, false, 0, 3 * s}, // 3 s > 2.5 s: not made
+		4: {0, "allow", 1, 0, 0, false, 0, 3 * s},           // debt: plain requests wait it out
+		5: {0, "cancel", 0, 0, 2, true, 0, 0},               // give step 2's token back
+		6: {0, "allow", 1, 0, 0, false, 0, 2 * s},
+		7: {s, "reserve", 1, s, 0, true, s, 0}, // at 1 s the debt is one token: ready at 2 s
+		8: {3 * s, "allow", 1, 0, 0, true, 0, 0},
+		9: {3 * s, "allow", 1, 0, 0, false, 0, s},
+	} {
+		clock = t0.Add(st.at)
+		var d core.Decision
+		var err error
+		switch st.op {
+		case "allow":
+			d, err = lim.AllowN(ctx, "k", st.n)
+		case "reserve":
+			var r *core.Reservation
+			if r, err = lim.ReserveN(ctx, "k", st.n, st.wait); err == nil {
+				d = r.Decision
+				reservations[i] = r
+			}
+		case "cancel":
+			err = reservations[st.ref].Cancel(ctx)
+			if err == nil {
+				if err = reservations[st.ref].Cancel(ctx); err == nil {
+					d = core.Decision{Allowed: true} // a second cancel is a no-op
+				}
+			}
+		}
+		if err != nil {
+			t.Fatalf("step %d: %s(%v, %d) failed: %v", i, st.op, st.at, st.n, err)
+		}
+		if d.Allowed != st.allowed || d.Delay != st.delay || d.RetryAfter != st.retry {
+			t.Errorf("step %d: %s(%v, %d, wait %v) = allowed %v, delay %v, retry %v; want %v, %v, %v", i, st.op, st.at, st.n, st.wait, d.Allowed, d.Delay, d.RetryAfter, st.allowed, st.delay, st.retry)
+		}
+	}
+}
+
+var reservations = map[int]*core.Reservation{}
+
+func TestReserveUnsupported(t *testing.T) {
+	lim, _ := newLimiter(t, nil, algorithms.FixedWindow, core.PerSecond(1))
+	if _, err := lim.Reserve(context.Background(), "k", time.Second); !errors.Is(err, core.ErrUnsupported) {
+		t.Errorf("Reserve on a fixed window = %v, want ErrUnsupported", err)
+	}
+	if _, err := lim.Wait(context.Background(), "k"); !errors.Is(err, core.ErrUnsupported) {
+		t.Errorf("Wait on a fixed window = %v, want ErrUnsupported", err)
+	}
+	lim, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1))
+	if _, err := lim.Reserve(context.Background(), "k", 0); !errors.Is(err, core.ErrInvalidRequest) {
+		t.Errorf("Reserve with no wait = %v, want ErrInvalidRequest", err)
+	}
+	if c.calls.Load() != 0 {
+		t.Errorf("a reservation with no wait reached the store %d times", c.calls.Load())
+	}
+}
+
+func TestWaitFailsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(10).WithBurst(5))
+		ctx := context.Background()
+		if _, err := lim.WaitN(ctx, "k", 6); !errors.Is(err, core.ErrUnsatisfiable) {
+			t.Errorf("WaitN(6) under burst 5 = %v, want ErrUnsatisfiable", err)
+		}
+		if _, err := lim.WaitN(ctx, "k", 5); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if _, err := lim.WaitN(short, "k", 2); !errors.Is(err, core.ErrWaitTooLong) {
+			t.Errorf("WaitN(2) needing 200ms within 150ms = %v, want ErrWaitTooLong", err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("a wait that cannot fit slept %v", waited)
+		}
+		if _, err := lim.WaitN(short, "k", 1); err != nil {
+			t.Errorf("WaitN(1) needing 100ms within 150ms: %v", err)
+		}
+		if waited := time.Since(start); waited != 100*time.Millisecond {
+			t.Errorf("WaitN(1) slept %v, want 100ms", waited)
+		}
+		if n := c.calls.Load(); n != 4 {
+			t.Errorf("%d store calls for 4 waits, want 4: no polling", n)
+		}
+	})
+}
+
+func TestWaitCancelledRefunds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, _ := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1))
+		ctx := context.Background()
+		if _, err := lim.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(300*time.Millisecond, cancel)
+		if _, err := lim.Wait(cctx, "k"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait cancelled after 300ms = %v, want context.Canceled", err)
+		}
+		// The cancelled wait gave its token back: the next comes at 1 s.
+		time.Sleep(700 * time.Millisecond)
+		if d, _ := lim.Allow(ctx, "k"); !d.Allowed {
+			t.Errorf("at 1s after a cancelled wait: %+v, want allowed", d)
+		}
+	})
+}
+
+// TestWaitConcurrentSafe has 64 goroutines wait on one key for 5 s at
+// 10/s: every admission comes on the schedule the rate sets, and each costs
+// one store call.
+func TestWaitConcurrentSafe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(10).WithBurst(1))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		var mu sync.Mutex
+		var at []time.Duration
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() {
+				for {
+					if _, err := lim.Wait(ctx, "k"); err != nil {
+						return
+					}
+					mu.Lock()
+					at = append(at, time.Since(start))
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		// One at once, then one every 100ms up to the deadline.
+		if len(at) != 50 && len(at) != 51 {
+			t.Errorf("%d admissions in 5s at 10/s with a burst of 1, want 50 or 51", len(at))
+		}
+		for i, d := range at {
+			if want := time.Duration(i) * 100 * time.Millisecond; d != want {
+				t.Fatalf("admission %d at %v, want %v", i, d, want)
+			}
+		}
+		// Each goroutine ends with at most one reservation that cannot fit.
+		if calls := c.calls.Load(); calls > int64(len(at))+64 {
+			t.Errorf("%d store calls for %d admissions, want one each and one final refusal per goroutine", calls, len(at))
+		}
+	})
+}
