@@ -1,0 +1,224 @@
+package telemetry
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// The attributes of spans and metrics, in the ratelimit namespace
+// (docs/telemetry.md describes each). Metrics carry only [LimiterKey],
+// [StoreKey], [AlgorithmKey], [ResultKey], [SourceKey], [PeekKey],
+// [BreakerStateKey] and [ErrorTypeKey], whose values come from a small
+// fixed set; never a key.
+const (
+	// LimiterKey is the limiter's name ([WithName]); string.
+	LimiterKey = attribute.Key("ratelimit.limiter")
+	// AlgorithmKey is the algorithm's name ([core.Algorithm].Name), such
+	// as "token-bucket"; string.
+	AlgorithmKey = attribute.Key("ratelimit.algorithm")
+	// StoreKey is the backend's name ([WithStoreName]); string.
+	StoreKey = attribute.Key("ratelimit.store")
+	// CostKey is the request's cost; int.
+	CostKey = attribute.Key("ratelimit.cost")
+	// PeekKey reports a peek, which charges nothing; bool.
+	PeekKey = attribute.Key("ratelimit.peek")
+	// PolicyKey is the request's limit as [core.Limit.String] prints it,
+	// such as "10 req/s (burst 50)"; string.
+	PolicyKey = attribute.Key("ratelimit.policy")
+	// AllowedKey is the decision; bool.
+	AllowedKey = attribute.Key("ratelimit.allowed")
+	// DecisionLimitKey is [core.Decision].Limit, the largest cost admitted
+	// at once; int.
+	DecisionLimitKey = attribute.Key("ratelimit.limit")
+	// RemainingKey is [core.Decision].Remaining; int.
+	RemainingKey = attribute.Key("ratelimit.remaining")
+	// RetryAfterKey is [core.Decision].RetryAfter in seconds, on denials
+	// that can be retried; double.
+	RetryAfterKey = attribute.Key("ratelimit.retry_after")
+	// ResetAfterKey is [core.Decision].ResetAfter in seconds; double.
+	ResetAfterKey = attribute.Key("ratelimit.reset_after")
+	// UnsatisfiableKey is true on a denial whose cost can never be
+	// admitted ([core.Decision.Unsatisfiable]); bool, absent otherwise.
+	UnsatisfiableKey = attribute.Key("ratelimit.unsatisfiable")
+	// SourceKey says what produced the decision ([core.Source.String]):
+	// "store", "cache", "lease", "fail-open", "fail-closed", "degraded",
+	// "shadow", or "other" for a source this package does not know;
+	// string.
+	SourceKey = attribute.Key("ratelimit.source")
+	// ResultKey is a metric's outcome: "allowed", "denied" or "error";
+	// string.
+	ResultKey = attribute.Key("ratelimit.result")
+	// BreakerStateKey is the circuit breaker's state, "closed",
+	// "half-open" or "open", when the chain has a [Breaker]; string.
+	BreakerStateKey = attribute.Key("ratelimit.breaker.state")
+	// KeyHashKey is the request's key hashed under [WithKeyHash]'s secret;
+	// string.
+	KeyHashKey = attribute.Key("ratelimit.key.hash")
+	// KeyKey is the request's key, under [WithRawKey] only; string.
+	KeyKey = attribute.Key("ratelimit.key")
+	// ErrorTypeKey is the class of a failure, OpenTelemetry's error.type
+	// (see [ErrorType]); string.
+	ErrorTypeKey = semconv.ErrorTypeKey
+)
+
+// The values of [ResultKey].
+const (
+	ResultAllowed = "allowed"
+	ResultDenied  = "denied"
+	ResultError   = "error"
+)
+
+// numSources is the number of sources telemetry tells apart: core's
+// seven, and "other" for any later one.
+const numSources = 8
+
+var sourceNames = func() (names [numSources]string) {
+	for i := range numSources - 1 {
+		names[i] = core.Source(i).String()
+	}
+	names[numSources-1] = "other"
+	return names
+}()
+
+func sourceIndex(s core.Source) int { return min(int(s), numSources-1) }
+
+// maxAlgorithms bounds the algorithm names a decorator keeps attribute
+// sets for; later names share the set of [otherAlgorithm], so no program
+// can grow a metric's series without bound.
+const maxAlgorithms = 16
+
+// maxErrorTypes bounds the error.type values per algorithm for the same
+// reason; later ones are counted as "_OTHER".
+const maxErrorTypes = 16
+
+// otherAlgorithm names, in metrics, the algorithms beyond [maxAlgorithms].
+const otherAlgorithm = "_OTHER"
+
+// measure holds a metric attribute set as the options both kinds of
+// instrument take, made once so that recording allocates nothing.
+type measure struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func newMeasure(kvs ...attribute.KeyValue) measure {
+	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	return measure{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+// algEntry holds the metric attribute sets of one algorithm, made when
+// the decorator first sees it.
+type algEntry struct {
+	name     string
+	attrs    []attribute.KeyValue      // the decorator's, and the algorithm
+	decided  [2][numSources][2]measure // [allowed][source][peek]
+	failed   [2]measure                // [peek]
+	near     measure
+	errMu    sync.Mutex
+	errs     map[string]measure // by error.type; at most maxErrorTypes
+	errOther measure
+	policy   atomic.Pointer[policyName] // the last limit's String
+}
+
+type policyName struct {
+	limit core.Limit
+	name  string
+}
+
+// entries is the copy-on-write list of a decorator's algorithm entries.
+type entries struct {
+	mu    sync.Mutex // held to add one
+	list  atomic.Pointer[[]*algEntry]
+	other *algEntry // for names beyond maxAlgorithms, made with the list's last
+	base  []attribute.KeyValue
+}
+
+// get returns the entry of the algorithm named name, making it if needed.
+func (e *entries) get(name string) *algEntry {
+	if p := e.list.Load(); p != nil {
+		for _, a := range *p {
+			if a.name == name {
+				return a
+			}
+		}
+	}
+	return e.add(name)
+}
+
+func (e *entries) add(name string) *algEntry {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var list []*algEntry
+	if p := e.list.Load(); p != nil {
+		list = *p
+	}
+	for _, a := range list {
+		if a.name == name {
+			return a
+		}
+	}
+	if len(list) >= maxAlgorithms {
+		if e.other == nil {
+			e.other = newAlgEntry(e.base, otherAlgorithm)
+		}
+		return e.other
+	}
+	a := newAlgEntry(e.base, name)
+	grown := append(list[:len(list):len(list)], a)
+	e.list.Store(&grown)
+	return a
+}
+
+func newAlgEntry(base []attribute.KeyValue, name string) *algEntry {
+	a := &algEntry{name: name, errs: make(map[string]measure)}
+	a.attrs = append(append(make([]attribute.KeyValue, 0, len(base)+1), base...), AlgorithmKey.String(name))
+	with := func(kvs ...attribute.KeyValue) measure {
+		all := make([]attribute.KeyValue, 0, len(a.attrs)+len(kvs))
+		return newMeasure(append(append(all, a.attrs...), kvs...)...)
+	}
+	for allowed, result := range [2]string{ResultDenied, ResultAllowed} {
+		for src, source := range sourceNames {
+			for peek := range 2 {
+				a.decided[allowed][src][peek] = with(ResultKey.String(result), SourceKey.String(source), PeekKey.Bool(peek == 1))
+			}
+		}
+	}
+	for peek := range 2 {
+		a.failed[peek] = with(ResultKey.String(ResultError), PeekKey.Bool(peek == 1))
+	}
+	a.near = with()
+	a.errOther = with(semconv.ErrorTypeOther)
+	return a
+}
+
+// errMeasure returns the attribute set of store errors of type typ.
+func (a *algEntry) errMeasure(typ string) measure {
+	a.errMu.Lock()
+	defer a.errMu.Unlock()
+	if m, ok := a.errs[typ]; ok {
+		return m
+	}
+	if len(a.errs) >= maxErrorTypes {
+		return a.errOther
+	}
+	kvs := append([]attribute.KeyValue(nil), a.attrs...)
+	m := newMeasure(append(kvs, ErrorTypeKey.String(typ))...)
+	a.errs[typ] = m
+	return m
+}
+
+// policyString returns l.String(), remembering the last limit's.
+func (a *algEntry) policyString(l core.Limit) string {
+	if p := a.policy.Load(); p != nil && p.limit == l {
+		return p.name
+	}
+	p := &policyName{limit: l, name: l.String()}
+	a.policy.Store(p)
+	return p.name
+}

@@ -1,0 +1,522 @@
+package telemetry
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// ScopeName is the instrumentation scope of the decorator's tracer and
+// meter: its import path, as the OpenTelemetry contrib packages name
+// theirs.
+const ScopeName = "github.com/sluicehq/sluice/telemetry"
+
+// Version is the version of this instrumentation, reported with
+// [ScopeName].
+const Version = "0.1.0"
+
+// The names of the decorator's spans.
+const (
+	// SpanName names the span of every decision ([Store.Apply]), peeks
+	// included.
+	SpanName = "ratelimit.decide"
+	// ResetSpanName names the span of [Store.Reset].
+	ResetSpanName = "ratelimit.reset"
+)
+
+// ErrInvalidOption reports an option [New] cannot use.
+var ErrInvalidOption = errors.New("telemetry: invalid option")
+
+// durationBounds are the bucket boundaries of ratelimit.decision.duration,
+// in seconds: from a microsecond (an in-process decision) to a second (a
+// Redis call stuck behind a slow script).
+var durationBounds = []float64{
+	1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+	1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1,
+}
+
+// Store is a decorator that traces and measures every decision of the
+// store it wraps: one span per decision, started from the caller's
+// context and passed down, so that the spans of a Redis client's own
+// instrumentation (redisotel, rueidisotel) are its children; and the
+// metrics of docs/telemetry.md. A denial is a decision, recorded in
+// attributes; only a failure of the request or the store sets the span's
+// status to Error.
+//
+// A request's key never goes into a metric. Spans carry it only hashed
+// ([WithKeyHash]) or, when explicitly asked, raw ([WithRawKey]); by
+// default not at all, and an error message that quotes the key has it
+// replaced by "[key]" on the span unless the raw key is asked for.
+//
+// With providers that record nothing (the API's no-op providers, or the
+// global ones before an SDK is installed) a decision costs a few
+// nanoseconds more than the inner store's and allocates nothing.
+//
+// Make one with [New]. A Store is safe for concurrent use. Following the
+// decorator contract of package core, Reset forwards to the inner store,
+// Close closes it, and Unwrap returns it.
+type Store struct {
+	inner  core.Store
+	closed atomic.Bool
+
+	// Tracing.
+	tracer    trace.Tracer
+	startOpts []trace.SpanStartOption
+	noTracing bool                 // the provider never records
+	globalTP  trace.TracerProvider // the global default provider, while no SDK is installed
+	global    atomic.Bool          // globalTP has been replaced: trace from now on
+	keys      keyMode
+	hashes    sync.Pool // of hash.Hash under the key secret
+	base      []attribute.KeyValue
+	breaker   Breaker
+
+	// Metrics.
+	decisions metric.Int64Counter
+	duration  metric.Float64Histogram
+	errs      metric.Int64Counter
+	near      metric.Int64Counter
+	nearLimit float64
+	reg       metric.Registration // the breaker's callback, or nil
+	algs      entries
+}
+
+var (
+	_ core.Store    = (*Store)(nil)
+	_ core.Resetter = (*Store)(nil)
+	_ io.Closer     = (*Store)(nil)
+)
+
+// New returns a decorator that traces and measures the decisions of
+// inner. It fails with an error wrapping [core.ErrNoStore] for a nil inner
+// store and [ErrInvalidOption] for an option it cannot use. Instruments
+// the meter provider refuses are reported to otel.Handle and replaced by
+// no-op ones, as the OpenTelemetry contrib packages do.
+//
+// If a store of the chain implements [Breaker], New registers the
+// breaker's observable instruments; Close unregisters them.
+func New(inner core.Store, opts ...Option) (*Store, error) {
+	if inner == nil {
+		return nil, fmt.Errorf("telemetry: %w", core.ErrNoStore)
+	}
+	cfg := config{nearLimit: DefaultNearLimit}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.storeSet {
+		cfg.store = storeName(backend(inner))
+	}
+	s := &Store{inner: inner, keys: cfg.keys, nearLimit: cfg.nearLimit, breaker: findBreaker(inner)}
+	if cfg.limiter != "" {
+		s.base = append(s.base, LimiterKey.String(cfg.limiter))
+	}
+	s.base = append(s.base, StoreKey.String(cfg.store))
+	s.algs.base = s.base
+	if cfg.keys == keyHash {
+		secret := cfg.secret
+		s.hashes.New = func() any { return hmac.New(sha256.New, secret) }
+	}
+
+	tp := cfg.tp
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	switch {
+	case isNoopTracerProvider(tp):
+		s.noTracing = true
+	case isGlobalDefault(tp):
+		s.globalTP = tp
+	}
+	s.tracer = tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL))
+	s.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+
+	mp := cfg.mp
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(semconv.SchemaURL))
+	s.instruments(meter)
+	if s.breaker != nil {
+		reg, err := breakerMetrics(meter, s.breaker, s.base)
+		if err != nil {
+			otel.Handle(err)
+		}
+		s.reg = reg
+	}
+	return s, nil
+}
+
+// instruments makes the decorator's synchronous instruments.
+func (s *Store) instruments(meter metric.Meter) {
+	var err error
+	s.decisions, err = meter.Int64Counter("ratelimit.decisions",
+		metric.WithUnit("{decision}"),
+		metric.WithDescription("Rate-limit decisions, by result (allowed, denied, error) and source."))
+	if err != nil || s.decisions == nil {
+		handle(err)
+		s.decisions = metricnoop.Int64Counter{}
+	}
+	s.duration, err = meter.Float64Histogram("ratelimit.decision.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Time taken by the store to decide."),
+		metric.WithExplicitBucketBoundaries(durationBounds...))
+	if err != nil || s.duration == nil {
+		handle(err)
+		s.duration = metricnoop.Float64Histogram{}
+	}
+	s.errs, err = meter.Int64Counter("ratelimit.store.errors",
+		metric.WithUnit("{error}"),
+		metric.WithDescription("Decisions that failed, by error.type."))
+	if err != nil || s.errs == nil {
+		handle(err)
+		s.errs = metricnoop.Int64Counter{}
+	}
+	s.near, err = meter.Int64Counter("ratelimit.near_limit",
+		metric.WithUnit("{decision}"),
+		metric.WithDescription("Admitted decisions that left less than the near-limit fraction of the limit."))
+	if err != nil || s.near == nil {
+		handle(err)
+		s.near = metricnoop.Int64Counter{}
+	}
+}
+
+func handle(err error) {
+	if err != nil {
+		otel.Handle(err)
+	}
+}
+
+// isNoopTracerProvider reports a provider whose spans never record.
+func isNoopTracerProvider(tp trace.TracerProvider) bool {
+	switch tp.(type) {
+	case tracenoop.TracerProvider, *tracenoop.TracerProvider:
+		return true
+	}
+	return false
+}
+
+// isGlobalDefault reports the provider otel.GetTracerProvider returns
+// until an SDK is installed: it hands out tracers that start
+// non-recording spans (which cost two allocations) until then, and
+// forward to the SDK's tracers after.
+func isGlobalDefault(tp trace.TracerProvider) bool {
+	t := reflect.TypeOf(tp)
+	return t.Kind() == reflect.Pointer &&
+		t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" &&
+		t.Elem().Name() == "tracerProvider"
+}
+
+// tracing reports whether a decision's span should be started: not when
+// the provider never records, nor while the global provider is still the
+// default one (its spans would record nothing).
+func (s *Store) tracing() bool {
+	switch {
+	case s.noTracing:
+		return false
+	case s.globalTP != nil && !s.global.Load():
+		if otel.GetTracerProvider() == s.globalTP {
+			return false
+		}
+		s.global.Store(true)
+	}
+	return true
+}
+
+// storeName names a backend by the last element of its type's package
+// path, skipping a major version suffix ("/v2").
+func storeName(s core.Store) string {
+	if _, ok := s.(core.StoreFunc); ok {
+		return "func"
+	}
+	t := reflect.TypeOf(s)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	path := t.PkgPath()
+	if path == "" {
+		return "unknown"
+	}
+	name := path[strings.LastIndexByte(path, '/')+1:]
+	if isMajorVersion(name) && strings.Contains(path, "/") {
+		path = path[:strings.LastIndexByte(path, '/')]
+		name = path[strings.LastIndexByte(path, '/')+1:]
+	}
+	return name
+}
+
+func isMajorVersion(s string) bool {
+	if len(s) < 2 || s[0] != 'v' {
+		return false
+	}
+	for _, c := range s[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Apply decides req with the inner store, in a span of its own, and
+// records the decision's metrics. It returns exactly what the inner store
+// returns; after [Store.Close] it fails with [core.ErrClosed].
+func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	if s.closed.Load() {
+		return core.Decision{}, core.ErrClosed
+	}
+	var span trace.Span
+	traced := s.tracing()
+	if traced {
+		ctx, span = s.tracer.Start(ctx, SpanName, s.startOpts...)
+	}
+	timed := s.duration.Enabled(ctx)
+	var start time.Time
+	if timed {
+		start = time.Now()
+	}
+	d, err := s.inner.Apply(ctx, req)
+	var elapsed float64
+	if timed {
+		elapsed = time.Since(start).Seconds()
+	}
+	counted := s.decisions.Enabled(ctx)
+	near := err == nil && d.Allowed && !req.Peek && s.nearLimit > 0 &&
+		float64(d.Remaining) < s.nearLimit*float64(d.Limit)
+	if !traced && !timed && !counted && !near && err == nil {
+		return d, nil
+	}
+	s.record(ctx, span, &req, d, err, elapsed, timed, counted, near)
+	return d, err
+}
+
+// record records a decision's metrics, and its span's attributes and
+// status, and ends the span (when span is not nil).
+func (s *Store) record(ctx context.Context, span trace.Span, req *core.Request, d core.Decision, err error, elapsed float64, timed, counted, near bool) {
+	var a *algEntry
+	entry := func() *algEntry {
+		if a == nil {
+			a = s.algs.get(algorithmName(req.Algorithm))
+		}
+		return a
+	}
+	peek := 0
+	if req.Peek {
+		peek = 1
+	}
+	var m measure
+	if err != nil {
+		if counted || timed {
+			m = entry().failed[peek]
+		}
+	} else if counted || timed {
+		allowed := 0
+		if d.Allowed {
+			allowed = 1
+		}
+		m = entry().decided[allowed][sourceIndex(d.Source)][peek]
+	}
+	if counted {
+		s.decisions.Add(ctx, 1, m.add...)
+	}
+	if timed {
+		s.duration.Record(ctx, elapsed, m.rec...)
+	}
+	if near && s.near.Enabled(ctx) {
+		s.near.Add(ctx, 1, entry().near.add...)
+	}
+	var typ string
+	if err != nil {
+		typ = ErrorType(err)
+		if s.errs.Enabled(ctx) {
+			s.errs.Add(ctx, 1, entry().errMeasure(typ).add...)
+		}
+	}
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		s.annotate(span, req, d, err, typ)
+	}
+	span.End()
+}
+
+func algorithmName(alg core.Algorithm) string {
+	if alg == nil {
+		return "none"
+	}
+	return alg.Name()
+}
+
+// maxAttrs is the most attributes a decision's span gets.
+const maxAttrs = 18
+
+// annotate sets a recording span's attributes and, for a failure, its
+// error and status.
+func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, err error, typ string) {
+	var buf [maxAttrs]attribute.KeyValue
+	kv := append(buf[:0], s.base...)
+	kv = append(kv,
+		AlgorithmKey.String(algorithmName(req.Algorithm)),
+		CostKey.Int64(req.Cost),
+		PeekKey.Bool(req.Peek),
+	)
+	if req.Algorithm != nil {
+		kv = append(kv, PolicyKey.String(s.algs.get(req.Algorithm.Name()).policyString(req.Limit)))
+	}
+	if k, ok := s.keyAttr(req.Key); ok {
+		kv = append(kv, k)
+	}
+	if s.breaker != nil {
+		kv = append(kv, BreakerStateKey.String(s.breaker.BreakerState()))
+	}
+	if err != nil {
+		kv = append(kv, ErrorTypeKey.String(typ))
+		span.SetAttributes(kv...)
+		rec := s.redact(err, req.Key)
+		span.RecordError(rec)
+		span.SetStatus(codes.Error, rec.Error())
+		return
+	}
+	kv = append(kv,
+		AllowedKey.Bool(d.Allowed),
+		DecisionLimitKey.Int64(d.Limit),
+		RemainingKey.Int64(d.Remaining),
+		ResetAfterKey.Float64(d.ResetAfter.Seconds()),
+		SourceKey.String(sourceNames[sourceIndex(d.Source)]),
+	)
+	switch {
+	case d.Unsatisfiable():
+		kv = append(kv, UnsatisfiableKey.Bool(true))
+	case !d.Allowed:
+		kv = append(kv, RetryAfterKey.Float64(d.RetryAfter.Seconds()))
+	}
+	span.SetAttributes(kv...)
+}
+
+// keyAttr returns the span attribute of a key, if the options ask for
+// one.
+func (s *Store) keyAttr(key string) (attribute.KeyValue, bool) {
+	switch s.keys {
+	case keyHash:
+		return KeyHashKey.String(s.hashKey(key)), true
+	case keyRaw:
+		return KeyKey.String(key), true
+	}
+	return attribute.KeyValue{}, false
+}
+
+// hashKey returns the first 128 bits of HMAC-SHA-256(secret, key), in
+// hex.
+func (s *Store) hashKey(key string) string {
+	h := s.hashes.Get().(hash.Hash)
+	h.Reset()
+	_, _ = io.WriteString(h, key)
+	var sum [sha256.Size]byte
+	b := h.Sum(sum[:0])
+	s.hashes.Put(h)
+	return hex.EncodeToString(b[:16])
+}
+
+// minRedacted is the shortest key redact looks for in an error message:
+// a shorter one would match ordinary words.
+const minRedacted = 4
+
+// redact returns err, or an error with its message but every occurrence
+// of key replaced by "[key]", unless the raw key was asked for.
+func (s *Store) redact(err error, key string) error {
+	if s.keys == keyRaw || len(key) < minRedacted {
+		return err
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, key) {
+		return err
+	}
+	return redactedError(strings.ReplaceAll(msg, key, "[key]"))
+}
+
+// redactedError is a store's error whose message quoted the request's
+// key.
+type redactedError string
+
+func (e redactedError) Error() string { return string(e) }
+
+// Reset forwards to the inner store's Reset, in a span named
+// [ResetSpanName]. It fails with an error wrapping [core.ErrUnsupported]
+// when the inner store is not a [core.Resetter], and with
+// [core.ErrClosed] after Close.
+func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	r, ok := s.inner.(core.Resetter)
+	if !ok {
+		return fmt.Errorf("%w: %T has no Reset", core.ErrUnsupported, s.inner)
+	}
+	if s.closed.Load() {
+		return core.ErrClosed
+	}
+	if !s.tracing() {
+		return r.Reset(ctx, key, alg)
+	}
+	ctx, span := s.tracer.Start(ctx, ResetSpanName, s.startOpts...)
+	defer span.End()
+	err := r.Reset(ctx, key, alg)
+	if span.IsRecording() {
+		var buf [maxAttrs]attribute.KeyValue
+		kv := append(append(buf[:0], s.base...), AlgorithmKey.String(algorithmName(alg)))
+		if k, ok := s.keyAttr(key); ok {
+			kv = append(kv, k)
+		}
+		if err != nil {
+			kv = append(kv, ErrorTypeKey.String(ErrorType(err)))
+			rec := s.redact(err, key)
+			span.RecordError(rec)
+			span.SetStatus(codes.Error, rec.Error())
+		}
+		span.SetAttributes(kv...)
+	}
+	return err
+}
+
+// Close unregisters the breaker's instruments, if any, and closes the
+// inner store if it is an [io.Closer]. Later calls to Apply and Reset fail
+// with [core.ErrClosed]; a second Close does nothing and returns nil.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	var errs []error
+	if s.reg != nil {
+		if err := s.reg.Unregister(); err != nil {
+			errs = append(errs, fmt.Errorf("telemetry: unregister: %w", err))
+		}
+	}
+	if c, ok := s.inner.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Unwrap returns the inner store.
+func (s *Store) Unwrap() core.Store { return s.inner }
