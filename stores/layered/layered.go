@@ -141,9 +141,9 @@ func New(remote core.Store, cfg Config) (*Store, error) {
 	}
 	// A power of two of shards, each of at least minShardSize entries
 	// (one shard for a small cache), whose sizes add up to at most Size.
-	n := min(maxShards, 1<<(bits.Len(uint(cfg.Size/minShardSize))-1))
-	if cfg.Size < minShardSize {
-		n = 1
+	n := 1
+	if cfg.Size >= 2*minShardSize {
+		n = min(maxShards, 1<<(bits.Len(uint(cfg.Size/minShardSize))-1))
 	}
 	s := &Store{
 		remote:   remote,
@@ -201,6 +201,12 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	k := cacheKey{req.Key, req.Algorithm.Name()}
 	sh := s.shard(req.Key)
 	e, _ := sh.Get(k)
+	if req.Refund || req.MaxWait > 0 {
+		// A refund changes the key the other way; a reservation may be
+		// admitted with a delay where a plain request is denied. Both are
+		// for the remote alone.
+		return s.decideRemote(ctx, &req, sh, k, e, 0)
+	}
 	if req.Now.IsZero() {
 		now := s.now()
 		if batch := s.leaseSize(&req); batch > 0 {
@@ -243,7 +249,7 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 		return d, err
 	}
 	switch {
-	case !d.Allowed && req.Cost > 0 && d.RetryAfter > 0 && !d.Unsatisfiable():
+	case !d.Allowed && req.Cost > 0 && req.MaxWait == 0 && d.RetryAfter > 0 && !d.Unsatisfiable():
 		if s.epoch.Load() != epoch {
 			break // a Reset overlapped the call
 		}
@@ -264,8 +270,15 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 		e.deny.Store(dn)
 	case d.Allowed && req.Cost > 0 && !req.Peek && e != nil:
 		// The state changed: a denial cached before it no longer tells
-		// the remaining budget.
+		// the remaining budget, and after a refund it may no longer hold.
 		e.deny.Store(nil)
+		if req.Refund {
+			e.mu.Lock()
+			if e.lease != nil {
+				e.lease.waitUntil = 0
+			}
+			e.mu.Unlock()
+		}
 	}
 	return d, nil
 }

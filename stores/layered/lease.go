@@ -42,7 +42,7 @@ type lease struct {
 // leasing is exact (the token bucket, GCRA and the fixed window, compared
 // as sluice's own values).
 func (s *Store) leaseSize(req *core.Request) int64 {
-	if s.lease == nil || req.Cost <= 0 {
+	if s.lease == nil || req.Cost <= 0 || req.Refund || req.MaxWait > 0 {
 		return 0
 	}
 	var capacity int64
@@ -224,9 +224,24 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 		}
 	}
 	e.mu.Unlock()
-	if d.Remaining >= req.Cost {
-		d, err := s.callRemote(ctx, *req)
-		return d, true, err
+	if d.Remaining < req.Cost {
+		return d, true, nil
 	}
-	return d, true, nil
+	// The remote holds enough for this request alone: decide it there.
+	// If it is admitted, the batch is that much further off.
+	dd, err := s.callRemote(ctx, *req)
+	if err == nil && dd.Allowed && valid && req.Algorithm != algorithms.FixedWindow {
+		u, r := req.Limit.Units()
+		later := core.CeilDiv(req.Cost*u, r) * int64(time.Microsecond)
+		e.mu.Lock()
+		if l.waitAt == start && l.waitLimit == req.Limit {
+			l.waitRetry += later
+			l.waitUntil = l.waitRetry
+			if s.maxDeny > 0 {
+				l.waitUntil = min(l.waitUntil, start+s.maxDeny)
+			}
+		}
+		e.mu.Unlock()
+	}
+	return dd, true, err
 }

@@ -1,0 +1,98 @@
+// Package layered puts a bounded local cache in front of a remote store
+// (any [core.Store], usually a Redis store), so that a key far over its
+// limit, or a hot key leased in batches, costs the remote almost nothing.
+//
+// The cache is a golang-lru/v2 LRU of [Config.Size] keys (key and
+// algorithm pairs), split into up to 16 locked shards. It starts no
+// goroutine: a cached entry carries its own deadline and is checked when
+// read. Decisions say where they came from: [core.SourceStore] (the remote
+// decided), [core.SourceCache] (a denial served locally) or
+// [core.SourceLease] (spent from a lease).
+//
+// # Deny cache
+//
+// When the remote denies a request of cost c under limit L with RetryAfter
+// r, the store remembers it: until r has passed on the local clock, counted
+// from when the call was sent, requests for the key under the same
+// algorithm and limit L with a cost from c to the limit's capacity are
+// denied locally. RetryAfter then counts down to the same instant, which is
+// exact for cost c and a lower bound for larger costs (the retry goes to
+// the remote, which tells the exact wait). Remaining is the remote's at the
+// denial; ResetAfter the remote's, counted down.
+//
+// This never denies a request the remote would admit, short of a Reset
+// elsewhere in the fleet: every algorithm admits a cost only once the key
+// holds enough for it, what a key holds grows with time only while nothing
+// is charged, and a larger cost needs at least as much. The store never
+// answers "allowed" from the cache. Requests that go to the remote
+// instead: a cost smaller than the cached one (it may pass sooner), a cost
+// of zero, a cost above the capacity (the remote answers it as
+// unsatisfiable, without a wait, and such answers are not cached), and
+// requests under another limit. A peek is answered like the request it
+// asks about. An admission through the store drops the key's cached
+// denial, whose Remaining it made stale. [Config.MaxDeny] caps how long a
+// denial is served.
+//
+// A request with an explicit [core.Request.Now] names an instant, not a
+// clock, and the store cannot know how a caller's instants will move
+// (replays run faster than time, traces run backwards). Such requests are
+// never leased, and a denial decided at an explicit instant answers only
+// requests at that same instant, of the same cost and limit, with the
+// remote's numbers: exactly the remote's decision, as the conformance
+// suite checks.
+//
+// While the remote fails, cached denials are still served until they
+// lapse; every other request returns the remote's error, wrapped.
+//
+// # Leases
+//
+// With [Config.Lease] set, a request takes a batch of tokens from the
+// remote in one call (an ordinary request of cost = batch, so the batch is
+// charged atomically to the budget the fleet shares) and later requests
+// spend it locally, without a call, until it is spent or lapses after
+// [Config.LeaseTTL]. One caller takes a batch for a key while the others
+// wait for it (or for their contexts), so a hot key sends no herd of
+// takes, and no lock is held across a remote call.
+//
+// Leases are limited to the algorithms whose bound under leasing is
+// exact: the token bucket, GCRA and the fixed window (sluice's own values;
+// other algorithms are not leased). A lease never exceeds the limit's
+// capacity (the burst, or the window's rate) nor the request's batch, and
+// a request of cost above the batch goes to the remote. The batch adapts
+// between 1 and the configured size: it doubles when a lease is spent
+// before it lapses, and shrinks to what was spent of one that lapsed.
+//
+// When the remote cannot give a whole batch, the key waits for one: until
+// the remote's RetryAfter for the batch, requests are denied locally
+// ([core.SourceCache], Remaining 0). The request that found out is decided
+// at the remote if the remote still holds enough for it. So near the limit
+// admissions come in batches rather than one at a time, which is what
+// spares the remote a call per admission.
+//
+// What leasing trades, for a fleet of N instances leasing batches of at
+// most B under a limit of burst b and rate ρ:
+//
+//   - Never more than the limit. Every token spent was charged to the
+//     remote first, so from a fresh key the fleet admits at most what the
+//     limit admits over the same span: b + ρ·w over w. Leasing only moves
+//     admissions later in time, each by less than the LeaseTTL V, so over
+//     an arbitrary span w the fleet admits at most b + ρ·w + min(N·B, ρ·V)
+//     (the tokens in leases at the span's start). Under the fixed window a
+//     lease never outlives the window it was taken in: at most the rate
+//     per window, exactly.
+//   - Some under-admission. Tokens left in a lease when it lapses, or when
+//     a request needs more than is left, are lost (fewer than B per
+//     instance and lease); and a key waiting for a batch is denied while
+//     the remote holds fewer than B tokens (fewer than B per wait). The
+//     package's tests measure it.
+//   - Decisions from a lease say Remaining as the remote's remaining after
+//     the take plus what the lease still holds, and ResetAfter as the
+//     take's, counted down.
+//
+// Reset forwards to the remote and drops the key's denial and lease;
+// decisions whose remote call overlapped a Reset are not cached. Close
+// drops the cache and closes the remote if it is an [io.Closer]. The
+// store keeps the decorator contract of package core, including Unwrap.
+//
+// docs/layered.md gives the measured figures.
+package layered

@@ -1,0 +1,272 @@
+package layered_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/layered"
+)
+
+// leaseStep is one request in a lease step table: cost after advance, and
+// what it must get.
+type leaseStep struct {
+	advance   time.Duration
+	cost      int64
+	allowed   bool
+	remaining int64
+	source    core.Source
+	remote    int64 // remote calls the request made
+}
+
+func runLeaseSteps(t *testing.T, c *clock, s *layered.Store, calls *atomic.Int64, req core.Request, steps []leaseStep) {
+	t.Helper()
+	var at time.Duration
+	for i, st := range steps {
+		c.Advance(st.advance)
+		at += st.advance
+		req.Cost = st.cost
+		before := calls.Load()
+		d, err := s.Apply(context.Background(), req)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		made := calls.Load() - before
+		if d.Allowed != st.allowed || d.Remaining != st.remaining || d.Source != st.source || made != st.remote {
+			t.Errorf("step %d: AllowN(+%v, %d) = %s after %d remote calls; want allowed %v, remaining %d, from %v after %d",
+				i, at, st.cost, describe(d), made, st.allowed, st.remaining, st.source, st.remote)
+		}
+	}
+}
+
+// TestLease follows one key's leases on a virtual clock: takes, local
+// spends, the batch doubling when a lease is spent in time, the key
+// waiting for a batch near the limit, and shrinking when a lease lapses.
+func TestLease(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	for _, alg := range []core.Algorithm{algorithms.TokenBucket, algorithms.GCRA} {
+		t.Run(alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			c := newClock()
+			remote, calls := counted(newMem(t, c))
+			s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(4), LeaseTTL: time.Second})
+			// A token every 100ms, 10 at most.
+			req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(10)}
+			runLeaseSteps(t, c, s, calls, req, []leaseStep{
+				{0, 1, true, 9, core.SourceLease, 1}, // take 4: 6 left at the remote, 3 in the lease
+				{0, 1, true, 8, core.SourceLease, 0},
+				{0, 2, true, 6, core.SourceLease, 0},
+				{0, 1, true, 5, core.SourceLease, 1}, // spent in time: the batch would double, but is capped at 4
+				{0, 3, true, 2, core.SourceLease, 0},
+				{0, 1, true, 1, core.SourceStore, 2},  // the remote holds 2 of a batch of 4: the key waits; 1 was enough for this one
+				{0, 1, false, 0, core.SourceCache, 0}, // waiting for a batch: 2 tokens' time
+				{199 * ms, 1, false, 0, core.SourceCache, 0},
+				{100 * ms, 1, false, 0, core.SourceCache, 0}, // the request the remote admitted put the batch 100ms later
+				{1 * ms, 2, true, 2, core.SourceLease, 1},    // a batch of 4 again
+				{0, 2, true, 0, core.SourceLease, 0},
+				// The next lease lapses with 3 of 4 left: the batch
+				// becomes the 1 spent of it.
+				{time.Second, 1, true, 9, core.SourceLease, 1},
+				{time.Second, 1, true, 9, core.SourceLease, 1}, // lapsed: a batch of max(1, cost)
+			})
+		})
+	}
+}
+
+// TestLeaseFixedWindow checks that a lease under the fixed window lapses
+// when its window ends, so that no window admits more than the rate.
+func TestLeaseFixedWindow(t *testing.T) {
+	t.Parallel()
+	c := newClock() // on a window's boundary
+	remote, calls := counted(newMem(t, c))
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10), LeaseTTL: time.Hour})
+	req := core.Request{Key: "k", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(100)}
+	runLeaseSteps(t, c, s, calls, req, []leaseStep{
+		{900 * time.Millisecond, 1, true, 99, core.SourceLease, 1},
+		{99 * time.Millisecond, 1, true, 98, core.SourceLease, 0},
+		{time.Millisecond, 1, true, 99, core.SourceLease, 1}, // a new window: the old lease lapsed
+	})
+	// Hammer a second's windows: never more than 100 in one.
+	c.Advance(time.Second)
+	req.Key, req.Cost = "j", 1
+	for w := range 3 {
+		admitted := 0
+		for range 1000 {
+			if d, _ := s.Apply(context.Background(), req); d.Allowed {
+				admitted++
+			}
+			c.Advance(time.Millisecond)
+		}
+		if admitted > 100 || admitted < 90 {
+			t.Errorf("window %d: admitted %d, want at most 100 and no fewer than 100 less a batch", w, admitted)
+		}
+	}
+}
+
+// TestLeaseNotUsed checks the requests that are never leased: explicit
+// instants, the sliding windows, costs above the batch, batches of 1,
+// and limits whose capacity is below 2.
+func TestLeaseNotUsed(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	remote, calls := counted(newMem(t, c))
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: func(r core.Request) int64 {
+		if strings.HasPrefix(r.Key, "one") {
+			return 1
+		}
+		return 5
+	}})
+	base := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100), Cost: 1}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*core.Request)
+	}{
+		{"explicit Now", func(r *core.Request) { r.Now = c.Now() }},
+		{"sliding window counter", func(r *core.Request) { r.Algorithm = algorithms.SlidingWindowCounter }},
+		{"sliding window log", func(r *core.Request) { r.Algorithm = algorithms.SlidingWindowLog }},
+		{"cost above the batch", func(r *core.Request) { r.Cost = 6 }},
+		{"batch of 1", func(r *core.Request) { r.Key = "one" }},
+		{"burst of 1", func(r *core.Request) { r.Limit = core.PerMinute(100).WithBurst(1) }},
+		{"peek of an unleased key", func(r *core.Request) { r.Key, r.Peek = "p", true }},
+		{"cost 0", func(r *core.Request) { r.Cost = 0 }},
+	} {
+		req := base
+		tc.mutate(&req)
+		req.Key += ":" + tc.name
+		for i := range 3 {
+			c.Advance(time.Second) // a token of the burst of 1
+			before := calls.Load()
+			d, err := s.Apply(context.Background(), req)
+			if err != nil || !d.Allowed || d.Source != core.SourceStore || calls.Load() != before+1 {
+				t.Errorf("%s: request %d = %s, %v; want allowed by the remote, with one call", tc.name, i, describe(d), err)
+			}
+		}
+	}
+}
+
+// TestLeasePeek checks that a peek is answered from the lease without
+// spending it.
+func TestLeasePeek(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	remote, calls := counted(newMem(t, c))
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(5)})
+	req := core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerMinute(10), Cost: 1}
+	ctx := context.Background()
+	s.Apply(ctx, req) // take 5, spend 1
+	peek := req
+	peek.Peek, peek.Cost = true, 4
+	for range 3 {
+		if d, err := s.Apply(ctx, peek); err != nil || !d.Allowed || d.Remaining != 5 || d.Source != core.SourceLease {
+			t.Fatalf("peek of 4 = %s, %v; want allowed from the lease, 5 remaining", describe(d), err)
+		}
+	}
+	req.Cost = 4
+	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed || d.Remaining != 5 || d.Source != core.SourceLease || calls.Load() != 1 {
+		t.Fatalf("request of 4 = %s, %v after %d calls; want allowed from the lease, 5 remaining, one call in all", describe(d), err, calls.Load())
+	}
+}
+
+// blockingRemote holds every call with a cost above 1 (a take) until
+// release is closed, counting them.
+type blockingRemote struct {
+	inner   core.Store
+	takes   atomic.Int64
+	calls   atomic.Int64
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingRemote) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	b.calls.Add(1)
+	if req.Cost > 1 {
+		if b.takes.Add(1) == 1 {
+			close(b.arrived)
+		}
+		<-b.release
+	}
+	return b.inner.Apply(ctx, req)
+}
+
+// TestLeaseOneTake checks that concurrent callers of a key without a lease
+// wait for one caller's take instead of each sending one, and that a
+// waiting caller returns when its context ends.
+func TestLeaseOneTake(t *testing.T) {
+	t.Parallel()
+	remote := &blockingRemote{inner: newMem(t, nil), arrived: make(chan struct{}), release: make(chan struct{})}
+	s := newLayered(t, remote, layered.Config{Lease: fixed(100)})
+	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1000), Cost: 1}
+	const goroutines = 32
+	var wg sync.WaitGroup
+	var leased atomic.Int64
+	wg.Go(func() {
+		if d, err := s.Apply(context.Background(), req); err == nil && d.Source == core.SourceLease {
+			leased.Add(1)
+		}
+	})
+	<-remote.arrived
+	// A caller whose context ends while it waits returns at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.Apply(ctx, req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting for a take with a 20ms deadline: %v, want context.DeadlineExceeded", err)
+	}
+	for range goroutines - 1 {
+		wg.Go(func() {
+			if d, err := s.Apply(context.Background(), req); err == nil && d.Source == core.SourceLease {
+				leased.Add(1)
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond) // let them queue behind the take
+	close(remote.release)
+	wg.Wait()
+	if n := remote.calls.Load(); n != 1 || leased.Load() != goroutines {
+		t.Errorf("%d callers sent %d remote calls and %d were leased; want one take serving all", goroutines, n, leased.Load())
+	}
+}
+
+// TestLeaseConcurrentSafe hammers one key from 64 goroutines with leases
+// over memstore: never more than the limit, and less only by what is left
+// when the remote cannot give a batch.
+func TestLeaseConcurrentSafe(t *testing.T) {
+	t.Parallel()
+	const goroutines, each, batch = 64, 20, 8
+	for _, alg := range []core.Algorithm{algorithms.TokenBucket, algorithms.GCRA, algorithms.FixedWindow} {
+		t.Run(alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			remote, calls := counted(newMem(t, nil))
+			s := newLayered(t, remote, layered.Config{Lease: fixed(batch)})
+			req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerHour(100), Cost: 1}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Go(func() {
+					for range each {
+						d, err := s.Apply(context.Background(), req)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			got := admitted.Load()
+			t.Logf("admitted %d of 100 in %d decisions, with %d remote calls", got, goroutines*each, calls.Load())
+			if got > 100 || got < 100-(batch-1) {
+				t.Errorf("admitted %d, want at most 100 and at least %d", got, 100-(batch-1))
+			}
+		})
+	}
+}
