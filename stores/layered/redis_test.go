@@ -257,4 +257,3 @@ func TestLeaseUnderLimit(t *testing.T) {
 		t.Errorf("leases reduce Redis calls per decision %.1f×, want at least 10×", reduction)
 	}
 }
-
