@@ -13,7 +13,7 @@ import (
 
 // The attributes of spans and metrics, in the ratelimit namespace
 // (docs/telemetry.md describes each). Metrics carry only [LimiterKey],
-// [StoreKey], [AlgorithmKey], [ResultKey], [SourceKey], [PeekKey],
+// [StoreKey], [AlgorithmKey], [ResultKey], [SourceKey], [OperationKey],
 // [BreakerStateKey] and [ErrorTypeKey], whose values come from a small
 // fixed set; never a key.
 const (
@@ -26,8 +26,18 @@ const (
 	StoreKey = attribute.Key("ratelimit.store")
 	// CostKey is the request's cost; int.
 	CostKey = attribute.Key("ratelimit.cost")
-	// PeekKey reports a peek, which charges nothing; bool.
-	PeekKey = attribute.Key("ratelimit.peek")
+	// OperationKey is what the request asks: "charge" (the usual
+	// request), "peek" ([core.Request].Peek: decide, charge nothing),
+	// "refund" ([core.Request].Refund: give the cost back) or "reserve"
+	// ([core.Request].MaxWait: admit now, act after the decision's
+	// Delay); string.
+	OperationKey = attribute.Key("ratelimit.operation")
+	// MaxWaitKey is a reservation's [core.Request].MaxWait in seconds;
+	// double, absent for other operations.
+	MaxWaitKey = attribute.Key("ratelimit.max_wait")
+	// DelayKey is [core.Decision].Delay in seconds, the wait an admitted
+	// reservation must keep before it acts; double, absent when zero.
+	DelayKey = attribute.Key("ratelimit.delay")
 	// PolicyKey is the request's limit as [core.Limit.String] prints it,
 	// such as "10 req/s (burst 50)"; string.
 	PolicyKey = attribute.Key("ratelimit.policy")
@@ -66,6 +76,32 @@ const (
 	// (see [ErrorType]); string.
 	ErrorTypeKey = semconv.ErrorTypeKey
 )
+
+// The values of [OperationKey].
+const (
+	OperationCharge  = "charge"
+	OperationPeek    = "peek"
+	OperationRefund  = "refund"
+	OperationReserve = "reserve"
+)
+
+// numOps is the number of operations; operations indexes their names.
+const numOps = 4
+
+var operations = [numOps]string{OperationCharge, OperationPeek, OperationRefund, OperationReserve}
+
+// operation returns the index in operations of what req asks.
+func operation(req *core.Request) int {
+	switch {
+	case req.Peek:
+		return 1
+	case req.Refund:
+		return 2
+	case req.MaxWait > 0:
+		return 3
+	}
+	return 0
+}
 
 // The values of [ResultKey].
 const (
@@ -116,9 +152,9 @@ func newMeasure(kvs ...attribute.KeyValue) measure {
 // the decorator first sees it.
 type algEntry struct {
 	name     string
-	attrs    []attribute.KeyValue      // the decorator's, and the algorithm
-	decided  [2][numSources][2]measure // [allowed][source][peek]
-	failed   [2]measure                // [peek]
+	attrs    []attribute.KeyValue           // the decorator's, and the algorithm
+	decided  [2][numSources][numOps]measure // [allowed][source][operation]
+	failed   [numOps]measure                // [operation]
 	near     measure
 	errMu    sync.Mutex
 	errs     map[string]measure // by error.type; at most maxErrorTypes
@@ -184,13 +220,13 @@ func newAlgEntry(base []attribute.KeyValue, name string) *algEntry {
 	}
 	for allowed, result := range [2]string{ResultDenied, ResultAllowed} {
 		for src, source := range sourceNames {
-			for peek := range 2 {
-				a.decided[allowed][src][peek] = with(ResultKey.String(result), SourceKey.String(source), PeekKey.Bool(peek == 1))
+			for op, name := range operations {
+				a.decided[allowed][src][op] = with(ResultKey.String(result), SourceKey.String(source), OperationKey.String(name))
 			}
 		}
 	}
-	for peek := range 2 {
-		a.failed[peek] = with(ResultKey.String(ResultError), PeekKey.Bool(peek == 1))
+	for op, name := range operations {
+		a.failed[op] = with(ResultKey.String(ResultError), OperationKey.String(name))
 	}
 	a.near = with()
 	a.errOther = with(semconv.ErrorTypeOther)

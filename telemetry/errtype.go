@@ -42,7 +42,8 @@ var redisPrefixes = map[string]bool{
 //
 //   - "invalid_request" for errors wrapping core's request sentinels
 //     ([core.ErrInvalidKey], [core.ErrInvalidCost], [core.ErrInvalidLimit],
-//     [core.ErrInvalidTime], [core.ErrNoAlgorithm]); "closed" for
+//     [core.ErrInvalidTime], [core.ErrNoAlgorithm],
+//     [core.ErrInvalidRequest]); "closed" for
 //     [core.ErrClosed]; "unsupported" for [core.ErrUnsupported];
 //   - "canceled" for [context.Canceled]; "timeout" for
 //     [context.DeadlineExceeded] and network errors that time out;
@@ -63,7 +64,7 @@ func ErrorType(err error) string {
 		return ""
 	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrInvalidCost),
 		errors.Is(err, core.ErrInvalidLimit), errors.Is(err, core.ErrInvalidTime),
-		errors.Is(err, core.ErrNoAlgorithm):
+		errors.Is(err, core.ErrNoAlgorithm), errors.Is(err, core.ErrInvalidRequest):
 		return ErrorTypeInvalidRequest
 	case errors.Is(err, core.ErrClosed):
 		return ErrorTypeClosed

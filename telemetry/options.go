@@ -68,8 +68,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithName names the limiter the decorator serves: the value of the
 // ratelimit.limiter attribute on spans and metrics, such as "login" or
-// "api-per-user". It must be a fixed name, 1 to 64 bytes, never built
-// from a request. By default the attribute is absent.
+// "api-per-user". It must be a fixed name of at most 64 bytes, never
+// built from a request. By default, and for an empty name, the attribute
+// is absent.
 func WithName(name string) Option {
 	return optionFunc(func(c *config) { c.limiter = name })
 }
@@ -105,9 +106,10 @@ func WithRawKey() Option {
 
 // WithNearLimit sets the fraction of the limit below which an admitted
 // decision counts as near the limit, in the ratelimit.near_limit counter:
-// an admitted decision that is not a peek counts when its Remaining is
-// less than fraction × its Limit. The fraction is from 0 to 1; 0 turns the
-// counter off. The default is [DefaultNearLimit].
+// an admitted charge or reservation (not a peek, nor a refund) counts
+// when its Remaining is less than fraction × its Limit. The fraction is
+// from 0 to 1; 0 turns the counter off. The default is
+// [DefaultNearLimit].
 func WithNearLimit(fraction float64) Option {
 	return optionFunc(func(c *config) { c.nearLimit = fraction })
 }

@@ -38,8 +38,8 @@ const Version = "0.1.0"
 
 // The names of the decorator's spans.
 const (
-	// SpanName names the span of every decision ([Store.Apply]), peeks
-	// included.
+	// SpanName names the span of every decision ([Store.Apply]), peeks,
+	// refunds and reservations included.
 	SpanName = "ratelimit.decide"
 	// ResetSpanName names the span of [Store.Reset].
 	ResetSpanName = "ratelimit.reset"
@@ -304,7 +304,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		elapsed = time.Since(start).Seconds()
 	}
 	counted := s.decisions.Enabled(ctx)
-	near := err == nil && d.Allowed && !req.Peek && s.nearLimit > 0 &&
+	near := err == nil && d.Allowed && !req.Peek && !req.Refund && s.nearLimit > 0 &&
 		float64(d.Remaining) < s.nearLimit*float64(d.Limit)
 	if !traced && !timed && !counted && !near && err == nil {
 		return d, nil
@@ -323,21 +323,18 @@ func (s *Store) record(ctx context.Context, span trace.Span, req *core.Request, 
 		}
 		return a
 	}
-	peek := 0
-	if req.Peek {
-		peek = 1
-	}
+	op := operation(req)
 	var m measure
 	if err != nil {
 		if counted || timed {
-			m = entry().failed[peek]
+			m = entry().failed[op]
 		}
 	} else if counted || timed {
 		allowed := 0
 		if d.Allowed {
 			allowed = 1
 		}
-		m = entry().decided[allowed][sourceIndex(d.Source)][peek]
+		m = entry().decided[allowed][sourceIndex(d.Source)][op]
 	}
 	if counted {
 		s.decisions.Add(ctx, 1, m.add...)
@@ -382,8 +379,11 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 	kv = append(kv,
 		AlgorithmKey.String(algorithmName(req.Algorithm)),
 		CostKey.Int64(req.Cost),
-		PeekKey.Bool(req.Peek),
+		OperationKey.String(operations[operation(req)]),
 	)
+	if req.MaxWait > 0 {
+		kv = append(kv, MaxWaitKey.Float64(req.MaxWait.Seconds()))
+	}
 	if req.Algorithm != nil {
 		kv = append(kv, PolicyKey.String(s.algs.get(req.Algorithm.Name()).policyString(req.Limit)))
 	}
@@ -408,6 +408,9 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 		ResetAfterKey.Float64(d.ResetAfter.Seconds()),
 		SourceKey.String(sourceNames[sourceIndex(d.Source)]),
 	)
+	if d.Delay > 0 {
+		kv = append(kv, DelayKey.Float64(d.Delay.Seconds()))
+	}
 	switch {
 	case d.Unsatisfiable():
 		kv = append(kv, UnsatisfiableKey.Bool(true))

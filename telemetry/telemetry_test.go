@@ -38,13 +38,19 @@ func wantDecision(limiter, store string, req core.Request, d core.Decision) map[
 		telemetry.AlgorithmKey.String(req.Algorithm.Name()),
 		telemetry.PolicyKey.String(req.Limit.String()),
 		telemetry.CostKey.Int64(req.Cost),
-		telemetry.PeekKey.Bool(req.Peek),
+		telemetry.OperationKey.String(opName(req)),
 		telemetry.AllowedKey.Bool(d.Allowed),
 		telemetry.DecisionLimitKey.Int64(d.Limit),
 		telemetry.RemainingKey.Int64(d.Remaining),
 		telemetry.ResetAfterKey.Float64(d.ResetAfter.Seconds()),
 		telemetry.SourceKey.String(d.Source.String()),
 	)
+	if req.MaxWait > 0 {
+		want[telemetry.MaxWaitKey] = attribute.Float64Value(req.MaxWait.Seconds())
+	}
+	if d.Delay > 0 {
+		want[telemetry.DelayKey] = attribute.Float64Value(d.Delay.Seconds())
+	}
 	switch {
 	case d.Unsatisfiable():
 		want[telemetry.UnsatisfiableKey] = attribute.BoolValue(true)
@@ -55,6 +61,19 @@ func wantDecision(limiter, store string, req core.Request, d core.Decision) map[
 		delete(want, telemetry.LimiterKey)
 	}
 	return want
+}
+
+// opName is the ratelimit.operation of req.
+func opName(req core.Request) string {
+	switch {
+	case req.Peek:
+		return "peek"
+	case req.Refund:
+		return "refund"
+	case req.MaxWait > 0:
+		return "reserve"
+	}
+	return "charge"
 }
 
 // checkDecisionSpan checks what every decision's span shares: its name,
@@ -77,7 +96,8 @@ func checkDecisionSpan(t testing.TB, what string, s interface {
 }
 
 // TestDecisionSpans runs a token bucket through admissions, a denial, a
-// peek, an unsatisfiable cost and an unlimited request, and checks every
+// peek, an unsatisfiable cost, a refund, a reservation and an unlimited
+// request, and checks every
 // span attribute, the status (never Error: a denial is a decision) and the
 // counters.
 func TestDecisionSpans(t *testing.T) {
@@ -88,6 +108,10 @@ func TestDecisionSpans(t *testing.T) {
 	req := func(cost int64, peek bool) core.Request {
 		return core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: cost, Now: t0, Peek: peek}
 	}
+	refund := req(1, false)
+	refund.Refund = true
+	reserve := req(2, false)
+	reserve.MaxWait = 5 * time.Second
 	steps := []struct {
 		name      string
 		req       core.Request
@@ -99,6 +123,8 @@ func TestDecisionSpans(t *testing.T) {
 		{"Allow 3 (denied)", req(1, false), false, 0},
 		{"Peek (denied)", req(1, true), false, 0},
 		{"AllowN 5 (unsatisfiable)", req(5, false), false, 0},
+		{"Refund 1", refund, true, 1},
+		{"Reserve 2 (1 s delay)", reserve, true, 0},
 		{"Allow (unlimited)", core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.Inf, Cost: 1}, true, math.MaxInt64},
 	}
 	for i, st := range steps {
@@ -109,6 +135,9 @@ func TestDecisionSpans(t *testing.T) {
 		}
 		if d.Allowed != st.allowed || d.Remaining != st.remaining {
 			t.Errorf("%s: allowed %v remaining %d, want %v %d", what, d.Allowed, d.Remaining, st.allowed, st.remaining)
+		}
+		if st.req.MaxWait > 0 && d.Delay != time.Second {
+			t.Errorf("%s: delay %v, want 1s", what, d.Delay)
 		}
 		s := h.onlySpan(t)
 		checkDecisionSpan(t, what, s, s.Status().Code, codes.Unset)
@@ -131,9 +160,11 @@ func TestDecisionSpans(t *testing.T) {
 		attrs []attribute.KeyValue
 		want  float64
 	}{
-		{[]attribute.KeyValue{telemetry.ResultKey.String("allowed"), telemetry.PeekKey.Bool(false), telemetry.AlgorithmKey.String("token-bucket")}, 2},
-		{[]attribute.KeyValue{telemetry.ResultKey.String("denied"), telemetry.PeekKey.Bool(false)}, 2},
-		{[]attribute.KeyValue{telemetry.ResultKey.String("denied"), telemetry.PeekKey.Bool(true)}, 1},
+		{[]attribute.KeyValue{telemetry.ResultKey.String("allowed"), telemetry.OperationKey.String("charge"), telemetry.AlgorithmKey.String("token-bucket")}, 2},
+		{[]attribute.KeyValue{telemetry.ResultKey.String("denied"), telemetry.OperationKey.String("charge")}, 2},
+		{[]attribute.KeyValue{telemetry.ResultKey.String("denied"), telemetry.OperationKey.String("peek")}, 1},
+		{[]attribute.KeyValue{telemetry.ResultKey.String("allowed"), telemetry.OperationKey.String("refund")}, 1},
+		{[]attribute.KeyValue{telemetry.ResultKey.String("allowed"), telemetry.OperationKey.String("reserve")}, 1},
 		{[]attribute.KeyValue{telemetry.ResultKey.String("allowed"), telemetry.AlgorithmKey.String("gcra")}, 1},
 		{[]attribute.KeyValue{telemetry.ResultKey.String("error")}, 0},
 	} {
@@ -145,9 +176,10 @@ func TestDecisionSpans(t *testing.T) {
 			t.Errorf("ratelimit.decision.duration%v count = %v, want %v", c.attrs, got, c.want)
 		}
 	}
-	// "Allow 2" left 0 of 3: near the limit; "Allow 1" left 2 of 3: not.
-	if got := value(t, ms, "ratelimit.near_limit", base...); got != 1 {
-		t.Errorf("ratelimit.near_limit = %v, want 1", got)
+	// "Allow 2" and the reservation left 0 of 3: near the limit; "Allow
+	// 1" left 2 of 3: not; the refund never counts.
+	if got := value(t, ms, "ratelimit.near_limit", base...); got != 2 {
+		t.Errorf("ratelimit.near_limit = %v, want 2", got)
 	}
 	for name, m := range ms {
 		want := map[string]string{
@@ -253,6 +285,8 @@ func TestFailures(t *testing.T) {
 		{"negative cost", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}, nil, "invalid_request"},
 		{"no algorithm", nil, core.Request{Key: "user:1", Limit: core.PerSecond(1), Cost: 1}, nil, "invalid_request"},
 		{"invalid limit", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Cost: 1}, nil, "invalid_request"},
+		{"peek and refund", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Peek: true, Refund: true}, nil, "invalid_request"},
+		{"reservation unsupported", nil, core.Request{Key: "user:1", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(1), Cost: 1, MaxWait: time.Second}, nil, "unsupported"},
 		{"store error", core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
 			return core.Decision{}, fmt.Errorf("fake: %w", dead)
 		}), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}, nil, "*errors.errorString"},
