@@ -2,6 +2,7 @@ package layered_test
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -29,7 +30,7 @@ var leaseConfigs = []struct {
 // redisRemote returns a redisstore on client with a prefix of its own.
 func redisRemote(t testing.TB, client redis.UniversalClient) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("layered%d:", prefixes.Add(1))})
+	s, err := newRedisRemote(client, fmt.Sprintf("layered%d-%d:", os.Getpid(), prefixes.Add(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +40,19 @@ func redisRemote(t testing.TB, client redis.UniversalClient) *redisstore.Store {
 // rueidisRemote returns a rueidisstore on client with a prefix of its own.
 func rueidisRemote(t testing.TB, client rueidis.Client) *rueidisstore.Store {
 	t.Helper()
-	s, err := rueidisstore.New(client, rueidisstore.Config{Prefix: fmt.Sprintf("layered%d:", prefixes.Add(1))})
+	s, err := newRueidisRemote(client, fmt.Sprintf("layered%d-%d:", os.Getpid(), prefixes.Add(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+func newRedisRemote(client redis.UniversalClient, prefix string) (*redisstore.Store, error) {
+	return redisstore.New(client, redisstore.Config{Prefix: prefix})
+}
+
+func newRueidisRemote(client rueidis.Client, prefix string) (*rueidisstore.Store, error) {
+	return rueidisstore.New(client, rueidisstore.Config{Prefix: prefix})
 }
 
 func newRueidis(t testing.TB, addrs ...string) rueidis.Client {
