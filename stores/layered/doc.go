@@ -20,18 +20,21 @@
 // the remote, which tells the exact wait). Remaining is the remote's at the
 // denial; ResetAfter the remote's, counted down.
 //
-// This never denies a request the remote would admit, short of a Reset
-// elsewhere in the fleet: every algorithm admits a cost only once the key
-// holds enough for it, what a key holds grows with time only while nothing
-// is charged, and a larger cost needs at least as much. The store never
-// answers "allowed" from the cache. Requests that go to the remote
-// instead: a cost smaller than the cached one (it may pass sooner), a cost
-// of zero, a cost above the capacity (the remote answers it as
-// unsatisfiable, without a wait, and such answers are not cached), and
-// requests under another limit. A peek is answered like the request it
-// asks about. An admission through the store drops the key's cached
-// denial, whose Remaining it made stale. [Config.MaxDeny] caps how long a
-// denial is served.
+// This never denies a request the remote would admit, short of a Reset or
+// a refund done elsewhere in the fleet: every algorithm admits a cost only
+// once the key holds enough for it, what a key holds grows with time only
+// while nothing is charged, and a larger cost needs at least as much (the
+// package's tests check this of every algorithm). The store never answers
+// "allowed" from the cache. Requests that go to the remote instead: a cost
+// smaller than the cached one (it may pass sooner), a cost of zero, a cost
+// above the capacity (the remote answers it as unsatisfiable, without a
+// wait, and such answers are not cached), requests under another limit,
+// refunds ([core.Request.Refund]) and reservations
+// ([core.Request.MaxWait], which may be admitted with a delay where a
+// plain request is denied). A peek is answered like the request it asks
+// about. A charge or a refund admitted through the store drops the key's
+// cached denial, whose Remaining it made stale or which it may have made
+// wrong. [Config.MaxDeny] caps how long a denial is served.
 //
 // A request with an explicit [core.Request.Now] names an instant, not a
 // clock, and the store cannot know how a caller's instants will move
@@ -56,7 +59,9 @@
 //
 // Leases are limited to the algorithms whose bound under leasing is
 // exact: the token bucket, GCRA and the fixed window (sluice's own values;
-// other algorithms are not leased). A lease never exceeds the limit's
+// other algorithms are not leased), and to plain requests: peeks are
+// answered from a lease that holds enough but never take one, and
+// refunds and reservations go to the remote. A lease never exceeds the limit's
 // capacity (the burst, or the window's rate) nor the request's batch, and
 // a request of cost above the batch goes to the remote. The batch adapts
 // between 1 and the configured size: it doubles when a lease is spent
