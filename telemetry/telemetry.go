@@ -382,7 +382,7 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 		OperationKey.String(operations[operation(req)]),
 	)
 	if req.MaxWait > 0 {
-		kv = append(kv, MaxWaitKey.Float64(req.MaxWait.Seconds()))
+		kv = append(kv, MaxWaitKey.Float64(seconds(req.MaxWait)))
 	}
 	if req.Algorithm != nil {
 		kv = append(kv, PolicyKey.String(s.algs.get(req.Algorithm.Name()).policyString(req.Limit)))
@@ -405,20 +405,24 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 		AllowedKey.Bool(d.Allowed),
 		DecisionLimitKey.Int64(d.Limit),
 		RemainingKey.Int64(d.Remaining),
-		ResetAfterKey.Float64(d.ResetAfter.Seconds()),
+		ResetAfterKey.Float64(seconds(d.ResetAfter)),
 		SourceKey.String(sourceNames[sourceIndex(d.Source)]),
 	)
 	if d.Delay > 0 {
-		kv = append(kv, DelayKey.Float64(d.Delay.Seconds()))
+		kv = append(kv, DelayKey.Float64(seconds(d.Delay)))
 	}
 	switch {
 	case d.Unsatisfiable():
 		kv = append(kv, UnsatisfiableKey.Bool(true))
 	case !d.Allowed:
-		kv = append(kv, RetryAfterKey.Float64(d.RetryAfter.Seconds()))
+		kv = append(kv, RetryAfterKey.Float64(seconds(d.RetryAfter)))
 	}
 	span.SetAttributes(kv...)
 }
+
+// seconds returns d in seconds, rounded once (Duration.Seconds adds two
+// rounded parts: 1.999675 s would be 1.9996749999999999).
+func seconds(d time.Duration) float64 { return float64(d) / float64(time.Second) }
 
 // keyAttr returns the span attribute of a key, if the options ask for
 // one.

@@ -42,20 +42,20 @@ func wantDecision(limiter, store string, req core.Request, d core.Decision) map[
 		telemetry.AllowedKey.Bool(d.Allowed),
 		telemetry.DecisionLimitKey.Int64(d.Limit),
 		telemetry.RemainingKey.Int64(d.Remaining),
-		telemetry.ResetAfterKey.Float64(d.ResetAfter.Seconds()),
+		telemetry.ResetAfterKey.Float64(float64(d.ResetAfter)/float64(time.Second)),
 		telemetry.SourceKey.String(d.Source.String()),
 	)
 	if req.MaxWait > 0 {
-		want[telemetry.MaxWaitKey] = attribute.Float64Value(req.MaxWait.Seconds())
+		want[telemetry.MaxWaitKey] = attribute.Float64Value(float64(req.MaxWait)/float64(time.Second))
 	}
 	if d.Delay > 0 {
-		want[telemetry.DelayKey] = attribute.Float64Value(d.Delay.Seconds())
+		want[telemetry.DelayKey] = attribute.Float64Value(float64(d.Delay)/float64(time.Second))
 	}
 	switch {
 	case d.Unsatisfiable():
 		want[telemetry.UnsatisfiableKey] = attribute.BoolValue(true)
 	case !d.Allowed:
-		want[telemetry.RetryAfterKey] = attribute.Float64Value(d.RetryAfter.Seconds())
+		want[telemetry.RetryAfterKey] = attribute.Float64Value(float64(d.RetryAfter)/float64(time.Second))
 	}
 	if limiter == "" {
 		delete(want, telemetry.LimiterKey)
