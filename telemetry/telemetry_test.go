@@ -46,16 +46,16 @@ func wantDecision(limiter, store string, req core.Request, d core.Decision) map[
 		telemetry.SourceKey.String(d.Source.String()),
 	)
 	if req.MaxWait > 0 {
-		want[telemetry.MaxWaitKey] = attribute.Float64Value(float64(req.MaxWait)/float64(time.Second))
+		want[telemetry.MaxWaitKey] = attribute.Float64Value(float64(req.MaxWait) / float64(time.Second))
 	}
 	if d.Delay > 0 {
-		want[telemetry.DelayKey] = attribute.Float64Value(float64(d.Delay)/float64(time.Second))
+		want[telemetry.DelayKey] = attribute.Float64Value(float64(d.Delay) / float64(time.Second))
 	}
 	switch {
 	case d.Unsatisfiable():
 		want[telemetry.UnsatisfiableKey] = attribute.BoolValue(true)
 	case !d.Allowed:
-		want[telemetry.RetryAfterKey] = attribute.Float64Value(float64(d.RetryAfter)/float64(time.Second))
+		want[telemetry.RetryAfterKey] = attribute.Float64Value(float64(d.RetryAfter) / float64(time.Second))
 	}
 	if limiter == "" {
 		delete(want, telemetry.LimiterKey)
