@@ -37,14 +37,15 @@ const (
 )
 
 // Config configures a [Store]. The zero Config is ready to use: a deny
-// cache of [DefaultSize] keys on the wall clock, without leases.
+// cache of [DefaultSize] keys on the monotonic clock, without leases.
 type Config struct {
 	// Size bounds the number of keys (key and algorithm pairs) the cache
 	// holds, denials and leases together. When it is full, a new key
-	// evicts the least recently used one; a key evicted while it holds a
+	// evicts the least recently used key of its shard (one of up to 16);
+	// a key evicted while it holds a
 	// lease loses the lease's unspent tokens. Zero means [DefaultSize];
 	// a negative Size is an error. There is no unbounded setting. An entry
-	// costs about 300 bytes plus the key's length.
+	// costs about 350 bytes plus the key's length.
 	Size int
 
 	// Now is the local clock, which times cached denials and leases for
