@@ -36,16 +36,23 @@ var benchKeys = func() []string {
 	return keys
 }()
 
-// BenchmarkTelemetry measures a decision (Limiter.Allow, token bucket, on
-// memstore) bare and through the decorator: with the API's no-op
-// providers; with the global providers before an SDK is installed (the
-// default of a program that never sets one); with the SDK recording
-// metrics only; with the SDK tracing but sampling nothing; and with the
-// SDK recording everything (always sampled, batched to an exporter that
-// drops the spans, metrics into a manual reader), the key hashed. Serial
-// and parallel.
+// BenchmarkTelemetry measures a decision (Limiter.Allow, token bucket)
+// bare and through the decorator, serial and parallel, on two stores:
+// memstore, and a store that answers a fixed decision at once, which
+// leaves the decorator's own cost alone in the figure. The providers:
+//
+//   - bare: no decorator;
+//   - noop: the API's no-op providers;
+//   - global: the global providers before an SDK is installed (the
+//     default of a program that never installs one);
+//   - sdk-metrics: the SDK's meter (a manual reader), no-op tracing;
+//   - sdk-unsampled: the SDK's meter and tracer, sampling nothing;
+//   - sdk: both recording everything (always sampled, batched to an
+//     exporter that drops the spans), the key hashed.
+//
+// Compare the providers with: benchstat -col /provider.
 func BenchmarkTelemetry(b *testing.B) {
-	cases := []struct {
+	providers := []struct {
 		name string
 		opts func(b *testing.B) []telemetry.Option // nil: no decorator
 	}{
@@ -77,26 +84,31 @@ func BenchmarkTelemetry(b *testing.B) {
 			}
 		}},
 	}
-	for _, c := range cases {
-		for _, parallel := range []bool{false, true} {
-			mode := "serial"
-			if parallel {
-				mode = "parallel"
-			}
-			b.Run(c.name+"/"+mode, func(b *testing.B) {
-				mem, err := memstore.New(memstore.Config{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { mem.Close() })
-				var store core.Store = mem
-				if c.opts != nil {
-					if store, err = telemetry.New(mem, append(c.opts(b), telemetry.WithName("bench"))...); err != nil {
-						b.Fatal(err)
+	fixed := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+		return core.Decision{Allowed: true, Limit: 1_000_000, Remaining: 999_999}, nil
+	})
+	for _, backend := range []string{"memstore", "fixed"} {
+		for _, mode := range []string{"serial", "parallel"} {
+			for _, p := range providers {
+				b.Run("store="+backend+"/mode="+mode+"/provider="+p.name, func(b *testing.B) {
+					var store core.Store = fixed
+					if backend == "memstore" {
+						mem, err := memstore.New(memstore.Config{})
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { mem.Close() })
+						store = mem
 					}
-				}
-				benchDecisions(b, store, parallel)
-			})
+					if p.opts != nil {
+						var err error
+						if store, err = telemetry.New(store, append(p.opts(b), telemetry.WithName("bench"))...); err != nil {
+							b.Fatal(err)
+						}
+					}
+					benchDecisions(b, store, mode == "parallel")
+				})
+			}
 		}
 	}
 }
