@@ -102,20 +102,28 @@ func TestStack(t *testing.T) {
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// A new key, so that the cache does not answer.
+	// A new key, so that the cache does not answer. The breaker opens
+	// after enough failures (how many, and how soon, is policy's
+	// business): decide until it does.
 	lim2, _ := core.NewLimiter(h.store, algorithms.GCRA, core.PerHour(1))
-	for i := range policy.DefaultMinFailures {
+	failedOpen := 0
+	for deadline := time.Now().Add(10 * time.Second); breaker.State() != policy.Open; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the circuit is still %v after %d failed calls", breaker.State(), failedOpen)
+		}
 		d, err := lim2.Allow(ctx, "user:2")
 		if err != nil || d.Source != core.SourceFailOpen {
-			t.Fatalf("Allow %d while down = %+v, %v; want fail-open", i, d, err)
+			t.Fatalf("Allow %d while down = %+v, %v; want fail-open", failedOpen, d, err)
 		}
+		failedOpen++
+		time.Sleep(2 * time.Millisecond)
 	}
 	h.ended()
 	check("open circuit", want{true, "fail-open", false, "open"})
 
 	ms := h.collect(t)
-	if got := value(t, ms, "ratelimit.decisions", telemetry.SourceKey.String("fail-open")); got != policy.DefaultMinFailures+1 {
-		t.Errorf("fail-open decisions = %v, want %d", got, policy.DefaultMinFailures+1)
+	if got := value(t, ms, "ratelimit.decisions", telemetry.SourceKey.String("fail-open")); got != float64(failedOpen+1) {
+		t.Errorf("fail-open decisions = %v, want %d", got, failedOpen+1)
 	}
 	if got := value(t, ms, "ratelimit.decisions", telemetry.SourceKey.String("cache")); got != 1 {
 		t.Errorf("cache decisions = %v, want 1", got)
