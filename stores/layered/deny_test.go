@@ -485,3 +485,47 @@ func TestFloodStaysBounded(t *testing.T) {
 	}
 	t.Logf("%d distinct keys: the cache holds %d (bound %d)", n, s.Len(), s.Size())
 }
+
+// TestRefundOverlappingDenial holds a denial in flight at the remote while
+// a refund goes through: the denial, decided before capacity came back,
+// must not be cached (review finding: it was, for its whole RetryAfter).
+func TestRefundOverlappingDenial(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	mem := newMem(t, c)
+	decided, release := make(chan struct{}), make(chan struct{})
+	var hold atomic.Bool
+	remote := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+		d, err := mem.Apply(ctx, req)
+		if hold.CompareAndSwap(true, false) {
+			close(decided)
+			<-release
+		}
+		return d, err
+	})
+	s := newLayered(t, remote, layered.Config{Now: c.Now})
+	ctx := context.Background()
+	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1}
+	if d, _ := s.Apply(ctx, req); !d.Allowed {
+		t.Fatalf("first request = %s, want allowed", describe(d))
+	}
+	hold.Store(true)
+	denied := make(chan core.Decision)
+	go func() {
+		d, _ := s.Apply(ctx, req)
+		denied <- d
+	}()
+	<-decided // the remote denied; its answer is not back yet
+	refund := req
+	refund.Refund = true
+	if d, err := s.Apply(ctx, refund); err != nil || !d.Allowed {
+		t.Fatalf("refund = %s, %v", describe(d), err)
+	}
+	close(release)
+	if d := <-denied; d.Allowed {
+		t.Fatalf("the held request = %s, want the remote's denial", describe(d))
+	}
+	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed || d.Source != core.SourceStore {
+		t.Errorf("after the refund = %s, %v; want allowed by the remote, not a stale cached denial", describe(d), err)
+	}
+}

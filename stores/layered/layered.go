@@ -99,8 +99,9 @@ type Store struct {
 	leaseTTL int64 // ns
 	size     int
 
-	// epoch counts Resets. A decision whose remote call overlapped a Reset
-	// is not cached: it may describe the state before the Reset.
+	// epoch counts Resets and admitted refunds. A decision whose remote
+	// call overlapped one is not cached: it may describe the state before
+	// capacity came back.
 	epoch     atomic.Uint64
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -269,17 +270,28 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 			e = s.entry(sh, k)
 		}
 		e.deny.Store(dn)
-	case d.Allowed && req.Cost > 0 && !req.Peek && e != nil:
-		// The state changed: a denial cached before it no longer tells
-		// the remaining budget, and after a refund it may no longer hold.
-		e.deny.Store(nil)
-		if req.Refund {
+		if s.epoch.Load() != epoch {
+			// A refund or Reset finished while this was stored: it may
+			// have looked for a denial to drop before there was one.
+			e.deny.CompareAndSwap(dn, nil)
+		}
+	case d.Allowed && req.Refund && req.Cost > 0:
+		// Capacity came back: no denial decided before now may stand,
+		// including one whose call overlapped this refund (the epoch) and
+		// one cached since this call looked its entry up (the Peek).
+		s.epoch.Add(1)
+		if e, ok := sh.Peek(k); ok {
+			e.deny.Store(nil)
 			e.mu.Lock()
 			if e.lease != nil {
 				e.lease.waitUntil = 0
 			}
 			e.mu.Unlock()
 		}
+	case d.Allowed && req.Cost > 0 && !req.Peek && e != nil:
+		// The state changed: a denial cached before it no longer tells
+		// the remaining budget.
+		e.deny.Store(nil)
 	}
 	return d, nil
 }
