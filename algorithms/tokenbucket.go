@@ -46,16 +46,19 @@ func (tokenBucket) Transition(s *core.State, st core.Step) core.Decision {
 	u, r := st.Limit.Units()
 	burst := st.Limit.Burst()
 	capacity := burst * u
-	// level is in units, below zero when reservations are owed: never
-	// below −2^52, so every sum here stays within 2^53.
+	// level is in units, below zero when reservations are owed; a key
+	// owes at most 2^52 − capacity (also when the limit changed since it
+	// went into debt), so capacity − level stays within 2^52 and every sum
+	// here within 2^53.
+	floor := capacity - core.MaxUnits
 	level := capacity
 	now := max(st.Now, s.T)
 	if now < s.E {
 		level = s.A
 		if s.B != u && s.B > 0 {
-			level = min(floorDiv(s.A, s.B), burst) * u
+			level = min(max(floorDiv(s.A, s.B), floor/u), burst) * u
 		}
-		level = refill(level, capacity, now-s.T, r)
+		level = refill(max(level, floor), capacity, now-s.T, r)
 	}
 	untilFull := func(level int64) int64 { return core.CeilDiv(capacity-level, r) }
 	decision := func(allowed bool, level int64) core.Decision {

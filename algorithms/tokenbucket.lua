@@ -7,13 +7,16 @@
 -- the level was written under; E when the bucket is full again.
 
 local capacity = burst * u
+-- A key owes at most 2^52 - capacity, also when the limit changed since it
+-- went into debt (tokenbucket.go).
+local floor = capacity - 4503599627370496
 local level = capacity
 if now < E then
 	level = A
 	if B ~= u and B > 0 then
-		level = math.min(idiv(A, B), burst) * u
+		level = math.min(math.max(idiv(A, B), -idiv(-floor, u)), burst) * u
 	end
-	level = refill(level, capacity, now - T, r)
+	level = refill(math.max(level, floor), capacity, now - T, r)
 end
 local function remaining(level)
 	return idiv(math.max(level, 0), u)

@@ -194,8 +194,10 @@ func (r *Request) Step(now int64) Step {
 	case r.Refund:
 		st.Op = OpRefund
 	case r.MaxWait > 0:
-		st.Debt = MaxUnits
-		if w, per := r.MaxWait.Microseconds(), r.Limit.refill; w < MaxUnits/per {
+		// A key may owe at most 2^52 units less its capacity, so that the
+		// time to refill it stays within 2^52 µs.
+		st.Debt = MaxUnits - r.Limit.burst*r.Limit.unit
+		if w, per := r.MaxWait.Microseconds(), r.Limit.refill; w < st.Debt/per {
 			st.Debt = w * per
 		}
 	}
@@ -228,7 +230,8 @@ type Step struct {
 	Op Op
 	// Debt is how far, in units (see [Limit.Units]), an admission may take
 	// the key below empty: MaxWait × units per µs for a reservation, at
-	// most [MaxUnits]; zero for every other request.
+	// most [MaxUnits] less the limit's capacity in units; zero for every
+	// other request.
 	Debt int64
 }
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -28,10 +28,12 @@ type Reservation struct {
 	// capacity was reserved; when it was not, RetryAfter says when the
 	// same cost would be admitted at once.
 	Decision
-	lim       *Limiter
-	key       string
-	cost      int64
-	cancelled atomic.Bool
+	lim  *Limiter
+	key  string
+	cost int64
+
+	mu        sync.Mutex // held across the refund, so concurrent Cancels agree
+	cancelled bool
 }
 
 // OK reports whether the capacity was reserved.
@@ -44,14 +46,16 @@ func (r *Reservation) OK() bool { return r.Allowed }
 // reservation's cost. The refund is a store call; it is made even if ctx
 // is already done (but with ctx's values and without its cancellation).
 func (r *Reservation) Cancel(ctx context.Context) error {
-	if !r.Allowed || r.cancelled.Swap(true) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.Allowed || r.cancelled {
 		return nil
 	}
 	_, err := r.lim.store.Apply(context.WithoutCancel(ctx), Request{Key: r.key, Algorithm: r.lim.alg, Limit: r.lim.limit, Cost: r.cost, Refund: true})
 	if err != nil {
-		r.cancelled.Store(false) // nothing was given back: a retry may
-		return fmt.Errorf("sluice: cancel reservation: %w", err)
+		return fmt.Errorf("sluice: cancel reservation: %w", err) // nothing was given back: a retry may
 	}
+	r.cancelled = true
 	return nil
 }
 

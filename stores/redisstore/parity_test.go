@@ -224,3 +224,42 @@ func FuzzParity(f *testing.F) {
 		parity(t, store, alg, fmt.Sprintf("f%x", rand.Uint64()), rand.New(src), min(len(in)/8, 300), parityLimits, parityStart)
 	})
 }
+
+// TestParityDeepDebt takes a token bucket deep into debt with reservations,
+// then decides under a limit whose tokens are far larger: the carried debt
+// must stay within 2^52 units, alike in Go and Lua (review finding: Go's
+// product overflowed and admitted; Lua lost exactness and denied).
+func TestParityDeepDebt(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(client, redisstore.Config{Prefix: "deepdebt:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var state core.State
+	key := fmt.Sprintf("d%x", rand.Uint64())
+	t0 := parityStart
+	steps := []core.Request{
+		{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), Cost: 200_000_000, MaxWait: 1000 * time.Second},
+		{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), Cost: 200_000_000, MaxWait: 1000 * time.Second},
+		{Limit: core.PerDay(1), Cost: 1, Now: time.UnixMicro(t0 + 1)},
+		{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), Cost: 4, MaxWait: math.MaxInt64},
+		{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), Cost: 4, MaxWait: math.MaxInt64},
+		{Limit: core.PerSecond(3), Cost: 1},
+	}
+	for i, req := range steps {
+		req.Key, req.Algorithm = key, algorithms.TokenBucket
+		if req.Now.IsZero() {
+			req.Now = time.UnixMicro(t0 + int64(i))
+		}
+		want := algorithms.TokenBucket.Transition(&state, req.Step(req.Now.UnixMicro()))
+		got, err := store.Apply(ctx, req)
+		if err != nil {
+			t.Fatalf("step %d: %+v: %v", i, req, err)
+		}
+		if got != want {
+			t.Fatalf("step %d: %v cost %d maxwait %v\n got %+v\nwant %+v", i, req.Limit, req.Cost, req.MaxWait, got, want)
+		}
+	}
+}
