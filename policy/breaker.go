@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,9 @@ type Breaker struct {
 
 	state     atomic.Uint32 // State, as of the last change
 	openUntil atomic.Int64  // ns after base at which an open circuit lets probes through
+	closedAt  atomic.Int64  // ns after base at which the circuit last recovered
+	ramp      atomic.Int64  // the slow start's cap on calls in flight; 0: none
+	inflight  atomic.Int64  // calls in flight to the store
 	changes   atomic.Uint64
 	calls     atomic.Uint64
 	failures  atomic.Uint64
@@ -162,8 +166,9 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{remote: remote, cfg: cfg, base: time.Now()}
+	b.closedAt.Store(math.MinInt64 / 2) // no settling after NewBreaker
 	b.notes.fn = cfg.onChange
-	minFailures, ratio := uint32(cfg.minFailures), cfg.ratio
+	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         cfg.name,
 		MaxRequests:  uint32(cfg.probes),
@@ -171,7 +176,8 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		BucketPeriod: cfg.window / 10,
 		Timeout:      cfg.openTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.TotalFailures >= minFailures &&
+			// Not within a tenth of the window of closing: see WithTrip.
+			return b.now()-b.closedAt.Load() >= settle && c.TotalFailures >= minFailures &&
 				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
 		},
 		OnStateChange: b.onStateChange,
@@ -191,6 +197,8 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	}
 	b.state.Store(uint32(s))
 	if s == Closed {
+		b.closedAt.Store(int64(at.Sub(b.base)))
+		b.ramp.Store(int64(b.cfg.probes))
 		b.localStale.Store(true)
 	}
 	b.changes.Add(1)
@@ -214,15 +222,24 @@ func (b *Breaker) apply(ctx context.Context, req *core.Request, mode Mode) (core
 	if req.Limit.IsInf() {
 		return core.Unlimited(), nil
 	}
-	if b.open() {
+	if b.open() || !b.admit() {
 		b.rejected.Add(1)
 		return b.answer(req, mode)
 	}
+	d, err, answered := b.call(ctx, req, mode)
+	b.release(answered)
+	return d, err
+}
+
+// call asks the store through gobreaker, answering by mode when it may
+// not or cannot. It reports whether the store answered.
+func (b *Breaker) call(ctx context.Context, req *core.Request, mode Mode) (core.Decision, error, bool) {
 	done, err := b.cb.Allow()
 	b.settle() // Allow may have moved an open circuit to half-open
 	if err != nil {
 		b.rejected.Add(1)
-		return b.answer(req, mode)
+		d, err := b.answer(req, mode)
+		return d, err, false
 	}
 	b.calls.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
@@ -231,7 +248,7 @@ func (b *Breaker) apply(ctx context.Context, req *core.Request, mode Mode) (core
 		cancel()
 		done(nil)
 		b.settle()
-		return d, nil
+		return d, nil, true
 	}
 	// A client may report a timeout as soon as the deadline passes, before
 	// the context's timer has fired: go by the deadline too.
@@ -247,20 +264,56 @@ func (b *Breaker) apply(ctx context.Context, req *core.Request, mode Mode) (core
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("policy: %w: %w", cerr, err)
 		}
-		return core.Decision{}, err
+		return core.Decision{}, err, false
 	case isRequestError(err):
 		done(errExcluded)
 		b.settle()
-		return core.Decision{}, err
+		return core.Decision{}, err, true
 	case expired || IsStoreFailure(err):
 		done(errFailure)
 		b.failures.Add(1)
 		b.settle()
-		return b.answer(req, mode)
+		d, err := b.answer(req, mode)
+		return d, err, false
 	}
 	done(errExcluded)
 	b.settle()
-	return core.Decision{}, err
+	return core.Decision{}, err, true
+}
+
+// maxRamp ends the slow start: by then the client has opened as many
+// connections as the load needs.
+const maxRamp = 1024
+
+// admit counts a call in flight to the store, unless the circuit is in
+// its slow start after a recovery and the calls in flight are at its cap.
+// The slow start lasts until the cap reaches maxRamp, or for a window.
+func (b *Breaker) admit() bool {
+	n := b.inflight.Add(1)
+	if c := b.ramp.Load(); c > 0 && n > c {
+		if b.now()-b.closedAt.Load() < int64(b.cfg.window) {
+			b.inflight.Add(-1)
+			return false
+		}
+		b.ramp.CompareAndSwap(c, 0)
+	}
+	return true
+}
+
+// release ends a call admitted by admit. A store's answer raises the slow
+// start's cap by one, which doubles it every round trip.
+func (b *Breaker) release(answered bool) {
+	b.inflight.Add(-1)
+	if !answered {
+		return
+	}
+	if c := b.ramp.Load(); c > 0 {
+		next := c + 1
+		if next >= maxRamp {
+			next = 0
+		}
+		b.ramp.CompareAndSwap(c, next) // a lost race loses one step
+	}
 }
 
 // callerEnded returns the caller's context's error if it ended the call:

@@ -617,6 +617,7 @@ func TestDegradeDiscardedOnClose(t *testing.T) {
 			f.set(nil, false)
 			time.Sleep(DefaultOpenTimeout + time.Millisecond)
 			b.Apply(ctx, req("k"))
+			time.Sleep(DefaultWindow / 10) // it does not trip again at once
 			if b.State() != Closed || b.local.Load() != nil {
 				t.Errorf("after outage %d: state %v, local store kept %v; want closed and none", outage, b.State(), b.local.Load() != nil)
 			}

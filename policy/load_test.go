@@ -1,0 +1,287 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// The outage tests drive a breaker with 64 goroutines, each calling in a
+// loop with a short pause (a service's handlers, not a benchmark), and
+// record every decision: when it began, how long it took, what it said.
+// One scenario with 64 goroutines runs at a time (heavy), so that the
+// latencies measured are the breaker's, not those of another scenario's
+// load on the same cores.
+
+const (
+	loadGoroutines = 64
+	loadPause      = 2 * time.Millisecond // between one goroutine's calls
+	loadKeys       = 4
+)
+
+// heavy admits one load scenario at a time.
+var heavy = make(chan struct{}, 1)
+
+// exclusive waits until no other load scenario runs, and holds the slot
+// until t ends.
+func exclusive(t *testing.T) {
+	t.Helper()
+	heavy <- struct{}{}
+	t.Cleanup(func() { <-heavy })
+}
+
+// sample is one decision of the load.
+type sample struct {
+	at      time.Duration // when the call began, after the load's t0
+	took    time.Duration
+	key     int
+	allowed bool
+	source  core.Source
+	err     error
+}
+
+func (s sample) end() time.Duration { return s.at + s.took }
+
+// load is 64 goroutines deciding through one store.
+type load struct {
+	t0      time.Time
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	panics  atomic.Int64
+	calls   atomic.Int64
+	samples [loadGoroutines][]sample
+	stopped []sample
+}
+
+// startLoad starts the goroutines, each calling store with newReq of one
+// of loadKeys keys in turn, pausing loadPause between calls, from t0; pass
+// a zero pause for a burst that opens a client's connections.
+func startLoad(store core.Store, t0 time.Time, pause time.Duration, newReq func(key string) core.Request) *load {
+	l := &load{t0: t0, stop: make(chan struct{})}
+	keys := make([]string, loadKeys)
+	for i := range keys {
+		keys[i] = "key" + strconv.Itoa(i)
+	}
+	for g := range loadGoroutines {
+		l.wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					l.panics.Add(1)
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a safety net only
+			defer cancel()
+			for i := g; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				k := i % loadKeys
+				start := time.Now()
+				d, err := store.Apply(ctx, newReq(keys[k]))
+				took := time.Since(start)
+				l.calls.Add(1)
+				l.samples[g] = append(l.samples[g], sample{
+					at: start.Sub(t0), took: took, key: k,
+					allowed: d.Allowed, source: d.Source, err: err,
+				})
+				if errors.Is(err, core.ErrClosed) {
+					return
+				}
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+			}
+		})
+	}
+	return l
+}
+
+// Stop stops the goroutines, waits for them and returns every sample, by
+// starting time. Later calls return the same samples.
+func (l *load) Stop() []sample {
+	if l.stopped != nil {
+		return l.stopped
+	}
+	close(l.stop)
+	l.wg.Wait()
+	all := []sample{}
+	for _, s := range l.samples {
+		all = append(all, s...)
+	}
+	slices.SortFunc(all, func(a, b sample) int { return int(a.at - b.at) })
+	l.stopped = all
+	return all
+}
+
+// between returns the samples that began in [from, to).
+func between(samples []sample, from, to time.Duration) []sample {
+	var out []sample
+	for _, s := range samples {
+		if s.at >= from && s.at < to {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// latency summarises the time decisions took.
+type latency struct {
+	n                  int
+	p50, p99, p999, mx time.Duration
+}
+
+func latencies(samples []sample) latency {
+	if len(samples) == 0 {
+		return latency{}
+	}
+	d := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		d[i] = s.took
+	}
+	slices.Sort(d)
+	q := func(p float64) time.Duration { return d[min(len(d)-1, int(math.Ceil(p*float64(len(d))))-1)] }
+	return latency{n: len(d), p50: q(0.5), p99: q(0.99), p999: q(0.999), mx: d[len(d)-1]}
+}
+
+func (l latency) String() string {
+	return fmt.Sprintf("%d decisions, p50 %v, p99 %v, p99.9 %v, max %v", l.n,
+		l.p50.Round(time.Microsecond), l.p99.Round(time.Microsecond), l.p999.Round(time.Microsecond), l.mx.Round(time.Microsecond))
+}
+
+// errorsOf counts the samples with an error and returns the first few.
+func errorsOf(samples []sample) (int, []string) {
+	n := 0
+	var first []string
+	for _, s := range samples {
+		if s.err != nil {
+			n++
+			if len(first) < 5 {
+				first = append(first, fmt.Sprintf("at %v: %v", s.at.Round(time.Millisecond), s.err))
+			}
+		}
+	}
+	return n, first
+}
+
+// recorder sits between a breaker and its store and records when each
+// call to the store began and what errors came back.
+type recorder struct {
+	core.Store
+	t0 time.Time
+
+	mu     sync.Mutex
+	starts []time.Duration
+	errs   map[string]int // by text, at most maxErrs texts
+	failed int            // errors IsStoreFailure counts
+	other  int            // errors it does not
+}
+
+const maxErrs = 50
+
+func newRecorder(s core.Store, t0 time.Time) *recorder {
+	return &recorder{Store: s, t0: t0, errs: make(map[string]int)}
+}
+
+func (r *recorder) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	at := time.Since(r.t0)
+	d, err := r.Store.Apply(ctx, req)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starts = append(r.starts, at)
+	if err != nil {
+		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+			if IsStoreFailure(err) {
+				r.failed++
+			} else {
+				r.other++
+			}
+		}
+		if _, ok := r.errs[err.Error()]; ok || len(r.errs) < maxErrs {
+			r.errs[err.Error()]++
+		}
+	}
+	return d, err
+}
+
+func (r *recorder) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return r.Store.(core.Resetter).Reset(ctx, key, alg)
+}
+
+func (r *recorder) Close() error {
+	if c, ok := r.Store.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// callsBetween counts the calls that began in [from, to).
+func (r *recorder) callsBetween(from, to time.Duration) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, at := range r.starts {
+		if at >= from && at < to {
+			n++
+		}
+	}
+	return n
+}
+
+// errorTexts returns the errors seen whose text contains sub, with counts.
+func (r *recorder) errorTexts(sub string) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for e, n := range r.errs {
+		if sub == "" || strings.Contains(e, sub) {
+			out[e] = n
+		}
+	}
+	return out
+}
+
+// changes records a breaker's changes of state, as its hook delivers them.
+type changes struct {
+	mu  sync.Mutex
+	all []Change
+}
+
+func (c *changes) add(ch Change) {
+	c.mu.Lock()
+	c.all = append(c.all, ch)
+	c.mu.Unlock()
+}
+
+func (c *changes) list() []Change {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.all)
+}
+
+// waitState polls until b is in state s, or timeout passes; it returns
+// when it saw the state, and whether it did.
+func waitState(b *Breaker, s State, timeout time.Duration) (time.Time, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if b.State() == s {
+			return time.Now(), true
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, false
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

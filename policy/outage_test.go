@@ -1,0 +1,379 @@
+package policy
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/storefault"
+	"github.com/sluicehq/sluice/stores/redisstore"
+	"github.com/sluicehq/sluice/stores/rueidisstore"
+)
+
+// The outage tests run real redis-server processes, of their own (they
+// kill them), and the clients with the options docs/redis.md recommends.
+
+// goRedisOptions are the go-redis options recommended with a breaker
+// (docs/redis.md, "Client options").
+func goRedisOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,                   // the breaker's deadline bounds every read and write
+		MaxRetries:            -1,                     // a failed call is the breaker's business
+		DialTimeout:           250 * time.Millisecond, // for dials that outlive their call
+		DialerRetries:         1,                      // no backoff loop behind a dial
+		ReadTimeout:           500 * time.Millisecond, // backstops for calls without a deadline (Reset)
+		WriteTimeout:          500 * time.Millisecond,
+		PoolSize:              loadGoroutines, // at least the decisions in flight at once
+		PoolTimeout:           time.Second,    // above the deadline, which ends a wait first
+		DisableIdentity:       true,           // no CLIENT SETINFO round trip on a new connection
+	}
+}
+
+// rueidisOptions are the rueidis options recommended with a breaker.
+func rueidisOptions(addr string) rueidis.ClientOption {
+	return rueidis.ClientOption{
+		InitAddress:       []string{addr},
+		ForceSingleClient: true, // a client even while Redis is down
+		DisableCache:      true, // sluice's keys change on every admitted request
+		DisableRetry:      true,
+		Dialer:            net.Dialer{Timeout: 250 * time.Millisecond, KeepAlive: time.Second},
+		ConnWriteTimeout:  500 * time.Millisecond, // a connection whose replies stop is closed after this
+		MaxFlushDelay:     20 * time.Microsecond,
+	}
+}
+
+// client is one of the Redis clients the tests run each scenario with.
+type client struct {
+	name string
+	// store returns a store on a new client of addr, closed at t's
+	// cleanup; dial, if not nil, replaces the client's dialer.
+	store func(t *testing.T, addr string, dial func(ctx context.Context, addr string) (net.Conn, error)) core.Store
+}
+
+var (
+	goRedis = client{"go-redis", func(t *testing.T, addr string, dial func(context.Context, string) (net.Conn, error)) core.Store {
+		opts := goRedisOptions(addr)
+		if dial != nil {
+			opts.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) }
+		}
+		c := redis.NewClient(opts)
+		t.Cleanup(func() { c.Close() })
+		s, err := redisstore.New(c, redisstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}}
+	rueidisClient = client{"rueidis", func(t *testing.T, addr string, dial func(context.Context, string) (net.Conn, error)) core.Store {
+		opts := rueidisOptions(addr)
+		if dial != nil {
+			opts.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
+				return dial(ctx, addr)
+			}
+		}
+		c, err := rueidis.NewClient(opts)
+		if c == nil {
+			t.Fatal(err)
+		}
+		if err != nil {
+			t.Logf("rueidis.NewClient: %v (the client reconnects when Redis is up)", err)
+		}
+		t.Cleanup(c.Close)
+		s, err := rueidisstore.New(c, rueidisstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}}
+	clients = []client{goRedis, rueidisClient}
+)
+
+// loadLimit is the load's limit: 100 a second, burst 100, per key.
+var loadLimit = core.PerSecond(100)
+
+func loadReq(key string) core.Request {
+	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: loadLimit, Cost: 1}
+}
+
+// bucketBound is the most a token bucket of l admits over span.
+func bucketBound(l core.Limit, span time.Duration) int {
+	return int(l.Burst()) + int(float64(l.Rate())*span.Seconds()/l.Period().Seconds()+1)
+}
+
+// rig is a scenario's setup: a breaker over a recording store, with its
+// changes, and the load once started.
+type rig struct {
+	t0   time.Time
+	rec  *recorder
+	b    *Breaker
+	ch   *changes
+	load *load
+}
+
+func newRig(t *testing.T, remote core.Store, opts ...BreakerOption) *rig {
+	t.Helper()
+	r := &rig{t0: time.Now(), ch: &changes{}}
+	r.rec = newRecorder(remote, r.t0)
+	r.b = newBreaker(t, r.rec, append([]BreakerOption{WithOnChange(r.ch.add)}, opts...)...)
+	return r
+}
+
+// start warms the client's connections with a burst straight to the
+// remote store (a cold client's burst pays a handshake per connection
+// within the deadline, see docs/outages.md), then starts the paced load
+// through store, lets it run for warm, and checks that the circuit stayed
+// closed.
+func (r *rig) start(t *testing.T, store core.Store, warm time.Duration) {
+	t.Helper()
+	burst := startLoad(r.rec.Store, r.t0, 0, loadReq)
+	time.Sleep(200 * time.Millisecond)
+	burst.Stop()
+	r.load = startLoad(store, r.t0, loadPause, loadReq)
+	time.Sleep(warm)
+	if ch := r.ch.list(); len(ch) != 0 || r.b.State() != Closed {
+		r.load.Stop()
+		t.Fatalf("the circuit changed state before the fault: %v; %+v", ch, r.b.Stats())
+	}
+}
+
+func (r *rig) since(at time.Time) time.Duration { return at.Sub(r.t0) }
+
+// checkNoPanicsNoErrors fails t if a caller panicked or got an error.
+func (r *rig) checkNoPanicsNoErrors(t *testing.T, samples []sample) {
+	t.Helper()
+	if n := r.load.panics.Load(); n != 0 {
+		t.Errorf("%d goroutines panicked", n)
+	}
+	if n, first := errorsOf(samples); n != 0 {
+		t.Errorf("%d of %d decisions returned an error, want none; the first: %s", n, len(samples), strings.Join(first, "; "))
+	}
+}
+
+// checkOpenQuiet checks that while the circuit was open no call reached
+// the store but those admitted just before it opened (within grace), and
+// that each half-open spell let through at most the probes. It returns a
+// description of what it counted.
+func (r *rig) checkOpenQuiet(t *testing.T, probes int) string {
+	t.Helper()
+	const grace = 50 * time.Millisecond
+	list := r.ch.list()
+	var late, probed, spells, maxProbes int
+	for i, c := range list {
+		from := r.since(c.At)
+		to := time.Duration(1<<62 - 1)
+		if i+1 < len(list) {
+			to = r.since(list[i+1].At)
+		}
+		switch c.To {
+		case Open:
+			late += r.rec.callsBetween(from, min(from+grace, to))
+			if n := r.rec.callsBetween(from+grace, to); n != 0 {
+				t.Errorf("%d calls reached the store while the circuit was open (from %v to %v, after a grace of %v)", n, from, to, grace)
+			}
+		case HalfOpen:
+			n := r.rec.callsBetween(from, to)
+			spells++
+			probed += n
+			maxProbes = max(maxProbes, n)
+			if n > probes {
+				t.Errorf("%d calls reached the store in a half-open spell (from %v to %v), want at most %d probes", n, from, to, probes)
+			}
+		}
+	}
+	return fmt.Sprintf("store calls while open: 0 (plus %d admitted before it opened, within %v); %d half-open spells, %d probes (at most %d each)",
+		late, grace, spells, probed, maxProbes)
+}
+
+// checkMode checks that the decisions in samples are the mode's.
+func checkMode(t *testing.T, mode Mode, samples []sample) {
+	t.Helper()
+	want := map[Mode]core.Source{FailOpen: core.SourceFailOpen, FailClosed: core.SourceFailClosed, Degrade: core.SourceDegraded}[mode]
+	bad := 0
+	for _, s := range samples {
+		if s.err != nil {
+			continue // reported elsewhere
+		}
+		if s.source != want || (mode == FailOpen && !s.allowed) || (mode == FailClosed && s.allowed) {
+			if bad++; bad <= 3 {
+				t.Errorf("decision at %v while open: allowed %v, source %v; want %v's", s.at, s.allowed, s.source, mode)
+			}
+		}
+	}
+	if bad > 3 {
+		t.Errorf("... %d such decisions in all", bad)
+	}
+}
+
+// checkBucket checks that the samples of source src admitted no more, per
+// key, than a token bucket of l over their span, and returns the counts.
+func checkBucket(t *testing.T, what string, l core.Limit, src core.Source, samples []sample) string {
+	t.Helper()
+	var desc []string
+	for k := range loadKeys {
+		var first, last time.Duration = -1, 0
+		admitted := 0
+		for _, s := range samples {
+			if s.key != k || s.source != src || s.err != nil {
+				continue
+			}
+			if first < 0 {
+				first = s.at
+			}
+			if s.allowed {
+				admitted++
+				last = max(last, s.end())
+			}
+		}
+		if first < 0 {
+			t.Errorf("%s: key %d: no %v decision", what, k, src)
+			continue
+		}
+		bound := bucketBound(l, last-first)
+		if admitted > bound {
+			t.Errorf("%s: key %d admitted %d over %v, more than %v allows (%d)", what, k, admitted, last-first, l, bound)
+		}
+		if admitted == 0 {
+			t.Errorf("%s: key %d admitted nothing", what, k)
+		}
+		desc = append(desc, fmt.Sprintf("%d of at most %d", admitted, bound))
+	}
+	return what + " admitted per key: " + strings.Join(desc, ", ")
+}
+
+// TestKillRestart kills the server under load with kill -9, for each
+// client and mode, and restarts it on the same port: the circuit opens
+// within a second of the kill, answers by its mode while open with no
+// store calls but probes, and closes within its open timeout and 1.5 s of
+// the restart, with no error for any caller (NOSCRIPT included) and no
+// over-grant after recovery.
+func TestKillRestart(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		for _, mode := range []Mode{FailOpen, FailClosed, Degrade} {
+			t.Run(cl.name+"/"+mode.String(), func(t *testing.T) {
+				t.Parallel()
+				exclusive(t)
+				testKillRestart(t, cl, mode)
+			})
+		}
+	}
+}
+
+func testKillRestart(t *testing.T, cl client, mode Mode) {
+	const instances = 4
+	srv := redistest.Start(t)
+	r := newRig(t, cl.store(t, srv.Addr(), nil), WithMode(mode), WithInstances(instances))
+	r.start(t, r.b, 500*time.Millisecond)
+
+	killed := time.Now()
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	opened, ok := waitState(r.b, Open, 5*time.Second)
+	if !ok {
+		r.load.Stop()
+		t.Fatalf("the circuit did not open within 5 s of the kill; changes %v", r.ch.list())
+	}
+	toOpen := opened.Sub(killed)
+	if toOpen > time.Second {
+		t.Errorf("the circuit opened %v after the kill, want within 1 s", toOpen)
+	}
+	time.Sleep(time.Until(killed.Add(2500 * time.Millisecond))) // over a probe or two
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	closed, ok := waitState(r.b, Closed, DefaultOpenTimeout+5*time.Second)
+	if !ok {
+		r.load.Stop()
+		t.Fatalf("the circuit did not close within %v of the restart; changes %v", DefaultOpenTimeout+5*time.Second, r.ch.list())
+	}
+	toClose := closed.Sub(restarted)
+	if toClose > DefaultOpenTimeout+1500*time.Millisecond {
+		t.Errorf("the circuit closed %v after the restart, want within its open timeout and 1.5 s (%v)", toClose, DefaultOpenTimeout+1500*time.Millisecond)
+	}
+	time.Sleep(700 * time.Millisecond)
+	samples := r.load.Stop()
+
+	r.checkNoPanicsNoErrors(t, samples)
+	open := between(samples, r.since(opened), r.since(restarted))
+	lat := latencies(open)
+	if lat.p99 > time.Millisecond {
+		t.Errorf("while open, p99 %v, want at most 1 ms", lat.p99)
+	}
+	checkMode(t, mode, open)
+	quiet := r.checkOpenQuiet(t, DefaultProbes)
+	t.Logf("opened %v after the kill; while open: %v", toOpen.Round(time.Millisecond), lat)
+	t.Logf("%s", quiet)
+	if mode == Degrade {
+		// The circuit's closing discards the local state: a fresh local
+		// store answers the calls over the slow start's cap.
+		share, _ := share(loadLimit, instances, algorithms.TokenBucket)
+		closeAt := r.since(r.lastChange(Closed))
+		var during, ramp []sample
+		for _, s := range samples {
+			switch {
+			case s.end() < closeAt:
+				during = append(during, s)
+			case s.at > closeAt:
+				ramp = append(ramp, s)
+			}
+		}
+		t.Logf("%s", checkBucket(t, "degraded (local share "+share.String()+")", share, core.SourceDegraded, during))
+		if n := count(ramp, func(s sample) bool { return s.source == core.SourceDegraded }); n > 0 {
+			t.Logf("%d degraded decisions during the slow start after the circuit closed; %s", n,
+				checkBucket(t, "slow start", share, core.SourceDegraded, ramp))
+		}
+	}
+	after := between(samples, r.since(restarted), 1<<62)
+	t.Logf("closed %v after the restart; %s", toClose.Round(time.Millisecond), checkBucket(t, "after the restart", loadLimit, core.SourceStore, after))
+	noscript := storefault.InfoCount(storefault.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
+	if noscript == 0 {
+		t.Errorf("the restarted server answered no NOSCRIPT: the test did not exercise the fallback")
+	}
+	t.Logf("changes: %s", describeChanges(r))
+	t.Logf("the restarted server answered %d NOSCRIPT, none reached a caller; %+v; store errors: %d failures, %d others",
+		noscript, r.b.Stats(), r.rec.failed, r.rec.other)
+}
+
+// describeChanges lists the changes of state with their instants.
+func describeChanges(r *rig) string {
+	var b strings.Builder
+	for _, c := range r.ch.list() {
+		fmt.Fprintf(&b, "%v %v→%v; ", r.since(c.At).Round(time.Millisecond), c.From, c.To)
+	}
+	return b.String()
+}
+
+// lastChange returns when the circuit last changed to s.
+func (r *rig) lastChange(s State) time.Time {
+	var at time.Time
+	for _, c := range r.ch.list() {
+		if c.To == s {
+			at = c.At
+		}
+	}
+	return at
+}
+
+// count counts the samples for which f is true.
+func count(samples []sample, f func(sample) bool) int {
+	n := 0
+	for _, s := range samples {
+		if f(s) {
+			n++
+		}
+	}
+	return n
+}
