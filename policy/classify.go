@@ -89,26 +89,30 @@ const maxChain = 32
 
 // hasRedisFailure reports whether an error on err's chain, as deep as
 // depth so far, has a text starting with one of redisFailures' codes.
-func hasRedisFailure(err error, depth int) bool {
+func hasRedisFailure(err error, depth int) bool { return redisCode(err, depth) != "" }
+
+// redisCode returns the first of redisFailures' codes that starts the
+// text of an error on err's chain, as deep as depth so far, or "".
+func redisCode(err error, depth int) string {
 	for ; err != nil && depth < maxChain; depth++ {
 		if code, _, _ := strings.Cut(err.Error(), " "); isFailureCode(code) {
-			return true
+			return code
 		}
 		switch u := err.(type) {
 		case interface{ Unwrap() error }:
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
-				if hasRedisFailure(e, depth+1) {
-					return true
+				if code := redisCode(e, depth+1); code != "" {
+					return code
 				}
 			}
-			return false
+			return ""
 		default:
-			return false
+			return ""
 		}
 	}
-	return false
+	return ""
 }
 
 func isFailureCode(code string) bool {

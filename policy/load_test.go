@@ -185,6 +185,7 @@ type recorder struct {
 	mu     sync.Mutex
 	starts []time.Duration
 	errs   map[string]int // by text, at most maxErrs texts
+	codes  map[string]int // by Redis failure code
 	failed int            // errors IsStoreFailure counts
 	other  int            // errors it does not
 }
@@ -192,7 +193,7 @@ type recorder struct {
 const maxErrs = 50
 
 func newRecorder(s core.Store, t0 time.Time) *recorder {
-	return &recorder{Store: s, t0: t0, errs: make(map[string]int)}
+	return &recorder{Store: s, t0: t0, errs: make(map[string]int), codes: make(map[string]int)}
 }
 
 func (r *recorder) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
@@ -208,6 +209,9 @@ func (r *recorder) Apply(ctx context.Context, req core.Request) (core.Decision, 
 			} else {
 				r.other++
 			}
+		}
+		if code := redisCode(err, 0); code != "" {
+			r.codes[code]++
 		}
 		if _, ok := r.errs[err.Error()]; ok || len(r.errs) < maxErrs {
 			r.errs[err.Error()]++
@@ -238,6 +242,13 @@ func (r *recorder) callsBetween(from, to time.Duration) int {
 		}
 	}
 	return n
+}
+
+// code returns how many errors carried the Redis failure code.
+func (r *recorder) code(code string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.codes[code]
 }
 
 // errorTexts returns the errors seen whose text contains sub, with counts.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,26 +57,37 @@ func rueidisOptions(addr string) rueidis.ClientOption {
 // client is one of the Redis clients the tests run each scenario with.
 type client struct {
 	name string
-	// store returns a store on a new client of addr, closed at t's
-	// cleanup; dial, if not nil, replaces the client's dialer.
-	store func(t *testing.T, addr string, dial func(ctx context.Context, addr string) (net.Conn, error)) core.Store
+	// open returns a store on a new client of addr, and a function that
+	// closes the client, which t's cleanup calls too; dial, if not nil,
+	// replaces the client's dialer.
+	open func(t *testing.T, addr string, dial dialer) (core.Store, func())
+}
+
+// dialer dials addr, for a client pointed elsewhere at run time.
+type dialer func(ctx context.Context, addr string) (net.Conn, error)
+
+// store is open without the closing function.
+func (c client) store(t *testing.T, addr string, dial dialer) core.Store {
+	s, _ := c.open(t, addr, dial)
+	return s
 }
 
 var (
-	goRedis = client{"go-redis", func(t *testing.T, addr string, dial func(context.Context, string) (net.Conn, error)) core.Store {
+	goRedis = client{"go-redis", func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
 		opts := goRedisOptions(addr)
 		if dial != nil {
 			opts.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) }
 		}
 		c := redis.NewClient(opts)
-		t.Cleanup(func() { c.Close() })
+		closeClient := sync.OnceFunc(func() { c.Close() })
+		t.Cleanup(closeClient)
 		s, err := redisstore.New(c, redisstore.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s
+		return s, closeClient
 	}}
-	rueidisClient = client{"rueidis", func(t *testing.T, addr string, dial func(context.Context, string) (net.Conn, error)) core.Store {
+	rueidisClient = client{"rueidis", func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
 		opts := rueidisOptions(addr)
 		if dial != nil {
 			opts.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
@@ -89,12 +101,13 @@ var (
 		if err != nil {
 			t.Logf("rueidis.NewClient: %v (the client reconnects when Redis is up)", err)
 		}
-		t.Cleanup(c.Close)
+		closeClient := sync.OnceFunc(c.Close)
+		t.Cleanup(closeClient)
 		s, err := rueidisstore.New(c, rueidisstore.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s
+		return s, closeClient
 	}}
 	clients = []client{goRedis, rueidisClient}
 )
@@ -114,6 +127,7 @@ func bucketBound(l core.Limit, span time.Duration) int {
 // rig is a scenario's setup: a breaker over a recording store, with its
 // changes, and the load once started.
 type rig struct {
+	req  func(key string) core.Request // the load's request; loadReq unless set before start
 	t0   time.Time
 	rec  *recorder
 	b    *Breaker
@@ -123,7 +137,7 @@ type rig struct {
 
 func newRig(t *testing.T, remote core.Store, opts ...BreakerOption) *rig {
 	t.Helper()
-	r := &rig{t0: time.Now(), ch: &changes{}}
+	r := &rig{req: loadReq, t0: time.Now(), ch: &changes{}}
 	r.rec = newRecorder(remote, r.t0)
 	r.b = newBreaker(t, r.rec, append([]BreakerOption{WithOnChange(r.ch.add)}, opts...)...)
 	return r
@@ -136,10 +150,10 @@ func newRig(t *testing.T, remote core.Store, opts ...BreakerOption) *rig {
 // closed.
 func (r *rig) start(t *testing.T, store core.Store, warm time.Duration) {
 	t.Helper()
-	burst := startLoad(r.rec.Store, r.t0, 0, loadReq)
+	burst := startLoad(r.rec.Store, r.t0, 0, r.req)
 	time.Sleep(200 * time.Millisecond)
 	burst.Stop()
-	r.load = startLoad(store, r.t0, loadPause, loadReq)
+	r.load = startLoad(store, r.t0, loadPause, r.req)
 	time.Sleep(warm)
 	if ch := r.ch.list(); len(ch) != 0 || r.b.State() != Closed {
 		r.load.Stop()

@@ -1,0 +1,569 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/contrib/httplimit"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// slack is what the tests allow a decision beyond the per-call deadline:
+// scheduling on a loaded machine, and the mode's own answer.
+const slack = 20 * time.Millisecond
+
+// checkBounded fails t unless every decision in samples returned within
+// the deadline and slack, and returns their latencies.
+func checkBounded(t *testing.T, samples []sample) latency {
+	t.Helper()
+	lat := latencies(samples)
+	if lat.mx > DefaultTimeout+slack {
+		late := count(samples, func(s sample) bool { return s.took > DefaultTimeout+slack })
+		t.Errorf("%d of %d decisions took longer than the deadline and %v (%v); the longest %v", late, len(samples), slack, DefaultTimeout+slack, lat.mx)
+	}
+	return lat
+}
+
+// TestBlackhole puts the server behind a proxy that stops answering (it
+// accepts and reads, and never replies) under load: every decision
+// returns within the per-call deadline and 20 ms, the circuit opens, and
+// it closes once the proxy passes again.
+func TestBlackhole(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			t.Parallel()
+			exclusive(t)
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr())
+			r := newRig(t, cl.store(t, proxy.Addr(), nil))
+			r.start(t, r.b, 500*time.Millisecond)
+			holed := time.Now()
+			proxy.Blackhole()
+			opened, ok := waitState(r.b, Open, 5*time.Second)
+			if !ok {
+				r.load.Stop()
+				t.Fatalf("the circuit did not open within 5 s of the blackhole: %v", r.ch.list())
+			}
+			time.Sleep(time.Until(holed.Add(2500 * time.Millisecond)))
+			proxy.Pass()
+			passed := time.Now()
+			closed, ok := waitState(r.b, Closed, DefaultOpenTimeout+5*time.Second)
+			time.Sleep(300 * time.Millisecond)
+			samples := r.load.Stop()
+			if !ok {
+				t.Errorf("the circuit did not close within %v of the proxy passing again: %s", DefaultOpenTimeout+5*time.Second, describeChanges(r))
+			}
+			r.checkNoPanicsNoErrors(t, samples)
+			lat := checkBounded(t, between(samples, r.since(holed), r.since(passed)))
+			checkMode(t, FailOpen, between(samples, r.since(opened), r.since(passed)))
+			t.Logf("opened %v after the blackhole; decisions during it: %v", opened.Sub(holed).Round(time.Millisecond), lat)
+			t.Logf("%s; closed %v after the proxy passed again", r.checkOpenQuiet(t, DefaultProbes), closed.Sub(passed).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestLatency delays every reply by 200 ms, which the circuit must open
+// on, decisions still returning within the deadline and 20 ms; and by
+// 5 ms, within the 8 ms deadline, which it must never open on.
+func TestLatency(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name+"/200ms", func(t *testing.T) {
+			t.Parallel()
+			exclusive(t)
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr())
+			r := newRig(t, cl.store(t, proxy.Addr(), nil))
+			r.start(t, r.b, 300*time.Millisecond)
+			slowed := time.Now()
+			proxy.Delay(200 * time.Millisecond)
+			opened, ok := waitState(r.b, Open, 5*time.Second)
+			time.Sleep(time.Until(slowed.Add(2 * time.Second)))
+			samples := r.load.Stop()
+			if !ok {
+				t.Fatalf("the circuit did not open within 5 s of a 200 ms delay: %s", describeChanges(r))
+			}
+			r.checkNoPanicsNoErrors(t, samples)
+			lat := checkBounded(t, between(samples, r.since(slowed), 1<<62))
+			t.Logf("opened %v after replies slowed by 200 ms; decisions since: %v", opened.Sub(slowed).Round(time.Millisecond), lat)
+			t.Logf("%s", r.checkOpenQuiet(t, DefaultProbes))
+		})
+		t.Run(cl.name+"/5ms", func(t *testing.T) {
+			t.Parallel()
+			exclusive(t)
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr())
+			r := newRig(t, cl.store(t, proxy.Addr(), nil))
+			r.start(t, r.b, 300*time.Millisecond)
+			slowed := time.Now()
+			proxy.Delay(5 * time.Millisecond)
+			time.Sleep(3 * time.Second)
+			samples := r.load.Stop()
+			if ch := r.ch.list(); len(ch) != 0 {
+				t.Errorf("the circuit changed state with replies 5 ms slower: %s", describeChanges(r))
+			}
+			r.checkNoPanicsNoErrors(t, samples)
+			slow := between(samples, r.since(slowed), 1<<62)
+			lat := checkBounded(t, slow)
+			fromStore := count(slow, func(s sample) bool { return s.source == core.SourceStore })
+			t.Logf("replies 5 ms slower: %v; %d of them from the store, %d answered by the mode (a call over the deadline); %+v",
+				lat, fromStore, len(slow)-fromStore, r.b.Stats())
+			if fromStore < len(slow)*99/100 {
+				t.Errorf("only %d of %d decisions came from the store with replies 5 ms slower, want 99%%", fromStore, len(slow))
+			}
+		})
+	}
+}
+
+// TestDownAtStart makes the client, the store and the breaker while Redis
+// is down: nothing fails or waits, and the first decision is the mode's;
+// once Redis is up, decisions come from it.
+func TestDownAtStart(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			if err := srv.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			remote := cl.store(t, srv.Addr(), nil)
+			b := newBreaker(t, remote)
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("making the client, store and breaker took %v while Redis was down", took)
+			}
+			for _, mode := range []Mode{FailOpen, FailClosed, Degrade} {
+				v, err := b.WithMode(mode)
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				d, err := v.Apply(context.Background(), loadReq("first-"+mode.String()))
+				took := time.Since(start)
+				want := map[Mode]core.Source{FailOpen: core.SourceFailOpen, FailClosed: core.SourceFailClosed, Degrade: core.SourceDegraded}[mode]
+				if err != nil || d.Source != want || d.Allowed == (mode == FailClosed) {
+					t.Errorf("%v: first decision = %+v, %v; want the mode's", mode, d, err)
+				}
+				if took > DefaultTimeout+slack {
+					t.Errorf("%v: first decision took %v", mode, took)
+				}
+				t.Logf("%v: first decision %+v in %v", mode, d, took.Round(time.Microsecond))
+			}
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(DefaultOpenTimeout + 3*time.Second)
+			for {
+				d, err := b.Apply(context.Background(), loadReq("after"))
+				if err == nil && d.Source == core.SourceStore {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no decision from the store within %v of Redis coming up: %+v, %v", DefaultOpenTimeout+3*time.Second, d, err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// faultRun is a scenario that breaks the server under load (fault), waits
+// for the circuit to open and for the store to report an error
+// containing code, heals it (heal), and waits for the circuit to close,
+// without restarting anything.
+func faultRun(t *testing.T, r *rig, mode Mode, code string, fault, heal func()) {
+	t.Helper()
+	r.start(t, r.b, 300*time.Millisecond)
+	broke := time.Now()
+	fault()
+	opened, ok := waitState(r.b, Open, 5*time.Second)
+	if !ok {
+		r.load.Stop()
+		heal()
+		t.Fatalf("the circuit did not open within 5 s of the fault; store errors %v", r.rec.errorTexts(""))
+	}
+	// The store's reply carries the code: the probes meet it.
+	deadline := time.Now().Add(3*DefaultOpenTimeout + time.Second)
+	for r.rec.code(code) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	healed := time.Now()
+	heal()
+	closed, ok := waitState(r.b, Closed, DefaultOpenTimeout+5*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	samples := r.load.Stop()
+	if !ok {
+		t.Errorf("the circuit did not close within %v of the repair: %s", DefaultOpenTimeout+5*time.Second, describeChanges(r))
+	}
+	if r.rec.code(code) == 0 {
+		t.Errorf("the store never reported %s; its errors: %v", code, r.rec.errorTexts(""))
+	}
+	if r.rec.other != 0 {
+		t.Errorf("%d store errors were not classified as failures: %v", r.rec.other, r.rec.errorTexts(""))
+	}
+	r.checkNoPanicsNoErrors(t, samples)
+	checkMode(t, mode, between(samples, r.since(opened), r.since(healed)))
+	for text, n := range r.rec.errorTexts(code) {
+		t.Logf("store error ×%d: %s (%d with %s in all, %d failures, %d others)", n, text, r.rec.code(code), code, r.rec.failed, r.rec.other)
+		break
+	}
+	t.Logf("opened %v after the fault, closed %v after the repair; %s", opened.Sub(broke).Round(time.Millisecond), closed.Sub(healed).Round(time.Millisecond), describeChanges(r))
+}
+
+// busyScript loops for up to 10 s: until SCRIPT KILL ends it.
+const busyScript = `local t0 = tonumber(redis.call('TIME')[1])
+while tonumber(redis.call('TIME')[1]) - t0 < 10 do end
+return 1`
+
+// TestBusy runs a script that keeps the server busy from another
+// connection, so that calls first time out and then meet BUSY, and ends
+// it with SCRIPT KILL.
+func TestBusy(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			t.Parallel()
+			exclusive(t)
+			srv := redistest.Start(t, redistest.WithArgs("--busy-reply-threshold", "100"))
+			r := newRig(t, cl.store(t, srv.Addr(), nil), WithMode(FailClosed))
+			done := make(chan error, 1)
+			faultRun(t, r, FailClosed, "BUSY",
+				func() {
+					go func() {
+						_, err := srv.Do("EVAL", busyScript, "0")
+						done <- err
+					}()
+				},
+				func() {
+					deadline := time.Now().Add(5 * time.Second)
+					for {
+						_, err := srv.Do("SCRIPT", "KILL")
+						if err == nil || time.Now().After(deadline) {
+							break
+						}
+						time.Sleep(10 * time.Millisecond) // NOTBUSY: the script has not begun
+					}
+					t.Logf("the busy script ended with: %v", <-done)
+				})
+		})
+	}
+}
+
+// TestOOM sets maxmemory below the memory in use, with the noeviction
+// policy: every admission's write fails with OOM. The load's limit admits
+// every call, so that every call writes.
+func TestOOM(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			t.Parallel()
+			exclusive(t)
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
+			r := newRig(t, cl.store(t, srv.Addr(), nil), WithMode(Degrade), WithInstances(2))
+			r.req = func(key string) core.Request {
+				return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1 << 30), Cost: 1}
+			}
+			config := func(v string) func() {
+				return func() {
+					if _, err := srv.Do("CONFIG", "SET", "maxmemory", v); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			faultRun(t, r, Degrade, "OOM", config("1"), config("0"))
+		})
+	}
+}
+
+// TestFailover kills a primary under load, points the clients at its
+// replica (which answers READONLY to writes), then promotes the replica
+// with REPLICAOF NO ONE: the circuit opens on the kill, stays open on
+// READONLY, and closes on the promoted replica, without a restart.
+func TestFailover(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			t.Parallel()
+			exclusive(t)
+			primary := redistest.Start(t)
+			replica := redistest.Start(t)
+			if _, err := replica.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(primary.Port())); err != nil {
+				t.Fatal(err)
+			}
+			waitReplicated(t, replica)
+			var addr atomic.Pointer[string]
+			a := primary.Addr()
+			addr.Store(&a)
+			dial := func(ctx context.Context, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", *addr.Load())
+			}
+			r := newRig(t, cl.store(t, primary.Addr(), dial), WithMode(FailOpen))
+			faultRun(t, r, FailOpen, "READONLY",
+				func() {
+					if err := primary.Kill(); err != nil {
+						t.Fatal(err)
+					}
+					b := replica.Addr()
+					addr.Store(&b) // clients follow, to a replica for now
+				},
+				func() {
+					if _, err := replica.Do("REPLICAOF", "NO", "ONE"); err != nil {
+						t.Fatal(err)
+					}
+				})
+		})
+	}
+}
+
+// waitReplicated waits until replica's link to its primary is up.
+func waitReplicated(t *testing.T, replica *redistest.Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := replica.Do("INFO", "replication")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := r.String()
+		if strings.Contains(s, "master_link_status:up") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not sync within 10 s:\n%s", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCancellations cancels 1,000 callers' contexts, mostly while their
+// calls are under way, among calls that run their course, against a
+// healthy Redis: the circuit stays closed.
+func TestCancellations(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			t.Parallel()
+			exclusive(t)
+			rec := newRecorder(cl.store(t, redistest.Shared(t).Addr(), nil), time.Now())
+			b := newBreaker(t, rec, WithMode(FailClosed))
+			// A warm client, as a healthy service has (see rig.start).
+			startLoad(rec.Store, time.Now(), 0, loadReq).Stop()
+			warm := startLoad(rec.Store, time.Now(), 0, loadReq)
+			time.Sleep(200 * time.Millisecond)
+			warm.Stop()
+			var cancelled, calls, modeAnswers atomic.Int64
+			var wg sync.WaitGroup
+			for g := range loadGoroutines {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 7))
+					for cancelled.Load() < 1000 && calls.Load() < 100_000 {
+						calls.Add(1)
+						ctx, cancel := context.WithCancel(context.Background())
+						switch rng.IntN(6) {
+						case 0:
+							cancel() // before the call
+						case 1, 2:
+							time.AfterFunc(time.Duration(rng.IntN(300))*time.Microsecond, cancel)
+						}
+						d, err := b.Apply(ctx, loadReq(fmt.Sprint("cancel", g)))
+						cancel()
+						time.Sleep(loadPause)
+						switch {
+						case errors.Is(err, context.Canceled):
+							cancelled.Add(1)
+						case err != nil:
+							t.Errorf("Apply = %v, want nil or context.Canceled", err)
+							return
+						case d.Source != core.SourceStore:
+							modeAnswers.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			st := b.Stats()
+			t.Logf("%d calls, %d cancelled mid-call or before; %+v; counts %+v", calls.Load(), cancelled.Load(), st, b.Counts())
+			if cancelled.Load() < 1000 {
+				t.Errorf("only %d calls were cancelled", cancelled.Load())
+			}
+			// go-redis closes a connection whose call was cancelled, and the
+			// next call on a new one pays its handshake: on a loaded
+			// machine a few of those outlast the deadline, and are the
+			// store's failures (answered by the mode). A cancellation
+			// itself never counts (TestNotCounted).
+			if b.State() != Closed || st.Changes != 0 {
+				t.Errorf("after the cancellations: state %v, %+v; want closed, no change", b.State(), st)
+			}
+			if st.Failures > uint64(calls.Load()/100) || uint64(modeAnswers.Load()) != st.Failures {
+				t.Errorf("%d failures and %d answers by the mode in %d calls, want the same, and at most 1%%; the store's errors: %v",
+					st.Failures, modeAnswers.Load(), calls.Load(), rec.errorTexts(""))
+			}
+		})
+	}
+}
+
+// TestFailClosedIs503 serves HTTP through httplimit over a fail-closed
+// breaker on a killed Redis: the answer is 503, not 429.
+func TestFailClosedIs503(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	b := newBreaker(t, goRedis.store(t, srv.Addr(), nil), WithMode(FailClosed))
+	lim, err := core.NewLimiter(b, algorithms.GCRA, core.PerMinute(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := httplimit.New(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	for i := range 10 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "http://example.com/", nil))
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("request %d: %d, want 503", i, w.Code)
+		}
+	}
+	if b.State() != Open {
+		t.Errorf("state %v after 10 refused calls, want open", b.State())
+	}
+}
+
+// leakMarkers name the packages whose goroutines must not outlive Close.
+var leakMarkers = []string{"sony/gobreaker", "redis/go-redis", "redis/rueidis", "sluice/policy.", "sluice/stores/"}
+
+// goroutines returns the stacks of the live goroutines, by ID.
+func goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
+		out[id] = g
+	}
+	return out
+}
+
+// leaked returns the goroutines not in before whose stacks mention one of
+// leakMarkers, waiting up to 5 s for them to end.
+func leaked(before map[string]string) []string {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := leakedNow(before)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leakedNow returns the goroutines not in before whose stacks mention one
+// of leakMarkers.
+func leakedNow(before map[string]string) []string {
+	var left []string
+	for id, g := range goroutines() {
+		if _, ok := before[id]; ok {
+			continue
+		}
+		for _, m := range leakMarkers {
+			if strings.Contains(g, m) {
+				left = append(left, g)
+				break
+			}
+		}
+	}
+	return left
+}
+
+// TestCloseNoLeak closes the breaker under load, with Redis up and with
+// Redis killed: Close returns promptly, later calls fail with ErrClosed,
+// and once the client is closed too no goroutine of the breaker, the
+// stores or the clients is left. It does not run in parallel, so that
+// the goroutines it counts are its own.
+func TestCloseNoLeak(t *testing.T) {
+	// The check sees a store left open.
+	before := goroutines()
+	b, err := NewBreaker(&fake{}, WithMode(Degrade))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.degrade(&core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1})
+	if left := leakedNow(before); len(left) == 0 {
+		t.Errorf("the leak check missed the local store's sweeper")
+	}
+	b.Close()
+
+	for _, cl := range clients {
+		for _, outage := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/outage=%v", cl.name, outage), func(t *testing.T) {
+				srv := redistest.Start(t)
+				before := goroutines()
+				remote, closeClient := cl.open(t, srv.Addr(), nil)
+				b, err := NewBreaker(remote, WithMode(Degrade), WithInstances(2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				l := startLoad(b, time.Now(), loadPause, loadReq)
+				time.Sleep(300 * time.Millisecond)
+				if outage {
+					if err := srv.Kill(); err != nil {
+						t.Fatal(err)
+					}
+					if _, ok := waitState(b, Open, 5*time.Second); !ok {
+						t.Errorf("the circuit did not open")
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				start := time.Now()
+				err = b.Close()
+				took := time.Since(start)
+				samples := l.Stop()
+				closeClient()
+				if err != nil {
+					t.Errorf("Close = %v", err)
+				}
+				if took > 100*time.Millisecond {
+					t.Errorf("Close took %v", took)
+				}
+				if n := l.panics.Load(); n != 0 {
+					t.Errorf("%d goroutines panicked", n)
+				}
+				if _, err := b.Apply(context.Background(), loadReq("k")); !errors.Is(err, core.ErrClosed) {
+					t.Errorf("Apply after Close = %v, want core.ErrClosed", err)
+				}
+				closedErrs := count(samples, func(s sample) bool { return errors.Is(s.err, core.ErrClosed) })
+				t.Logf("Close took %v; %d decisions, %d of them ErrClosed (each goroutine's last)", took, len(samples), closedErrs)
+				if left := leaked(before); len(left) != 0 {
+					t.Errorf("%d goroutines left after Close:\n%s", len(left), strings.Join(left, "\n\n"))
+				}
+			})
+		}
+	}
+}
