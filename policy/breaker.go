@@ -243,7 +243,7 @@ func (b *Breaker) call(ctx context.Context, req *core.Request, mode Mode) (core.
 	}
 	b.calls.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
-	d, err := b.remote.Apply(cctx, *req)
+	d, err := b.remoteApply(cctx, req)
 	if err == nil {
 		cancel()
 		done(nil)
@@ -279,6 +279,38 @@ func (b *Breaker) call(ctx context.Context, req *core.Request, mode Mode) (core.
 	done(errExcluded)
 	b.settle()
 	return core.Decision{}, err, true
+}
+
+// outcome is a store call's result.
+type outcome struct {
+	d   core.Decision
+	err error
+}
+
+// remoteApply calls the remote store on a goroutine of its own and waits
+// for its answer until ctx ends, so that a call returns by its deadline
+// even when the client does not (rueidis holds callers while it
+// reconnects; a CPU-starved client answers late). A call the client holds
+// longer goes on without its caller, and ends when the client returns: by
+// the client's own timeouts, or when it is closed.
+func (b *Breaker) remoteApply(ctx context.Context, req *core.Request) (core.Decision, error) {
+	ch := make(chan outcome, 1)
+	r := *req
+	go func() {
+		d, err := b.remote.Apply(ctx, r)
+		ch <- outcome{d, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.d, o.err
+	case <-ctx.Done():
+		select {
+		case o := <-ch: // it answered as the deadline passed
+			return o.d, o.err
+		default:
+		}
+		return core.Decision{}, fmt.Errorf("policy: the store did not answer: %w", ctx.Err())
+	}
 }
 
 // maxRamp ends the slow start: by then the client has opened as many

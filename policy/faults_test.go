@@ -28,15 +28,23 @@ const slack = 20 * time.Millisecond
 
 // checkBounded fails t unless every decision in samples returned within
 // the deadline and slack, and returns their latencies.
-func checkBounded(t *testing.T, samples []sample) latency {
+func checkBounded(t *testing.T, deadline time.Duration, samples []sample) latency {
 	t.Helper()
 	lat := latencies(samples)
-	if lat.mx > DefaultTimeout+slack {
-		late := count(samples, func(s sample) bool { return s.took > DefaultTimeout+slack })
-		t.Errorf("%d of %d decisions took longer than the deadline and %v (%v); the longest %v", late, len(samples), slack, DefaultTimeout+slack, lat.mx)
+	if lat.mx > deadline+slack {
+		late := count(samples, func(s sample) bool { return s.took > deadline+slack })
+		t.Errorf("%d of %d decisions took longer than the deadline and %v (%v); the longest %v", late, len(samples), slack, deadline+slack, lat.mx)
 	}
 	return lat
 }
+
+// slowTimeout is the per-call deadline of the test with replies 5 ms
+// slower. On the test machine (2 shared cores, the race detector, 64
+// goroutines, and a proxy that costs four goroutine hops a round trip) a
+// call then takes 7 to 8 ms at the median and up to 12.5 ms at the 99th
+// percentile, so the test's deadline is well above that; docs/outages.md
+// explains how to choose one.
+const slowTimeout = 20 * time.Millisecond
 
 // TestBlackhole puts the server behind a proxy that stops answering (it
 // accepts and reads, and never replies) under load: every decision
@@ -69,7 +77,7 @@ func TestBlackhole(t *testing.T) {
 				t.Errorf("the circuit did not close within %v of the proxy passing again: %s", DefaultOpenTimeout+5*time.Second, describeChanges(r))
 			}
 			r.checkNoPanicsNoErrors(t, samples)
-			lat := checkBounded(t, between(samples, r.since(holed), r.since(passed)))
+			lat := checkBounded(t, DefaultTimeout, between(samples, r.since(holed), r.since(passed)))
 			checkMode(t, FailOpen, between(samples, r.since(opened), r.since(passed)))
 			t.Logf("opened %v after the blackhole; decisions during it: %v", opened.Sub(holed).Round(time.Millisecond), lat)
 			t.Logf("%s; closed %v after the proxy passed again", r.checkOpenQuiet(t, DefaultProbes), closed.Sub(passed).Round(time.Millisecond))
@@ -79,7 +87,7 @@ func TestBlackhole(t *testing.T) {
 
 // TestLatency delays every reply by 200 ms, which the circuit must open
 // on, decisions still returning within the deadline and 20 ms; and by
-// 5 ms, within the 8 ms deadline, which it must never open on.
+// 5 ms, within the deadline (slowTimeout), which it must never open on.
 func TestLatency(t *testing.T) {
 	t.Parallel()
 	for _, cl := range clients {
@@ -99,7 +107,7 @@ func TestLatency(t *testing.T) {
 				t.Fatalf("the circuit did not open within 5 s of a 200 ms delay: %s", describeChanges(r))
 			}
 			r.checkNoPanicsNoErrors(t, samples)
-			lat := checkBounded(t, between(samples, r.since(slowed), 1<<62))
+			lat := checkBounded(t, DefaultTimeout, between(samples, r.since(slowed), 1<<62))
 			t.Logf("opened %v after replies slowed by 200 ms; decisions since: %v", opened.Sub(slowed).Round(time.Millisecond), lat)
 			t.Logf("%s", r.checkOpenQuiet(t, DefaultProbes))
 		})
@@ -108,7 +116,7 @@ func TestLatency(t *testing.T) {
 			exclusive(t)
 			srv := redistest.Start(t)
 			proxy := redistest.NewProxy(t, srv.Addr())
-			r := newRig(t, cl.store(t, proxy.Addr(), nil))
+			r := newRig(t, cl.store(t, proxy.Addr(), nil), WithTimeout(slowTimeout))
 			r.start(t, r.b, 300*time.Millisecond)
 			slowed := time.Now()
 			proxy.Delay(5 * time.Millisecond)
@@ -119,7 +127,7 @@ func TestLatency(t *testing.T) {
 			}
 			r.checkNoPanicsNoErrors(t, samples)
 			slow := between(samples, r.since(slowed), 1<<62)
-			lat := checkBounded(t, slow)
+			lat := checkBounded(t, slowTimeout, slow)
 			fromStore := count(slow, func(s sample) bool { return s.source == core.SourceStore })
 			t.Logf("replies 5 ms slower: %v; %d of them from the store, %d answered by the mode (a call over the deadline); %+v",
 				lat, fromStore, len(slow)-fromStore, r.b.Stats())

@@ -225,11 +225,13 @@ func (p *Proxy) pump(src, dst net.Conn, delayed bool) {
 		}
 	})
 	defer close(q)
+	buf := make([]byte, proxyChunk)
 	for {
-		b := make([]byte, proxyChunk)
-		n, err := src.Read(b)
+		n, err := src.Read(buf)
 		if n > 0 {
-			c := chunk{b: b[:n], at: time.Now()}
+			// A copy of what was read, so that the buffer is read into
+			// again at once: chunks are small, the buffer is not.
+			c := chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}
 			if delayed {
 				p.mu.Lock()
 				c.at = c.at.Add(p.delay)
