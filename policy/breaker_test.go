@@ -767,3 +767,71 @@ func TestIsStoreFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowStart checks what follows a recovery: the calls in flight to the
+// store are capped, from the probes' number up by one per answer, the
+// others getting the mode's answer; and failures do not trip the circuit
+// within a tenth of the window, but do after it.
+func TestSlowStart(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		f.set(refused, false)
+		b := newBreaker(t, f, WithProbes(2), WithTimeout(10*time.Millisecond), WithMode(FailClosed))
+		ctx := context.Background()
+		for range 5 {
+			b.Apply(ctx, req("k"))
+		}
+		time.Sleep(DefaultOpenTimeout + time.Millisecond)
+		f.set(nil, false)
+		for range 2 {
+			b.Apply(ctx, req("k"))
+		}
+		// The closing probe's answer counts: 2, then 3.
+		if b.State() != Closed || b.ramp.Load() != 3 {
+			t.Fatalf("state %v, cap %d after 2 probes; want closed, 3", b.State(), b.ramp.Load())
+		}
+		// 10 callers at once on a store that hangs: 3 get through.
+		f.set(nil, true)
+		calls := f.calls.Load()
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() { b.Apply(ctx, req("k")) })
+		}
+		wg.Wait()
+		if n := f.calls.Load() - calls; n != 3 {
+			t.Errorf("%d calls reached the store during the slow start with a cap of 3, want 3", n)
+		}
+		// Those were failures, within a tenth of the window: still closed.
+		if b.State() != Closed {
+			t.Errorf("state %v after failures within the settling time, want closed", b.State())
+		}
+		// Answers raise the cap, one each.
+		f.set(nil, false)
+		for range 5 {
+			b.Apply(ctx, req("k"))
+		}
+		if c := b.ramp.Load(); c != 8 {
+			t.Errorf("cap %d after 5 answers from 3, want 8", c)
+		}
+		// A window after closing, the slow start is over, and failures
+		// trip the circuit again.
+		time.Sleep(DefaultWindow)
+		f.set(nil, true)
+		calls = f.calls.Load()
+		for range 10 {
+			wg.Go(func() { b.Apply(ctx, req("k")) })
+		}
+		wg.Wait()
+		if n := f.calls.Load() - calls; n != 10 {
+			t.Errorf("a window after closing, %d of 10 callers at once reached the store, want all", n)
+		}
+		f.set(refused, false)
+		for range 20 {
+			b.Apply(ctx, req("k"))
+		}
+		if b.State() != Open {
+			t.Errorf("a window after closing: state %v after 30 failures, want open", b.State())
+		}
+	})
+}
