@@ -104,15 +104,31 @@ var (
 // probes ([WithProbes]) go to the store, and their successes close it,
 // a failure opens it again.
 //
+// Each call runs on a goroutine of its own, which the caller waits for
+// until the deadline: the caller returns by then even if the client does
+// not honour its context (rueidis holds callers while it reconnects; a
+// CPU-starved client answers late). A call held longer goes on without its
+// caller, and ends when the client returns it: by the client's own
+// timeouts, or at its Close.
+//
+// After the circuit closes, a slow start caps the calls in flight to the
+// store: at first the number of probes, then one more for each answer
+// (which doubles the cap every round trip), until it reaches 1024 or a
+// window has passed; calls over the cap get the mode's answer. Without it
+// every caller would rush a client whose connections all died with the
+// outage; the handshakes, all at once, outlast the deadline, and the
+// circuit opens again. For the same reason the circuit does not trip
+// within a tenth of the window after closing (see [WithTrip]).
+//
 // What never counts, and is returned to the caller as an error: a request
 // that is invalid or unsupported (the store's error, or
 // [core.Request.Validate]'s), a call whose caller's context ended (the
 // error wraps the context's), and any other error of the store, such as
 // a malformed reply. A denial is a success.
 //
-// A Breaker is safe for concurrent use. It starts no goroutine; the
-// degrade mode's local store, made on first use, runs one sweeper until
-// the circuit closes again or the Breaker is closed.
+// A Breaker is safe for concurrent use. Beyond each call's goroutine it
+// starts none; the degrade mode's local store, made on first use, runs
+// one sweeper until the circuit closes again or the Breaker is closed.
 type Breaker struct {
 	remote core.Store
 	cfg    config
@@ -493,10 +509,11 @@ func (b *Breaker) Reset(ctx context.Context, key string, alg core.Algorithm) err
 
 // Close closes the local store, then the remote store if it is an
 // [io.Closer], and returns the remote's error. It does not wait for calls
-// in flight, which end within the per-call deadline, so it returns
-// promptly even while Redis is down. Later calls fail with
-// [core.ErrClosed]. Close is idempotent: later calls return the first's
-// result. Views share the breaker's fate.
+// in flight (their callers return by the per-call deadline), so it returns
+// promptly even while Redis is down; a call the client still holds ends
+// when the client returns it, at the latest when the client is closed.
+// Later calls fail with [core.ErrClosed]. Close is idempotent: later calls
+// return the first's result. Views share the breaker's fate.
 func (b *Breaker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)

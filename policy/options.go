@@ -11,9 +11,11 @@ import (
 const (
 	// DefaultTimeout is the per-call deadline: a call to the store that
 	// has not answered within it counts as a failure. 8 ms is several
-	// times a healthy Redis's round trip on a local network, even at its
-	// 99.9th percentile, and leaves room for 5 ms of added latency (a
-	// saturated link, a busy neighbour) without tripping; see
+	// times a healthy Redis's round trip on a local network (a fraction
+	// of a millisecond at the median, one or two at the 99.9th
+	// percentile), so a slow Redis is cut off before it holds callers
+	// long, and on a quiet host it absorbs 5 ms of added latency without
+	// tripping. A loaded host, or a Redis farther away, needs more; see
 	// docs/outages.md.
 	DefaultTimeout = 8 * time.Millisecond
 	// DefaultOpenTimeout is how long the circuit stays open before it lets
