@@ -59,6 +59,7 @@ func BenchmarkBreaker(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { br.Close() })
+			settled(br)
 			for range 10 {
 				br.Apply(ctx, r)
 			}

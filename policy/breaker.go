@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,7 +117,8 @@ var (
 // every caller would rush a client whose connections all died with the
 // outage; the handshakes, all at once, outlast the deadline, and the
 // circuit opens again. For the same reason the circuit does not trip
-// within a tenth of the window after closing (see [WithTrip]).
+// within a tenth of the window after closing, or after [NewBreaker] (see
+// [WithTrip]).
 //
 // What never counts, and is returned to the caller as an error: a request
 // that is invalid or unsupported (the store's error, or
@@ -137,7 +137,7 @@ type Breaker struct {
 
 	state     atomic.Uint32 // State, as of the last change
 	openUntil atomic.Int64  // ns after base at which an open circuit lets probes through
-	closedAt  atomic.Int64  // ns after base at which the circuit last recovered
+	closedAt  atomic.Int64  // ns after base at which the circuit last closed (0: NewBreaker)
 	ramp      atomic.Int64  // the slow start's cap on calls in flight; 0: none
 	inflight  atomic.Int64  // calls in flight to the store
 	changes   atomic.Uint64
@@ -182,7 +182,6 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{remote: remote, cfg: cfg, base: time.Now()}
-	b.closedAt.Store(math.MinInt64 / 2) // no settling after NewBreaker
 	b.notes.fn = cfg.onChange
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{

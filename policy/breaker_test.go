@@ -78,6 +78,12 @@ func newBreaker(t testing.TB, remote core.Store, opts ...BreakerOption) *Breaker
 	return b
 }
 
+// settled waits until b may trip: a tenth of its window after NewBreaker.
+func settled(b *Breaker) *Breaker {
+	time.Sleep(b.cfg.window/10 + time.Millisecond)
+	return b
+}
+
 func req(key string) core.Request {
 	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100), Cost: 1}
 }
@@ -153,7 +159,7 @@ func TestModeAnswers(t *testing.T) {
 	t.Parallel()
 	f := &fake{}
 	f.set(refused, false)
-	b := newBreaker(t, f, WithInstances(4), WithOpenTimeout(time.Hour))
+	b := settled(newBreaker(t, f, WithInstances(4), WithOpenTimeout(time.Hour)))
 	views := map[Mode]core.Store{FailOpen: b}
 	for _, m := range []Mode{FailClosed, Degrade} {
 		v, err := b.WithMode(m)
@@ -260,8 +266,8 @@ func TestTripAndRecover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		var changes []string
-		b := newBreaker(t, f, WithOpenTimeout(time.Second), WithProbes(2),
-			WithOnChange(func(c Change) { changes = append(changes, c.From.String()+">"+c.To.String()) }))
+		b := settled(newBreaker(t, f, WithOpenTimeout(time.Second), WithProbes(2),
+			WithOnChange(func(c Change) { changes = append(changes, c.From.String()+">"+c.To.String()) })))
 		ctx := context.Background()
 		apply := func() core.Decision {
 			t.Helper()
@@ -335,7 +341,7 @@ func TestHalfOpenProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		f.set(refused, false)
-		b := newBreaker(t, f, WithProbes(3), WithTimeout(50*time.Millisecond), WithMode(FailClosed))
+		b := settled(newBreaker(t, f, WithProbes(3), WithTimeout(50*time.Millisecond), WithMode(FailClosed)))
 		ctx := context.Background()
 		for range 5 {
 			b.Apply(ctx, req("k"))
@@ -522,6 +528,7 @@ func TestHookReentrant(t *testing.T) {
 		close(entered)
 		<-release
 	}))
+	settled(b)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -554,6 +561,7 @@ func TestHookOrderConcurrent(t *testing.T) {
 			seen = append(seen, c)
 			mu.Unlock()
 		}))
+	settled(b)
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {
@@ -591,7 +599,7 @@ func TestDegradeDiscardedOnClose(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
-		b := newBreaker(t, f, WithMode(Degrade), WithInstances(2), WithProbes(1))
+		b := settled(newBreaker(t, f, WithMode(Degrade), WithInstances(2), WithProbes(1)))
 		ctx := context.Background()
 		admitted := func() int {
 			n := 0
@@ -681,7 +689,7 @@ func TestCloseResetUnwrap(t *testing.T) {
 func TestBreakerConcurrentSafe(t *testing.T) {
 	t.Parallel()
 	f := &fake{}
-	b := newBreaker(t, f, WithMode(Degrade), WithInstances(3), WithOpenTimeout(2*time.Millisecond), WithProbes(2))
+	b := settled(newBreaker(t, f, WithMode(Degrade), WithInstances(3), WithOpenTimeout(2*time.Millisecond), WithProbes(2)))
 	closed, _ := b.WithMode(FailClosed)
 	open, _ := b.WithMode(FailOpen)
 	stores := []core.Store{b, closed, open}
@@ -777,7 +785,7 @@ func TestSlowStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		f.set(refused, false)
-		b := newBreaker(t, f, WithProbes(2), WithTimeout(10*time.Millisecond), WithMode(FailClosed))
+		b := settled(newBreaker(t, f, WithProbes(2), WithTimeout(10*time.Millisecond), WithMode(FailClosed)))
 		ctx := context.Background()
 		for range 5 {
 			b.Apply(ctx, req("k"))

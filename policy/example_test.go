@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
@@ -21,12 +22,16 @@ func Example() {
 	breaker, err := policy.NewBreaker(down,
 		policy.WithMode(policy.Degrade),
 		policy.WithInstances(4),
+		policy.WithWindow(100*time.Millisecond),
 		policy.WithOnChange(func(c policy.Change) { fmt.Printf("circuit %s: %s → %s\n", c.Name, c.From, c.To) }),
 	)
 	if err != nil {
 		panic(err)
 	}
 	defer breaker.Close()
+	// A new circuit does not trip within a tenth of its window: a client's
+	// first calls open its connections, and may be slow together.
+	time.Sleep(10 * time.Millisecond)
 	api, err := core.NewLimiter(breaker, algorithms.TokenBucket, core.PerMinute(100))
 	if err != nil {
 		panic(err)

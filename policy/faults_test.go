@@ -435,7 +435,7 @@ func TestFailClosedIs503(t *testing.T) {
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	b := newBreaker(t, goRedis.store(t, srv.Addr(), nil), WithMode(FailClosed))
+	b := settled(newBreaker(t, goRedis.store(t, srv.Addr(), nil), WithMode(FailClosed)))
 	lim, err := core.NewLimiter(b, algorithms.GCRA, core.PerMinute(5))
 	if err != nil {
 		t.Fatal(err)

@@ -161,10 +161,10 @@ func WithProbes(n int) BreakerOption {
 // every call in flight at once, from opening the circuit of a busy
 // service; minFailures keeps a quiet one from opening on a single failure.
 // For the same reason the circuit does not trip within a tenth of the
-// window after it closes again: the first calls after an
-// outage open the client's connections anew, and a burst of them can
-// outlast the deadline together; judged on them alone, a recovered Redis
-// would be cut off again at once. Their failures still count once that
+// window after it closes, or after [NewBreaker]: the first calls after an
+// outage, or after a start, open the client's connections, and a burst of
+// them can outlast the deadline together; judged on them alone, a healthy
+// Redis would be cut off at once. Their failures still count once that
 // tenth has passed, and each gets the mode's answer.
 // A service that makes fewer than minFailures calls per window never
 // opens the circuit, but each failing call still gets the mode's answer

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,7 +164,16 @@ func (r *rig) start(t *testing.T, store core.Store, warm time.Duration) {
 	burst := startLoad(r.rec.Store, r.t0, 0, r.req)
 	time.Sleep(200 * time.Millisecond)
 	burst.Stop()
-	r.load = startLoad(store, r.t0, loadPause, r.req)
+	// The paced load runs on the client alone first, then through store:
+	// a service's steady traffic, not 64 goroutines' first calls at once.
+	var target atomic.Pointer[core.Store]
+	direct := r.rec.Store
+	target.Store(&direct)
+	r.load = startLoad(core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+		return (*target.Load()).Apply(ctx, req)
+	}), r.t0, loadPause, r.req)
+	time.Sleep(200 * time.Millisecond)
+	target.Store(&store)
 	time.Sleep(warm)
 	if ch := r.ch.list(); len(ch) != 0 || r.b.State() != Closed {
 		r.load.Stop()
