@@ -106,9 +106,11 @@ var (
 // Each call runs on a goroutine of its own, which the caller waits for
 // until the deadline: the caller returns by then even if the client does
 // not honour its context (rueidis holds callers while it reconnects; a
-// CPU-starved client answers late). A call held longer goes on without its
-// caller, and ends when the client returns it: by the client's own
-// timeouts, or at its Close.
+// CPU-starved client answers late). The call itself may go on for up to
+// four deadlines without its caller, so that a connection being opened or
+// a script being loaded after a restart is ready for the next call; a
+// client that holds it longer returns it by its own timeouts, or at its
+// Close. Like any call that times out, such a call may have been applied.
 //
 // After the circuit closes, a slow start caps the calls in flight to the
 // store: at first the number of probes, then one more for each answer
@@ -257,19 +259,19 @@ func (b *Breaker) call(ctx context.Context, req *core.Request, mode Mode) (core.
 		return d, err, false
 	}
 	b.calls.Add(1)
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
-	d, err := b.remoteApply(cctx, req)
+	deadline := time.Now().Add(b.cfg.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	d, err, expired := b.remoteApply(ctx, req)
 	if err == nil {
-		cancel()
 		done(nil)
 		b.settle()
 		return d, nil, true
 	}
 	// A client may report a timeout as soon as the deadline passes, before
 	// the context's timer has fired: go by the deadline too.
-	deadline, _ := cctx.Deadline()
-	expired := cctx.Err() != nil || !time.Now().Before(deadline)
-	cancel()
+	expired = expired || !time.Now().Before(deadline)
 	switch cerr := callerEnded(ctx, deadline); {
 	case cerr != nil:
 		// The caller gave up, or its own deadline passed: not the store's
@@ -302,29 +304,45 @@ type outcome struct {
 	err error
 }
 
-// remoteApply calls the remote store on a goroutine of its own and waits
-// for its answer until ctx ends, so that a call returns by its deadline
-// even when the client does not (rueidis holds callers while it
-// reconnects; a CPU-starved client answers late). A call the client holds
-// longer goes on without its caller, and ends when the client returns: by
-// the client's own timeouts, or when it is closed.
-func (b *Breaker) remoteApply(ctx context.Context, req *core.Request) (core.Decision, error) {
+// callGrace is how many per-call deadlines a call to the store may run
+// after its caller has had the mode's answer. A call that opens a
+// connection (a dial, a handshake) or loads a script (NOSCRIPT, then EVAL)
+// after a restart may need a few round trips more than the deadline
+// allows; cut off at the deadline, it would start over on the next call,
+// and a recovered Redis might never answer a probe in time.
+const callGrace = 4
+
+// remoteApply calls the remote store on a goroutine of its own, under a
+// context of callGrace deadlines, and waits for its answer for one
+// deadline, or until ctx ends. It reports whether it stopped waiting at
+// the deadline. The caller thus returns by the deadline even when the
+// client does not (rueidis holds callers while it reconnects; a CPU-starved
+// client answers late), and a call the client holds longer goes on
+// without its caller, until the client returns it: by the grace, by the
+// client's own timeouts, or at its Close.
+func (b *Breaker) remoteApply(ctx context.Context, req *core.Request) (core.Decision, error, bool) {
 	ch := make(chan outcome, 1)
 	r := *req
+	cctx, cancel := context.WithTimeout(ctx, callGrace*b.cfg.timeout)
 	go func() {
-		d, err := b.remote.Apply(ctx, r)
+		defer cancel()
+		d, err := b.remote.Apply(cctx, r)
 		ch <- outcome{d, err}
 	}()
+	t := time.NewTimer(b.cfg.timeout)
+	defer t.Stop()
 	select {
 	case o := <-ch:
-		return o.d, o.err
-	case <-ctx.Done():
+		return o.d, o.err, false
+	case <-t.C:
 		select {
 		case o := <-ch: // it answered as the deadline passed
-			return o.d, o.err
+			return o.d, o.err, false
 		default:
 		}
-		return core.Decision{}, fmt.Errorf("policy: the store did not answer: %w", ctx.Err())
+		return core.Decision{}, fmt.Errorf("policy: the store did not answer within %v: %w", b.cfg.timeout, context.DeadlineExceeded), true
+	case <-ctx.Done():
+		return core.Decision{}, fmt.Errorf("policy: the store did not answer: %w", ctx.Err()), false
 	}
 }
 

@@ -28,6 +28,7 @@ type fake struct {
 	err    error
 	hang   bool // wait until the context ends, then fail with its error
 	calls  atomic.Int64
+	ended  atomic.Int64 // hanging calls whose context ended
 	resets atomic.Int64
 	closes atomic.Int64
 }
@@ -50,6 +51,7 @@ func (f *fake) Apply(ctx context.Context, req core.Request) (core.Decision, erro
 	f.mu.Unlock()
 	if hang {
 		<-ctx.Done()
+		f.ended.Add(1)
 		return core.Decision{}, fmt.Errorf("fake: %w", ctx.Err())
 	}
 	if err != nil {
@@ -378,6 +380,7 @@ func TestHalfOpenProbes(t *testing.T) {
 		if b.State() != Open {
 			t.Errorf("state %v after the probes timed out, want open", b.State())
 		}
+		time.Sleep(callGrace * 50 * time.Millisecond) // the probes' calls end
 	})
 }
 
@@ -399,6 +402,12 @@ func TestPerCallDeadline(t *testing.T) {
 		}
 		if c := b.Counts(); c.Failures != 1 {
 			t.Errorf("Counts() = %+v, want 1 failure", c)
+		}
+		// The call itself goes on, without its caller, for 4 deadlines.
+		time.Sleep(callGrace*7*time.Millisecond - time.Since(start))
+		synctest.Wait()
+		if n := f.ended.Load(); n != 1 {
+			t.Errorf("%d calls ended %v after they began, want 1", n, callGrace*7*time.Millisecond)
 		}
 	})
 }
@@ -841,5 +850,6 @@ func TestSlowStart(t *testing.T) {
 		if b.State() != Open {
 			t.Errorf("a window after closing: state %v after 30 failures, want open", b.State())
 		}
+		time.Sleep(time.Second) // the hanging calls end
 	})
 }

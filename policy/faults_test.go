@@ -27,15 +27,42 @@ import (
 const slack = 20 * time.Millisecond
 
 // checkBounded fails t unless every decision in samples returned within
-// the deadline and slack, and returns their latencies.
-func checkBounded(t *testing.T, deadline time.Duration, samples []sample) latency {
+// the deadline and slack, and returns their latencies. A decision late
+// while the whole process stalled (the load's canary woke as late) is
+// logged, not failed: the machine, shared with other jobs, did not run the
+// test, and no code can answer while it is not run.
+func checkBounded(t *testing.T, l *load, deadline time.Duration, samples []sample) latency {
 	t.Helper()
 	lat := latencies(samples)
-	if lat.mx > deadline+slack {
-		late := count(samples, func(s sample) bool { return s.took > deadline+slack })
-		t.Errorf("%d of %d decisions took longer than the deadline and %v (%v); the longest %v", late, len(samples), slack, deadline+slack, lat.mx)
+	var late, stalled int
+	var worst time.Duration
+	for _, s := range samples {
+		if over := s.took - deadline - slack; over > 0 {
+			if l.explained(s, over) {
+				stalled++
+				continue
+			}
+			late++
+			worst = max(worst, s.took)
+		}
+	}
+	if late > 0 {
+		t.Errorf("%d of %d decisions took longer than the deadline and %v (%v), the process running; the longest %v",
+			late, len(samples), slack, deadline+slack, worst)
+	}
+	if stalled > 0 {
+		t.Logf("%d decisions took longer than the deadline and %v while the process stalled (the canary saw %d stalls, the longest %v)",
+			stalled, slack, len(l.stalls), longestStall(l.stalls))
 	}
 	return lat
+}
+
+func longestStall(stalls []stall) time.Duration {
+	var d time.Duration
+	for _, s := range stalls {
+		d = max(d, s.late)
+	}
+	return d
 }
 
 // slowTimeout is the per-call deadline of the test with replies 5 ms
@@ -77,7 +104,7 @@ func TestBlackhole(t *testing.T) {
 				t.Errorf("the circuit did not close within %v of the proxy passing again: %s", DefaultOpenTimeout+5*time.Second, describeChanges(r))
 			}
 			r.checkNoPanicsNoErrors(t, samples)
-			lat := checkBounded(t, DefaultTimeout, between(samples, r.since(holed), r.since(passed)))
+			lat := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(holed), r.since(passed)))
 			checkMode(t, FailOpen, between(samples, r.since(opened), r.since(passed)))
 			t.Logf("opened %v after the blackhole; decisions during it: %v", opened.Sub(holed).Round(time.Millisecond), lat)
 			t.Logf("%s; closed %v after the proxy passed again", r.checkOpenQuiet(t, DefaultProbes), closed.Sub(passed).Round(time.Millisecond))
@@ -107,7 +134,7 @@ func TestLatency(t *testing.T) {
 				t.Fatalf("the circuit did not open within 5 s of a 200 ms delay: %s", describeChanges(r))
 			}
 			r.checkNoPanicsNoErrors(t, samples)
-			lat := checkBounded(t, DefaultTimeout, between(samples, r.since(slowed), 1<<62))
+			lat := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(slowed), 1<<62))
 			t.Logf("opened %v after replies slowed by 200 ms; decisions since: %v", opened.Sub(slowed).Round(time.Millisecond), lat)
 			t.Logf("%s", r.checkOpenQuiet(t, DefaultProbes))
 		})
@@ -127,7 +154,7 @@ func TestLatency(t *testing.T) {
 			}
 			r.checkNoPanicsNoErrors(t, samples)
 			slow := between(samples, r.since(slowed), 1<<62)
-			lat := checkBounded(t, slowTimeout, slow)
+			lat := checkBounded(t, r.load, slowTimeout, slow)
 			fromStore := count(slow, func(s sample) bool { return s.source == core.SourceStore })
 			t.Logf("replies 5 ms slower: %v; %d of them from the store, %d answered by the mode (a call over the deadline); %+v",
 				lat, fromStore, len(slow)-fromStore, r.b.Stats())

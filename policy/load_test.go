@@ -62,7 +62,17 @@ type load struct {
 	calls   atomic.Int64
 	samples [loadGoroutines][]sample
 	stopped []sample
+	stalls  []stall // what the canary saw, by the time it woke
 }
+
+// stall is a time the process did not run a goroutine that was due: the
+// canary, which sleeps a millisecond at a time, woke late by late at at.
+type stall struct {
+	at, late time.Duration
+}
+
+// canaryStall is the lateness from which the canary records a stall.
+const canaryStall = 2 * time.Millisecond
 
 // startLoad starts the goroutines, each calling store with newReq of one
 // of loadKeys keys in turn, pausing loadPause between calls, from t0; pass
@@ -73,6 +83,23 @@ func startLoad(store core.Store, t0 time.Time, pause time.Duration, newReq func(
 	for i := range keys {
 		keys[i] = "key" + strconv.Itoa(i)
 	}
+	// The canary: a goroutine that only sleeps, so that its lateness is
+	// the process's (a stall of the machine, a collection), not the
+	// store's.
+	l.wg.Go(func() {
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			before := time.Now()
+			time.Sleep(time.Millisecond)
+			if late := time.Since(before) - time.Millisecond; late >= canaryStall {
+				l.stalls = append(l.stalls, stall{at: time.Since(t0), late: late})
+			}
+		}
+	})
 	for g := range loadGoroutines {
 		l.wg.Go(func() {
 			defer func() {
@@ -295,4 +322,17 @@ func waitState(b *Breaker, s State, timeout time.Duration) (time.Time, bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// explained reports whether the process stalled, as the canary saw it,
+// for at least d while s was under way: then a decision late by d says
+// nothing of the store or the breaker.
+func (l *load) explained(s sample, d time.Duration) bool {
+	for _, st := range l.stalls {
+		// A stall ends when the canary wakes, and began late before.
+		if st.at >= s.at && st.at-st.late <= s.end() && st.late >= d {
+			return true
+		}
+	}
+	return false
 }

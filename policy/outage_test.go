@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -379,6 +380,11 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 		t.Errorf("the restarted server answered no NOSCRIPT: the test did not exercise the fallback")
 	}
 	t.Logf("changes: %s", describeChanges(r))
+	if os.Getenv("SLUICE_DEBUG") != "" {
+		for e, n := range r.rec.errorTexts("") {
+			t.Logf("store error ×%d: %s", n, e)
+		}
+	}
 	t.Logf("the restarted server answered %d NOSCRIPT, none reached a caller; %+v; store errors: %d failures, %d others",
 		noscript, r.b.Stats(), r.rec.failed, r.rec.other)
 }
