@@ -251,6 +251,9 @@ func (b *Breaker) apply(ctx context.Context, req *core.Request, mode Mode) (core
 // call asks the store through gobreaker, answering by mode when it may
 // not or cannot. It reports whether the store answered.
 func (b *Breaker) call(ctx context.Context, req *core.Request, mode Mode) (core.Decision, error, bool) {
+	if err := ctx.Err(); err != nil {
+		return core.Decision{}, err, false // the caller has gone: nothing to ask
+	}
 	done, err := b.cb.Allow()
 	b.settle() // Allow may have moved an open circuit to half-open
 	if err != nil {

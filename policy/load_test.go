@@ -303,6 +303,13 @@ func (c *changes) add(ch Change) {
 	c.mu.Unlock()
 }
 
+// reset forgets the changes recorded so far.
+func (c *changes) reset() {
+	c.mu.Lock()
+	c.all = nil
+	c.mu.Unlock()
+}
+
 func (c *changes) list() []Change {
 	c.mu.Lock()
 	defer c.mu.Unlock()
