@@ -28,9 +28,10 @@ const slack = 20 * time.Millisecond
 
 // checkBounded fails t unless every decision in samples returned within
 // the deadline and slack, and returns their latencies. A decision late
-// while the whole process stalled (the load's canary woke as late) is
-// logged, not failed: the machine, shared with other jobs, did not run the
-// test, and no code can answer while it is not run.
+// while a goroutine that only slept woke as late (the load's canary, or a
+// load goroutine in its pause) is logged, not failed: the machine, shared
+// with other jobs, was not running the test's goroutines, and no code
+// answers while it is not run.
 func checkBounded(t *testing.T, l *load, deadline time.Duration, samples []sample) latency {
 	t.Helper()
 	lat := latencies(samples)
@@ -47,11 +48,11 @@ func checkBounded(t *testing.T, l *load, deadline time.Duration, samples []sampl
 		}
 	}
 	if late > 0 {
-		t.Errorf("%d of %d decisions took longer than the deadline and %v (%v), the process running; the longest %v",
+		t.Errorf("%d of %d decisions took longer than the deadline and %v (%v), with no goroutine as late meanwhile; the longest %v",
 			late, len(samples), slack, deadline+slack, worst)
 	}
 	if stalled > 0 {
-		t.Logf("%d decisions took longer than the deadline and %v while the process stalled (the canary saw %d stalls, the longest %v)",
+		t.Logf("%d decisions took longer than the deadline and %v while the machine stalled the test (%d stalls seen by sleeping goroutines, the longest %v)",
 			stalled, slack, len(l.stalls), longestStall(l.stalls))
 	}
 	return lat

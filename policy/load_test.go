@@ -61,12 +61,16 @@ type load struct {
 	panics  atomic.Int64
 	calls   atomic.Int64
 	samples [loadGoroutines][]sample
+	slept   [loadGoroutines][]stall // each goroutine's late wake-ups
 	stopped []sample
-	stalls  []stall // what the canary saw, by the time it woke
+	stalls  []stall // what the canary and the goroutines' pauses saw
 }
 
 // stall is a time the process did not run a goroutine that was due: the
-// canary, which sleeps a millisecond at a time, woke late by late at at.
+// canary, which sleeps a millisecond at a time, or a load goroutine in its
+// pause, woke late by late at at. On a machine shared with other jobs,
+// such stalls come and go; a decision late by as much as a goroutine that
+// only slept is the machine's, not the breaker's.
 type stall struct {
 	at, late time.Duration
 }
@@ -128,7 +132,13 @@ func startLoad(store core.Store, t0 time.Time, pause time.Duration, newReq func(
 					return
 				}
 				if pause > 0 {
+					// An oversleep is the scheduler's delay: a stall seen
+					// by this goroutine, as by the canary.
+					before := time.Now()
 					time.Sleep(pause)
+					if late := time.Since(before) - pause; late >= canaryStall {
+						l.slept[g] = append(l.slept[g], stall{at: time.Since(t0), late: late})
+					}
 				}
 			}
 		})
@@ -147,6 +157,9 @@ func (l *load) Stop() []sample {
 	all := []sample{}
 	for _, s := range l.samples {
 		all = append(all, s...)
+	}
+	for _, s := range l.slept {
+		l.stalls = append(l.stalls, s...)
 	}
 	slices.SortFunc(all, func(a, b sample) int { return int(a.at - b.at) })
 	l.stopped = all

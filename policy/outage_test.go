@@ -369,7 +369,7 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 		share, _ := share(loadLimit, instances, algorithms.TokenBucket)
 		closeAt := r.since(r.lastChange(Closed))
 		var during, ramp []sample
-		for _, s := range samples {
+		for _, s := range between(samples, r.since(killed), 1<<62) {
 			switch {
 			case s.end() < closeAt:
 				during = append(during, s)
