@@ -142,3 +142,33 @@ func ExampleLimiter_Reserve() {
 	// meanwhile others wait 2s
 	// after the cancel, 1s
 }
+
+// A Stack checks several limits as one: a burst limit and a daily quota
+// per user, and a limit for the whole tenant. A request any of them
+// denies is charged to none.
+func ExampleStack() {
+	store, _ := memstore.New(memstore.Config{})
+	defer store.Close()
+	stack, err := core.NewStack(store,
+		core.Rule{Name: "burst", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(5).WithBurst(10)},
+		core.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(1000)},
+		core.Rule{Name: "tenant", Algorithm: algorithms.SlidingWindowCounter, Limit: core.PerSecond(100)},
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 1; i <= 11; i++ {
+		v, err := stack.Allow(ctx, "user:42", "user:42", "tenant:7")
+		if err != nil {
+			log.Fatal(err)
+		}
+		if !v.Allowed {
+			// The rules that admitted say what they would have left:
+			// nothing was charged to them.
+			fmt.Printf("request %d denied by %q (the daily quota would have had %d left)\n",
+				i, stack.Rules()[v.Binding].Name, v.Rules[1].Remaining)
+		}
+	}
+	// Output: request 11 denied by "burst" (the daily quota would have had 989 left)
+}

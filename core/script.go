@@ -50,7 +50,8 @@ func (s *Script) Hash() string { return s.hash }
 // run only such algorithms; memstore needs no script.
 type Scripted interface {
 	Algorithm
-	// Script returns the algorithm's Lua twin. It returns the same
-	// *Script on every call.
+	// Script returns the algorithm's Lua twin, the same *Script on every
+	// call; nil when the algorithm has none after all (a wrapper around
+	// an algorithm without a twin).
 	Script() *Script
 }

@@ -165,9 +165,10 @@ func Script(req *core.Request) (*core.Script, error) {
 	if req.Limit.IsInf() {
 		return nil, nil
 	}
-	s, ok := req.Algorithm.(core.Scripted)
-	if !ok {
-		return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (core.Scripted)", core.ErrUnsupported, req.Algorithm.Name())
+	if s, ok := req.Algorithm.(core.Scripted); ok {
+		if script := s.Script(); script != nil {
+			return script, nil
+		}
 	}
-	return s.Script(), nil
+	return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (core.Scripted)", core.ErrUnsupported, req.Algorithm.Name())
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +76,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"BadInput", testBadInput},
 		{"Inf", testInf},
 		{"Reserve", testReserve},
+		{"Multi", testMulti},
 		{"Reset", testReset},
 		{"Close", testClose},
 	} {
@@ -687,5 +690,100 @@ func testReserve(t *testing.T, s core.Store) {
 			t.Errorf("step %d: cost %d at T0+%v, wait %v, refund %v = allowed %v, delay %v, retry %v; want %v, %v, %v",
 				i, st.cost, st.at, st.wait, st.refund, d.Allowed, d.Delay, d.RetryAfter, st.allowed, st.delay, st.retry)
 		}
+	}
+}
+
+// testMulti runs random multi-limit requests (core.ApplyAll) of two or
+// three rules, each a random algorithm on one of two keys, at explicit
+// instants, against a reference that decides every rule on a copy of its
+// state and keeps the copies only if all admitted. Every decision must
+// agree: a denied request charges no rule, whether the store decides
+// atomically (core.MultiStore) or charges in turn and refunds.
+func testMulti(t *testing.T, s core.Store) {
+	rng, seed := newRand()
+	ctx := context.Background()
+	type rule struct {
+		alg   core.Algorithm
+		limit core.Limit
+		keys  [2]string
+	}
+	rules := make([]rule, 3)
+	for i := range rules {
+		alg := algorithms.All()[rng.IntN(len(algorithms.All()))]
+		limits := traceLimits(alg)[:3] // the slower ones would seldom admit
+		rules[i] = rule{
+			alg:   core.Named(alg, fmt.Sprintf("r%d", i)),
+			limit: limits[rng.IntN(len(limits))],
+			keys:  [2]string{newKey(t) + ":a", newKey(t) + ":b"},
+		}
+	}
+	// Gaps of up to twice the slowest rule's interval between units keep
+	// both outcomes common.
+	var gap time.Duration
+	for _, r := range rules {
+		gap = max(gap, 2*r.limit.Period()/time.Duration(r.limit.Rate()))
+	}
+	ref := make(map[string]*core.State)
+	now := T0
+	admitted, denied := 0, 0
+	n := traceLength / 4
+	if testing.Short() {
+		n /= 10
+	}
+	for op := 0; op < n; op++ {
+		now = now.Add(time.Duration(rng.Int64N(int64(gap))) / us * us)
+		var reqs []core.Request
+		for i := range rules[:2+rng.IntN(2)] {
+			r := rules[i]
+			capacity := r.limit.Burst()
+			if strings.HasPrefix(r.alg.Name(), "fixed-window") || strings.HasPrefix(r.alg.Name(), "sliding") {
+				capacity = r.limit.Rate()
+			}
+			reqs = append(reqs, core.Request{
+				Key:       r.keys[rng.IntN(2)],
+				Algorithm: r.alg,
+				Limit:     r.limit,
+				Cost:      rng.Int64N(min(capacity, 3)) + 1,
+				Now:       now,
+			})
+		}
+		if rng.IntN(20) == 0 {
+			reqs[rng.IntN(len(reqs))].Cost = 0
+		}
+		got := make([]core.Decision, len(reqs))
+		if err := core.ApplyAll(ctx, s, reqs, got); err != nil {
+			t.Fatalf("seed %d, op %d: ApplyAll: %v", seed, op, err)
+		}
+		want := make([]core.Decision, len(reqs))
+		copies := make([]core.State, len(reqs))
+		all := true
+		for i, r := range reqs {
+			if st := ref[r.Key+"\x00"+r.Algorithm.Name()]; st != nil {
+				copies[i] = *st
+				copies[i].Log = slices.Clone(st.Log)
+			}
+			want[i] = r.Algorithm.Transition(&copies[i], r.Step(now.UnixMicro()))
+			all = all && want[i].Allowed
+		}
+		if all {
+			admitted++
+			for i, r := range reqs {
+				st := copies[i]
+				ref[r.Key+"\x00"+r.Algorithm.Name()] = &st
+			}
+		} else {
+			denied++
+		}
+		for i := range reqs {
+			got[i].Source = core.SourceStore // a cache may answer
+			if got[i] != want[i] {
+				t.Fatalf("seed %d, op %d at T0+%v: rule %d (%s, %v, cost %d) of %d:\n got %+v\nwant %+v",
+					seed, op, now.Sub(T0), i, reqs[i].Algorithm.Name(), reqs[i].Limit, reqs[i].Cost, len(reqs), got[i], want[i])
+			}
+		}
+	}
+	t.Logf("%d multi-limit requests: %d admitted, %d denied", n, admitted, denied)
+	if admitted < n/20 || denied < n/20 {
+		t.Fatalf("seed %d: %d admitted and %d denied of %d: too few of one to prove much", seed, admitted, denied, n)
 	}
 }

@@ -1,0 +1,97 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+var _ core.MultiStore = (*Store)(nil)
+
+// ApplyAll decides reqs as one atomic step (see [core.MultiStore]): it
+// takes the locks of every shard the keys live in, in a fixed order, runs
+// each request's transition on a copy of its key's state, and keeps the
+// copies only if every request was admitted.
+func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
+	if len(out) != len(reqs) {
+		return fmt.Errorf("%w: %d decisions for %d requests", core.ErrInvalidRequest, len(out), len(reqs))
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if r.Peek || r.Refund || r.MaxWait > 0 {
+			return fmt.Errorf("%w: request %d: only charges are decided together", core.ErrInvalidRequest, i)
+		}
+		for j := range i {
+			if reqs[j].Key == r.Key && reqs[j].Algorithm.Name() == r.Algorithm.Name() {
+				return fmt.Errorf("%w: requests %d and %d name the same key and algorithm", core.ErrInvalidRequest, j, i)
+			}
+		}
+	}
+	clock := s.now()
+	if at := clock / 1e3; at < 0 || at >= core.MaxUnits {
+		return fmt.Errorf("memstore: the store's clock reads %v, outside 1970 to 2112", time.Unix(0, clock).UTC())
+	}
+	idx := make([]uint64, len(reqs))
+	for i := range reqs {
+		idx[i] = maphash.String(s.seed, reqs[i].Key) & s.mask
+	}
+	order := slices.Compact(slices.Sorted(slices.Values(idx)))
+	for _, n := range order {
+		s.shards[n].mu.Lock()
+	}
+	defer func() {
+		for _, n := range order {
+			s.shards[n].mu.Unlock()
+		}
+	}()
+	if s.closed.Load() {
+		return core.ErrClosed
+	}
+	states := make([]core.State, len(reqs))
+	entries := make([]*entry, len(reqs))
+	admitted := true
+	for i := range reqs {
+		req := &reqs[i]
+		if req.Limit.IsInf() {
+			out[i] = core.Unlimited()
+			continue
+		}
+		if t := s.shards[idx[i]].table(req.Algorithm.Name(), false); t != nil {
+			entries[i] = t.entries[req.Key]
+		}
+		if e := entries[i]; e != nil {
+			states[i] = e.state
+			states[i].Log = slices.Clone(e.state.Log) // the transition may write in place
+		}
+		at := clock / 1e3
+		if !req.Now.IsZero() {
+			at = req.Now.UnixMicro()
+		}
+		out[i] = req.Algorithm.Transition(&states[i], req.Step(at))
+		admitted = admitted && out[i].Allowed
+	}
+	if !admitted {
+		return nil
+	}
+	// Keep the new states: first those of keys the store holds, then new
+	// keys, whose insertion may evict.
+	for i, e := range entries {
+		if e != nil && reqs[i].Cost > 0 {
+			e.state = states[i]
+			e.expires = expiry(&reqs[i], &e.state, clock)
+		}
+	}
+	for i, e := range entries {
+		if req := &reqs[i]; e == nil && req.Cost > 0 && !req.Limit.IsInf() {
+			s.insert(&s.shards[idx[i]], req.Algorithm.Name(), req.Key, &entry{state: states[i], expires: expiry(req, &states[i], clock)}, clock)
+		}
+	}
+	return nil
+}
