@@ -11,9 +11,11 @@
 // a clock that runs backwards) whose every decision must equal the Go
 // transition's; exactness under concurrency (ConcurrentSafe); peeks that
 // charge nothing; unsatisfiable costs; and decisions on the store's own
-// clock. It also checks key independence (braces, Unicode, maximum length),
-// bad input, [core.Inf], and, where the store implements them, Reset and
-// Close.
+// clock; and refunds, which must undo a charge exactly. It also checks key
+// independence (braces, Unicode, maximum length), bad input, [core.Inf],
+// reservations ([core.Request.MaxWait]), multi-limit requests
+// ([core.ApplyAll]: a denied request charges no rule, against a reference),
+// and, where the store implements them, Reset and Close.
 //
 // The suite decides at explicit instants wherever it checks exact numbers,
 // so it suits stores whose clock is elsewhere, such as a Redis server; and
