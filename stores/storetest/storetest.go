@@ -77,6 +77,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"Inf", testInf},
 		{"Reserve", testReserve},
 		{"Multi", testMulti},
+		{"MultiConcurrentSafe", testMultiConcurrentSafe},
 		{"Reset", testReset},
 		{"Close", testClose},
 	} {
@@ -782,5 +783,63 @@ func testMulti(t *testing.T, s core.Store) {
 	t.Logf("%d multi-limit requests: %d admitted, %d denied", n, admitted, denied)
 	if admitted < n/50 || denied < n/50 {
 		t.Fatalf("seed %d: %d admitted and %d denied of %d: too few of one to prove much", seed, admitted, denied, n)
+	}
+}
+
+// testMultiConcurrentSafe has 64 goroutines send two-rule requests at one
+// instant: a per-user rule (100 per user, two users) and a shared rule
+// (150 in all). No rule may admit more than its capacity; a store that
+// decides atomically (core.MultiStore) admits exactly 150, and one that
+// charges in turn and refunds may deny a few more while refunds are in
+// flight.
+func testMultiConcurrentSafe(t *testing.T, s core.Store) {
+	const goroutines, each = 64, 8
+	user := core.Named(algorithms.TokenBucket, "user")
+	shared := core.Named(algorithms.FixedWindow, "shared")
+	users := []string{newKey(t) + ":x", newKey(t) + ":y"}
+	all := newKey(t) + ":all"
+	var admitted [2]atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for range each {
+				k := g % 2
+				reqs := []core.Request{
+					{Key: users[k], Algorithm: user, Limit: core.PerMinute(100), Cost: 1, Now: T0},
+					{Key: all, Algorithm: shared, Limit: core.PerMinute(150), Cost: 1, Now: T0},
+				}
+				out := make([]core.Decision, 2)
+				if err := core.ApplyAll(context.Background(), s, reqs, out); err != nil {
+					errs <- err
+					return
+				}
+				if out[0].Allowed && out[1].Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	x, y := admitted[0].Load(), admitted[1].Load()
+	t.Logf("admitted %d and %d (limits 100 each, 150 together) of %d", x, y, goroutines*each)
+	if x > 100 || y > 100 || x+y > 150 {
+		t.Fatalf("admitted %d and %d: more than 100 for a user or 150 together", x, y)
+	}
+	if _, atomic := s.(core.MultiStore); atomic && x+y != 150 {
+		t.Errorf("an atomic store admitted %d together, want exactly 150", x+y)
+	}
+	// The rules' states agree with the admissions: nothing denied stayed
+	// charged.
+	d, err := s.Apply(context.Background(), core.Request{Key: all, Algorithm: shared, Limit: core.PerMinute(150), Cost: 1, Now: T0, Peek: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Remaining != 150-(x+y) {
+		t.Errorf("the shared rule has %d left after %d admissions, want %d: a denied request stayed charged", d.Remaining, x+y, 150-(x+y))
 	}
 }
