@@ -34,6 +34,19 @@ type MultiStore interface {
 // few store round trips. A store failure part way also refunds what was
 // charged, as far as the store lets it.
 func ApplyAll(ctx context.Context, s Store, reqs []Request, out []Decision) error {
+	if err := ValidateAll(reqs, out); err != nil {
+		return err
+	}
+	if m, ok := s.(MultiStore); ok {
+		return m.ApplyAll(ctx, reqs, out)
+	}
+	return applyInTurn(ctx, s, reqs, out)
+}
+
+// ValidateAll checks requests to be decided together ([ApplyAll],
+// [MultiStore]): each must be valid and a plain charge, no two may name
+// the same key and algorithm, and out must be as long as reqs.
+func ValidateAll(reqs []Request, out []Decision) error {
 	if len(out) != len(reqs) {
 		return fmt.Errorf("%w: %d decisions for %d requests", ErrInvalidRequest, len(out), len(reqs))
 	}
@@ -51,10 +64,7 @@ func ApplyAll(ctx context.Context, s Store, reqs []Request, out []Decision) erro
 			}
 		}
 	}
-	if m, ok := s.(MultiStore); ok {
-		return m.ApplyAll(ctx, reqs, out)
-	}
-	return applyInTurn(ctx, s, reqs, out)
+	return nil
 }
 
 // applyInTurn is ApplyAll for a store that cannot decide several requests

@@ -88,3 +88,30 @@ func TestNewStack(t *testing.T) {
 		t.Errorf("Allow with two keys for one rule = %v, want ErrInvalidRequest", err)
 	}
 }
+
+func TestApplyAllInvalid(t *testing.T) {
+	s, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1))
+	tb := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1}
+	peek, twice, bad := tb, tb, tb
+	peek.Peek = true
+	bad.Cost = -1
+	for _, store := range []core.Store{s.Store(), core.StoreFunc(c.Store.Apply)} {
+		for _, tc := range []struct {
+			reqs []core.Request
+			out  int
+			want error
+		}{
+			{[]core.Request{tb}, 2, core.ErrInvalidRequest},
+			{[]core.Request{tb, peek}, 2, core.ErrInvalidRequest},
+			{[]core.Request{tb, twice}, 2, core.ErrInvalidRequest},
+			{[]core.Request{tb, bad}, 2, core.ErrInvalidCost},
+		} {
+			if err := core.ApplyAll(context.Background(), store, tc.reqs, make([]core.Decision, tc.out)); !errors.Is(err, tc.want) {
+				t.Errorf("ApplyAll(%+v) = %v, want %v", tc.reqs, err, tc.want)
+			}
+		}
+	}
+	if c.calls.Load() != 0 {
+		t.Errorf("invalid requests reached the store %d times", c.calls.Load())
+	}
+}

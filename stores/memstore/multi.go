@@ -17,22 +17,8 @@ var _ core.MultiStore = (*Store)(nil)
 // each request's transition on a copy of its key's state, and keeps the
 // copies only if every request was admitted.
 func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
-	if len(out) != len(reqs) {
-		return fmt.Errorf("%w: %d decisions for %d requests", core.ErrInvalidRequest, len(out), len(reqs))
-	}
-	for i := range reqs {
-		r := &reqs[i]
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("request %d: %w", i, err)
-		}
-		if r.Peek || r.Refund || r.MaxWait > 0 {
-			return fmt.Errorf("%w: request %d: only charges are decided together", core.ErrInvalidRequest, i)
-		}
-		for j := range i {
-			if reqs[j].Key == r.Key && reqs[j].Algorithm.Name() == r.Algorithm.Name() {
-				return fmt.Errorf("%w: requests %d and %d name the same key and algorithm", core.ErrInvalidRequest, j, i)
-			}
-		}
+	if err := core.ValidateAll(reqs, out); err != nil {
+		return err
 	}
 	clock := s.now()
 	if at := clock / 1e3; at < 0 || at >= core.MaxUnits {
