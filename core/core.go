@@ -53,12 +53,15 @@ const (
 	SourceFailClosed               // the store failed and the policy denied
 	SourceDegraded                 // the store failed and a local fallback (degrade mode) decided
 	SourceShadow                   // shadow mode: the real decision was a denial, reported as allowed
+	SourceAllowList                // the key is on an allow list: allowed without a decision
+	SourceDenyList                 // the key is on a deny list: denied without a decision
 )
 
-var sourceNames = [...]string{"store", "cache", "lease", "fail-open", "fail-closed", "degraded", "shadow"}
+var sourceNames = [...]string{"store", "cache", "lease", "fail-open", "fail-closed", "degraded", "shadow", "allow-list", "deny-list"}
 
 // String returns the source's name as used in telemetry: "store", "cache",
-// "lease", "fail-open", "fail-closed", "degraded" or "shadow".
+// "lease", "fail-open", "fail-closed", "degraded", "shadow", "allow-list"
+// or "deny-list".
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {
 		return sourceNames[s]
@@ -98,9 +101,9 @@ type Decision struct {
 	Source Source
 }
 
-// Unsatisfiable reports whether the request was denied because its cost is
-// larger than its limit's capacity: it will never be admitted, and the
-// store's state was left unchanged.
+// Unsatisfiable reports whether the request will never be admitted: its
+// cost is larger than its limit's capacity, or its key is on a deny list
+// ([SourceDenyList]). The store's state was left unchanged.
 func (d Decision) Unsatisfiable() bool { return !d.Allowed && d.RetryAfter == RetryNever }
 
 // Request asks a store to decide for one key. Stores validate every request

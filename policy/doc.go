@@ -1,4 +1,9 @@
-// Package policy decides what a limiter does when its store fails.
+// Package policy decides what a limiter does when its store fails, and
+// which limit applies to which key.
+//
+// [New] applies per-key policy in front of any store: limit overrides
+// (tiers), allow and deny lists, shadow mode (decide and record, never
+// deny) and a near-limit signal. See [Policy].
 //
 // A [Breaker] is a store decorator, a [core.Store] in front of a remote
 // store (Redis, through package redisstore or rueidisstore), built on

@@ -3,12 +3,14 @@ package policy_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/stores/memstore"
 )
 
 // A breaker over a Redis that is down, in degrade mode: a fleet of 4
@@ -80,4 +82,43 @@ func ExampleIsStoreFailure() {
 	// redisstore: gcra: context deadline exceeded: true
 	// redisstore: gcra: context canceled: false
 	// redisstore: gcra: sluice: invalid key: false
+}
+
+// New applies per-key policy: a higher tier for "pro:" keys, an allow
+// list for health checks, and shadow mode for a new, stricter limit that
+// is rolled out without turning anyone away yet.
+func ExampleNew() {
+	store, _ := memstore.New(memstore.Config{})
+	defer store.Close()
+	would := 0
+	p, err := policy.New(store,
+		policy.WithOverride(func(req core.Request) core.Limit {
+			if strings.HasPrefix(req.Key, "pro:") {
+				return core.PerSecond(100)
+			}
+			return req.Limit
+		}),
+		policy.WithAllowList(func(key string) bool { return key == "health-check" }),
+		policy.WithShadow(func(core.Request, core.Decision) { would++ }),
+	)
+	if err != nil {
+		panic(err)
+	}
+	limiter, _ := core.NewLimiter(p, algorithms.TokenBucket, core.PerSecond(2))
+	ctx := context.Background()
+	for _, key := range []string{"free:1", "pro:1", "health-check"} {
+		allowed := 0
+		for range 10 {
+			if d, _ := limiter.Allow(ctx, key); d.Allowed {
+				allowed++
+			}
+		}
+		fmt.Printf("%s: %d of 10 allowed\n", key, allowed)
+	}
+	fmt.Println("denials shadow mode let through:", would)
+	// Output:
+	// free:1: 10 of 10 allowed
+	// pro:1: 10 of 10 allowed
+	// health-check: 10 of 10 allowed
+	// denials shadow mode let through: 8
 }

@@ -111,8 +111,8 @@ const (
 )
 
 // numSources is the number of sources telemetry tells apart: core's
-// seven, and "other" for any later one.
-const numSources = 8
+// nine, and "other" for any later one.
+const numSources = 10
 
 var sourceNames = func() (names [numSources]string) {
 	for i := range numSources - 1 {

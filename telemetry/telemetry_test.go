@@ -222,10 +222,10 @@ func TestRetryAfter(t *testing.T) {
 // store is down, and their decisions are values.
 func TestSources(t *testing.T) {
 	t.Parallel()
-	for src := core.SourceStore; src <= core.SourceShadow; src++ {
+	for src := core.SourceStore; src <= core.SourceDenyList; src++ {
 		t.Run(src.String(), func(t *testing.T) {
 			t.Parallel()
-			allowed := src != core.SourceFailClosed && src != core.SourceCache
+			allowed := src != core.SourceFailClosed && src != core.SourceCache && src != core.SourceDenyList
 			inner := core.StoreFunc(func(_ context.Context, req core.Request) (core.Decision, error) {
 				d := core.Decision{Allowed: allowed, Limit: 10, Remaining: 5, Source: src}
 				if !allowed {
