@@ -25,19 +25,20 @@ var (
 
 var all = []core.Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindowCounter, SlidingWindowLog}
 
-// All returns sluice's algorithms, in the order of this package's
-// documentation.
+// All returns sluice's rate-limiting algorithms, in the order of this
+// package's documentation. [Concurrency], which limits leases held rather
+// than a rate, is not among them.
 func All() []core.Algorithm { return append([]core.Algorithm(nil), all...) }
 
 // ByName returns the algorithm whose [core.Algorithm.Name] is name, such as
-// "token-bucket" or "gcra".
+// "token-bucket", "gcra" or "concurrency".
 func ByName(name string) (core.Algorithm, error) {
-	for _, a := range all {
+	for _, a := range append(all[:len(all):len(all)], Concurrency) {
 		if a.Name() == name {
 			return a, nil
 		}
 	}
-	return nil, fmt.Errorf("algorithms: unknown algorithm %q (want one of token-bucket, gcra, fixed-window, sliding-window-counter, sliding-window-log)", name)
+	return nil, fmt.Errorf("algorithms: unknown algorithm %q (want one of token-bucket, gcra, fixed-window, sliding-window-counter, sliding-window-log, concurrency)", name)
 }
 
 // micros converts a count of microseconds to a duration.

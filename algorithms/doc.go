@@ -29,4 +29,7 @@
 // bound are rejected by [core.Limit.Validate] and each algorithm's
 // Validate. Each algorithm's documentation says what its State fields hold
 // and what it does when a key's limit changes.
+//
+// [Concurrency] is of another kind: it limits how many leases a key holds
+// at once rather than a rate, and is used through core.Limiter's Acquire.
 package algorithms

@@ -8,7 +8,8 @@
 -- ARGV[1]  nine little-endian doubles: now (µs since the Unix epoch, or
 --          -1 for the server's TIME), cost, op (0 charge, 1 peek, 2
 --          refund), rate, period (µs), burst, units per token, units per
---          µs, and the debt in units a reservation may run to (0 if none).
+--          µs, the debt in units a reservation may run to (0 if none),
+--          and the lease of a concurrency lease (0 if none).
 -- reply    {allowed (1/0), limit, remaining, retry-after µs (-1: never),
 --          reset-after µs, delay µs}
 --
@@ -19,8 +20,8 @@
 -- States are packed as doubles, not written with tostring, which keeps
 -- only 14 digits.
 
-local now, cost, op, rate, period, burst, u, r, maxdebt =
-	struct.unpack('<ddddddddd', ARGV[1])
+local now, cost, op, rate, period, burst, u, r, maxdebt, lease =
+	struct.unpack('<dddddddddd', ARGV[1])
 -- A key's TTL is the time until it is forgotten plus this margin, in ms:
 -- a second on the server's clock; a minute for a request at an instant of
 -- its own, whose clock has nothing to do with the one Redis expires keys

@@ -21,12 +21,15 @@ var (
 	slidingWindowCounterLua string
 	//go:embed slidinglog.lua
 	slidingWindowLogLua string
+	//go:embed concurrency.lua
+	concurrencyLua string
 
 	tokenBucketScript          = core.NewScript(prelude + tokenBucketLua)
 	gcraScript                 = core.NewScript(prelude + gcraLua)
 	fixedWindowScript          = core.NewScript(prelude + fixedWindowLua)
 	slidingWindowCounterScript = core.NewScript(prelude + slidingWindowCounterLua)
 	slidingWindowLogScript     = core.NewScript(prelude + slidingWindowLogLua)
+	concurrencyScript          = core.NewScript(prelude + concurrencyLua)
 )
 
 // Script returns the token bucket's Lua twin.
@@ -44,10 +47,14 @@ func (slidingWindowCounter) Script() *core.Script { return slidingWindowCounterS
 // Script returns the sliding window log's Lua twin.
 func (slidingWindowLog) Script() *core.Script { return slidingWindowLogScript }
 
+// Script returns the concurrency algorithm's Lua twin.
+func (concurrency) Script() *core.Script { return concurrencyScript }
+
 var (
 	_ core.Scripted = tokenBucket{}
 	_ core.Scripted = gcra{}
 	_ core.Scripted = fixedWindow{}
 	_ core.Scripted = slidingWindowCounter{}
 	_ core.Scripted = slidingWindowLog{}
+	_ core.Scripted = concurrency{}
 )

@@ -148,6 +148,12 @@ type Request struct {
 	// debt never exceeds [MaxUnits] units (see [Limit.Units]), which for
 	// any practical limit is far beyond a deadline.
 	MaxWait time.Duration
+	// Lease names a lease of the concurrency algorithm
+	// (algorithms.Concurrency), 1 to [MaxUnits]: a charge acquires Cost
+	// slots under it, or renews them if the key holds it already; a
+	// refund releases them. Other algorithms ignore it. [Limiter.Acquire]
+	// chooses leases at random.
+	Lease int64
 }
 
 // Validate checks the request's key, algorithm, cost and limit, returning an
@@ -167,6 +173,8 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: %v is outside 1970 to %v", ErrInvalidTime, r.Now, maxTime)
 	case r.Peek && r.Refund:
 		return fmt.Errorf("%w: a refund cannot be a peek", ErrInvalidRequest)
+	case r.Lease < 0 || r.Lease > MaxUnits:
+		return fmt.Errorf("%w: lease %d is outside 0 to 2^52", ErrInvalidRequest, r.Lease)
 	case r.MaxWait < 0:
 		return fmt.Errorf("%w: MaxWait %v is negative", ErrInvalidRequest, r.MaxWait)
 	case r.MaxWait > 0 && (r.Peek || r.Refund):
@@ -190,7 +198,7 @@ func (r *Request) Validate() error {
 // the Unix epoch: the arguments of [Algorithm.Transition]. Its limit must
 // not be [Inf].
 func (r *Request) Step(now int64) Step {
-	st := Step{Now: now, Cost: r.Cost, Limit: r.Limit}
+	st := Step{Now: now, Cost: r.Cost, Limit: r.Limit, Lease: r.Lease}
 	switch {
 	case r.Peek:
 		st.Op = OpPeek
@@ -236,6 +244,8 @@ type Step struct {
 	// most [MaxUnits] less the limit's capacity in units; zero for every
 	// other request.
 	Debt int64
+	// Lease is the request's lease ([Request.Lease]); 0 if none.
+	Lease int64
 }
 
 // The instants a request may carry: from the Unix epoch to MaxUnits µs

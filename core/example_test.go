@@ -172,3 +172,24 @@ func ExampleStack() {
 	}
 	// Output: request 11 denied by "burst" (the daily quota would have had 989 left)
 }
+
+// Acquire holds one of a key's concurrency slots while work runs: at most
+// 2 reports render at once per tenant, and a worker that dies without
+// releasing its lease loses it after a minute.
+func ExampleLimiter_Acquire() {
+	store, _ := memstore.New(memstore.Config{})
+	defer store.Close()
+	limiter, _ := core.NewLimiter(store, algorithms.Concurrency, core.Per(2, time.Minute))
+	ctx := context.Background()
+
+	a, _ := limiter.Acquire(ctx, "tenant:7")
+	b, _ := limiter.Acquire(ctx, "tenant:7")
+	c, _ := limiter.Acquire(ctx, "tenant:7")
+	fmt.Println(a.OK(), b.OK(), c.OK())
+	a.Release(ctx) // the first report is done
+	d, _ := limiter.Acquire(ctx, "tenant:7")
+	fmt.Println(d.OK(), d.Remaining)
+	// Output:
+	// true true false
+	// true 0
+}

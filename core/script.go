@@ -14,12 +14,13 @@ import (
 //
 //   - KEYS[1] is the key's state, the only key the script touches (so every
 //     script is Redis Cluster safe).
-//   - ARGV[1] is the request: nine little-endian IEEE 754 doubles, each an
+//   - ARGV[1] is the request: ten little-endian IEEE 754 doubles, each an
 //     integer below 2^53 and so exact, read with struct.unpack: the instant
 //     to decide at in µs since the Unix epoch (−1 for the server's TIME),
 //     the cost, the [Op] (0 charge, 1 peek, 2 refund), then the limit's
 //     rate, period in µs, burst, units per token and per µs (see
-//     [Limit.Units]), and the [Step.Debt] a reservation may run to.
+//     [Limit.Units]), the [Step.Debt] a reservation may run to, and the
+//     [Step.Lease] of a concurrency lease (0 if none).
 //   - The reply is an array of six integers: allowed (1 or 0), limit,
 //     remaining, retry-after in µs (−1 for [RetryNever]), reset-after in
 //     µs, and the delay of a reservation in µs (see [Decision.Delay]).
@@ -27,8 +28,8 @@ import (
 // A script that writes sets a TTL on the key no longer than the time the
 // state matters (its E, see [State]) plus a margin.
 //
-// One packed argument rather than nine decimal ones saves the server nine
-// number conversions and the client nine allocations per decision.
+// One packed argument rather than ten decimal ones saves the server ten
+// number conversions and the client ten allocations per decision.
 type Script struct {
 	src, hash string
 }

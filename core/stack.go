@@ -264,7 +264,8 @@ func fraction(d Decision) float64 {
 // name, so that a rule's state is kept apart from every other state of
 // the same key (two token buckets on one key: a burst and a daily quota).
 // It decides exactly as alg, and keeps alg's abilities: its Lua twin
-// ([Scripted]) and whether it reserves ([Reserver]).
+// ([Scripted]), whether it reserves ([Reserver]) and whether it holds
+// leases ([Leaser]).
 func Named(alg Algorithm, name string) Algorithm {
 	return named{Algorithm: alg, name: alg.Name() + "/" + name}
 }
@@ -282,6 +283,12 @@ func (n named) Script() *Script {
 		return s.Script()
 	}
 	return nil
+}
+
+// Leases reports whether the named algorithm holds leases.
+func (n named) Leases() bool {
+	l, ok := n.Algorithm.(Leaser)
+	return ok && l.Leases()
 }
 
 // Reserves reports whether the named algorithm reserves.

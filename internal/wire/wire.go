@@ -97,9 +97,9 @@ func appendEscaped(dst []byte, key string) []byte {
 }
 
 // ArgsLen is the length in bytes of the packed request, ARGV[1].
-const ArgsLen = 9 * 8
+const ArgsLen = 10 * 8
 
-// AppendArgs appends the packed request ARGV[1] for req to dst: nine
+// AppendArgs appends the packed request ARGV[1] for req to dst: ten
 // little-endian doubles, exact because each is an integer below 2^53 (see
 // [core.Script]). The request must have passed [core.Request.Validate]
 // and its limit must not be [core.Inf].
@@ -111,7 +111,7 @@ func AppendArgs(dst []byte, req *core.Request) []byte {
 	st := req.Step(now)
 	l := req.Limit
 	u, r := l.Units()
-	for _, v := range [...]int64{now, req.Cost, int64(st.Op), l.Rate(), l.PeriodMicros(), l.Burst(), u, r, st.Debt} {
+	for _, v := range [...]int64{now, req.Cost, int64(st.Op), l.Rate(), l.PeriodMicros(), l.Burst(), u, r, st.Debt, st.Lease} {
 		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(v)))
 	}
 	return dst

@@ -529,3 +529,30 @@ func TestRefundOverlappingDenial(t *testing.T) {
 		t.Errorf("after the refund = %s, %v; want allowed by the remote, not a stale cached denial", describe(d), err)
 	}
 }
+
+// TestConcurrencyNotCached: a concurrency denial is never cached, since a
+// release (from any instance) frees a slot before the denial's wait.
+func TestConcurrencyNotCached(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	mem := newMem(t, c)
+	s := newLayered(t, mem, layered.Config{Now: c.Now})
+	ctx := context.Background()
+	acquire := core.Request{Key: "k", Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute), Cost: 1, Lease: 1}
+	if d, _ := s.Apply(ctx, acquire); !d.Allowed {
+		t.Fatalf("first acquisition = %s", describe(d))
+	}
+	other := acquire
+	other.Lease = 2
+	if d, _ := s.Apply(ctx, other); d.Allowed {
+		t.Fatalf("second acquisition of one slot = %s, want denied", describe(d))
+	}
+	release := acquire
+	release.Refund = true
+	if _, err := mem.Apply(ctx, release); err != nil { // released behind the cache's back, as by another instance
+		t.Fatal(err)
+	}
+	if d, _ := s.Apply(ctx, other); !d.Allowed || d.Source != core.SourceStore {
+		t.Errorf("after a release elsewhere = %s, want allowed by the remote", describe(d))
+	}
+}

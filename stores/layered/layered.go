@@ -251,7 +251,7 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 		return d, err
 	}
 	switch {
-	case !d.Allowed && req.Cost > 0 && req.MaxWait == 0 && d.RetryAfter > 0 && !d.Unsatisfiable():
+	case !d.Allowed && req.Cost > 0 && req.MaxWait == 0 && d.RetryAfter > 0 && !d.Unsatisfiable() && !holdsLeases(req.Algorithm):
 		if s.epoch.Load() != epoch {
 			break // a Reset overlapped the call
 		}
@@ -380,4 +380,13 @@ func (s *Store) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// holdsLeases reports whether alg holds concurrency leases
+// ([core.Leaser]). Their denials are never cached: a release, which may
+// come from any instance at any moment, frees a slot long before the
+// denial's RetryAfter (the first lease's expiry).
+func holdsLeases(alg core.Algorithm) bool {
+	l, ok := alg.(core.Leaser)
+	return ok && l.Leases()
 }

@@ -263,3 +263,63 @@ func TestParityDeepDebt(t *testing.T) {
 		}
 	}
 }
+
+// TestParityConcurrency compares the concurrency algorithm's Lua twin with
+// its Go transition over random acquisitions, renewals, releases and
+// peeks of a few leases (and anonymous ones), with gaps around the leases'
+// time to live and changes of limit.
+func TestParityConcurrency(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(client, redisstore.Config{Prefix: "parityc:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := rand.Uint64()
+	rng := rand.New(rand.NewPCG(seed, 3))
+	limits := []core.Limit{core.Per(3, time.Second), core.Per(5, 200*time.Millisecond), core.Per(1, time.Minute), core.Per(8, 3*time.Second)}
+	ctx := context.Background()
+	var state core.State
+	key := fmt.Sprintf("c%x", seed)
+	now := parityStart
+	limit := limits[0]
+	var allowed, denied, released int
+	for i := range 5000 {
+		if rng.IntN(40) == 0 {
+			limit = limits[rng.IntN(len(limits))]
+		}
+		now += rng.Int64N(limit.PeriodMicros() / 2)
+		req := core.Request{Key: key, Algorithm: algorithms.Concurrency, Limit: limit, Cost: rng.Int64N(3), Lease: rng.Int64N(6), Now: time.UnixMicro(now)}
+		if rng.IntN(3) == 0 {
+			req.Lease = 0 // anonymous slots, released latest first
+		}
+		switch rng.IntN(6) {
+		case 0:
+			req.Refund = true
+		case 1:
+			req.Peek = true
+		case 2:
+			req.Cost = limit.Rate() + 1 // unsatisfiable
+		}
+		want := algorithms.Concurrency.Transition(&state, req.Step(now))
+		got, err := store.Apply(ctx, req)
+		if err != nil {
+			t.Fatalf("seed %d, op %d: %+v: %v", seed, i, req, err)
+		}
+		if got != want {
+			t.Fatalf("seed %d, op %d: %v cost %d lease %d refund %v peek %v\n got %+v\nwant %+v\nstate %+v", seed, i, limit, req.Cost, req.Lease, req.Refund, req.Peek, got, want, state)
+		}
+		switch {
+		case req.Refund:
+			released++
+		case got.Allowed:
+			allowed++
+		default:
+			denied++
+		}
+	}
+	t.Logf("seed %d: 5000 ops: %d allowed, %d denied, %d releases", seed, allowed, denied, released)
+	if allowed < 500 || denied < 500 {
+		t.Fatalf("too few of one outcome")
+	}
+}

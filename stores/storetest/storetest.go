@@ -78,6 +78,8 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 		{"Reserve", testReserve},
 		{"Multi", testMulti},
 		{"MultiConcurrentSafe", testMultiConcurrentSafe},
+		{"Leases", testLeases},
+		{"LeasesConcurrentSafe", testLeasesConcurrentSafe},
 		{"Reset", testReset},
 		{"Close", testClose},
 	} {
@@ -841,5 +843,106 @@ func testMultiConcurrentSafe(t *testing.T, s core.Store) {
 	}
 	if d.Remaining != 150-(x+y) {
 		t.Errorf("the shared rule has %d left after %d admissions, want %d: a denied request stayed charged", d.Remaining, x+y, 150-(x+y))
+	}
+}
+
+// testLeases runs a step table of concurrency leases at fixed instants:
+// acquisitions up to the limit, releases, renewals, anonymous slots, and
+// leases abandoned by their holders, which expire.
+func testLeases(t *testing.T, s core.Store) {
+	ctx := context.Background()
+	key := newKey(t)
+	limit := core.Per(2, 10*time.Second) // 2 in flight, leases live 10s
+	sec := time.Second
+	for i, st := range []struct {
+		at      time.Duration
+		lease   int64
+		cost    int64
+		release bool
+		allowed bool
+		left    int64
+		retry   time.Duration
+	}{
+		{0, 1, 1, false, true, 1, 0},
+		{sec, 2, 1, false, true, 0, 0},
+		{2 * sec, 3, 1, false, false, 0, 8 * sec}, // lease 1 expires at 10s
+		{2 * sec, 3, 3, false, false, 0, core.RetryNever},
+		{3 * sec, 1, 0, true, true, 1, 0},          // release lease 1
+		{3 * sec, 1, 0, true, true, 1, 0},          // again: nothing to do
+		{4 * sec, 3, 1, false, true, 0, 0},         // its slot is free
+		{5 * sec, 2, 1, false, true, 0, 0},         // renew lease 2: now until 15s
+		{12 * sec, 4, 1, false, false, 0, 2 * sec}, // lease 3 (abandoned) expires at 14s
+		{14 * sec, 4, 1, false, true, 0, 0},
+		{15 * sec, 0, 1, false, true, 0, 0}, // lease 2 expired: an anonymous slot
+		{15 * sec, 0, 1, false, false, 0, 9 * sec},
+		{16 * sec, 0, 1, true, true, 1, 0},  // release an anonymous slot
+		{30 * sec, 5, 2, false, true, 0, 0}, // everything abandoned has expired
+	} {
+		req := core.Request{Key: key, Algorithm: algorithms.Concurrency, Limit: limit, Cost: st.cost, Lease: st.lease, Refund: st.release, Now: T0.Add(st.at)}
+		d, err := s.Apply(ctx, req)
+		if err != nil {
+			t.Fatalf("step %d: %+v: %v", i, req, err)
+		}
+		if d.Allowed != st.allowed || d.Remaining != st.left || d.RetryAfter != st.retry {
+			t.Errorf("step %d: lease %d cost %d release %v at T0+%v = allowed %v, remaining %d, retry %v; want %v, %d, %v",
+				i, st.lease, st.cost, st.release, st.at, d.Allowed, d.Remaining, d.RetryAfter, st.allowed, st.left, st.retry)
+		}
+	}
+}
+
+// testLeasesConcurrentSafe has 64 goroutines acquire, hold and release
+// leases on one key on the store's own clock, counting the holders
+// themselves: never more than the limit hold a lease at once, and once all
+// have released, every slot is free.
+func testLeasesConcurrentSafe(t *testing.T, s core.Store) {
+	const goroutines, each, n = 64, 20, 5
+	lim, err := core.NewLimiter(s, algorithms.Concurrency, core.Per(n, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := newKey(t)
+	ctx := context.Background()
+	var holding, most, acquired atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				l, err := lim.Acquire(ctx, key)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !l.OK() {
+					continue
+				}
+				acquired.Add(1)
+				h := holding.Add(1)
+				for m := most.Load(); h > m && !most.CompareAndSwap(m, h); m = most.Load() {
+				}
+				time.Sleep(time.Millisecond)
+				holding.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d leases acquired by %d goroutines, at most %d held at once (limit %d)", acquired.Load(), goroutines, most.Load(), n)
+	if most.Load() > n {
+		t.Fatalf("%d holders at once, limit %d", most.Load(), n)
+	}
+	if acquired.Load() < n {
+		t.Fatalf("only %d leases acquired", acquired.Load())
+	}
+	// A peek reports what would be left after one more acquisition.
+	if d, err := lim.Peek(ctx, key); err != nil || !d.Allowed || d.Remaining != n-1 {
+		t.Errorf("after every release: peek %+v, %v; want all %d slots free", d, err, n)
 	}
 }

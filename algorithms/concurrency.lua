@@ -1,0 +1,106 @@
+-- concurrency.lua: the Lua twin of concurrency.go, run after prelude.lua
+-- (which gives the calling convention: KEYS[1] the state, ARGV[1] the
+-- packed request with its lease, a reply of six integers).
+--
+-- State: T the last change (µs); A the slots held; E when the last lease
+-- expires; then the slots as pairs of doubles (expiry µs, lease), 16 bytes
+-- each, live ones only. rate is how many slots a key may hold, period a
+-- lease's time to live; lease 0 is anonymous.
+
+local HEAD = 40 -- bytes of T, A, B, C, E
+local slots = {} -- the live slots: {at, id}
+if state and now < E then
+	for i = 0, (#state - HEAD) / 16 - 1 do
+		local at, id = struct.unpack('<dd', state, HEAD + 16 * i + 1)
+		if at > now then
+			slots[#slots + 1] = {at, id}
+		end
+	end
+end
+local live, mine, last = #slots, 0, 0
+for _, s in ipairs(slots) do
+	if s[1] > last then
+		last = s[1]
+	end
+	if lease ~= 0 and s[2] == lease then
+		mine = mine + 1
+	end
+end
+local function decision(allowed, held, ending)
+	return reply(allowed, rate, math.max(rate - held, 0), 0, math.max(ending - now, 0))
+end
+-- keep writes the live slots, less the lease's if drop, less release
+-- anonymous ones (the latest to expire first), plus add new slots of the
+-- lease expiring at at; it returns the slots held and the last expiry.
+local function keep(drop, release, add, at)
+	local out = {}
+	for _, s in ipairs(slots) do
+		if not (drop and s[2] == lease) then
+			out[#out + 1] = s
+		end
+	end
+	while release > 0 do
+		local i = nil
+		for j, s in ipairs(out) do
+			if s[2] == 0 and (i == nil or s[1] > out[i][1]) then
+				i = j
+			end
+		end
+		if i == nil then
+			break
+		end
+		table.remove(out, i)
+		release = release - 1
+	end
+	for _ = 1, add do
+		out[#out + 1] = {at, lease}
+	end
+	local e = now
+	local parts = {}
+	for i, s in ipairs(out) do
+		if s[1] > e then
+			e = s[1]
+		end
+		parts[i] = struct.pack('<dd', s[1], s[2])
+	end
+	save(now, #out, 0, C, e, table.concat(parts))
+	return #out, e
+end
+if refund and lease ~= 0 then
+	if mine > 0 then
+		return decision(true, keep(true, 0, 0, 0))
+	end
+	return decision(true, live, last)
+end
+if refund then
+	if live > 0 and cost > 0 then
+		return decision(true, keep(false, cost, 0, 0))
+	end
+	return decision(true, live, last)
+end
+if mine > 0 and cost > 0 then
+	-- Renew: the lease's slots expire a period from now.
+	if not peek then
+		keep(true, 0, mine, now + period)
+	end
+	return decision(true, live, math.max(last, now + period))
+end
+if cost > rate then
+	return reply(false, rate, math.max(rate - live, 0), NEVER, math.max(last - now, 0))
+end
+if live + cost > rate then
+	-- The request passes once live + cost - rate slots have expired.
+	local exp = {}
+	for i, s in ipairs(slots) do
+		exp[i] = s[1]
+	end
+	table.sort(exp)
+	return reply(false, rate, math.max(rate - live, 0), exp[live + cost - rate] - now, math.max(last - now, 0))
+end
+if cost == 0 then
+	return decision(true, live, last)
+end
+if not peek then
+	keep(false, 0, cost, now + period)
+end
+return decision(true, live + cost, math.max(last, now + period))
