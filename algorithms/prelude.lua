@@ -1,15 +1,19 @@
--- prelude.lua: the start of every algorithm's script. A script is this
--- file followed by the algorithm's own (tokenbucket.lua, ...), which ends
--- by returning a reply. The calling convention is core.Script's:
+-- prelude.lua: the start of every algorithm's decision. A script is
+-- shared.lua, then, for each algorithm it runs, a function of (KEY, ARG)
+-- made of this file followed by the algorithm's own (tokenbucket.lua,
+-- ...), which ends by returning a reply; then the script's driver (see
+-- scripts.go). The calling convention is core.Script's:
 --
--- KEYS[1]  the key's state: a string of five little-endian doubles T, A,
---          B, C, E (core.State's fields), then, for the sliding window log,
---          its entries as pairs of doubles (at, cost).
--- ARGV[1]  nine little-endian doubles: now (µs since the Unix epoch, or
---          -1 for the server's TIME), cost, op (0 charge, 1 peek, 2
---          refund), rate, period (µs), burst, units per token, units per
---          µs, the debt in units a reservation may run to (0 if none),
---          and the lease of a concurrency lease (0 if none).
+-- KEY      the key's state (KEYS[1] in a script of one decision): five
+--          little-endian doubles T, A, B, C, E (core.State's fields),
+--          then, for the sliding window log and the concurrency
+--          algorithm, their entries as pairs of doubles.
+-- ARG      the request (ARGV[1] in a script of one decision): ten
+--          little-endian doubles: now (µs since the Unix epoch, or -1 for
+--          the server's TIME), cost, op (0 charge, 1 peek, 2 refund),
+--          rate, period (µs), burst, units per token, units per µs, the
+--          debt in units a reservation may run to (0 if none), and the
+--          lease of a concurrency lease (0 if none).
 -- reply    {allowed (1/0), limit, remaining, retry-after µs (-1: never),
 --          reset-after µs, delay µs}
 --
@@ -21,7 +25,7 @@
 -- only 14 digits.
 
 local now, cost, op, rate, period, burst, u, r, maxdebt, lease =
-	struct.unpack('<dddddddddd', ARGV[1])
+	struct.unpack('<dddddddddd', ARG)
 -- A key's TTL is the time until it is forgotten plus this margin, in ms:
 -- a second on the server's clock; a minute for a request at an instant of
 -- its own, whose clock has nothing to do with the one Redis expires keys
@@ -32,14 +36,11 @@ if now >= 0 then
 	margin = 60000
 end
 if now < 0 then
-	-- The server's clock, one for the whole fleet. TIME in a script is
-	-- safe since Redis 5: scripts replicate their effects, not themselves.
-	local t = redis.call('TIME')
-	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	now = servertime()
 end
 local peek, refund = op == 1, op == 2
 
-local state = redis.call('GET', KEYS[1])
+local state = redis.call('GET', KEY)
 local T, A, B, C, E = 0, 0, 0, 0, 0
 if state then
 	T, A, B, C, E = struct.unpack('<ddddd', state)
@@ -48,34 +49,6 @@ end
 -- key from an instant before its last charge.
 if now < T then
 	now = T
-end
-
-local NEVER = -1 -- retry-after of a cost above capacity (core.RetryNever)
-
--- idiv returns floor(a / b) for 0 <= a < 2^53 and b >= 1. The double
--- a / b is off by at most (a / b) * 2^-53 < 1 / b, less than the distance
--- from a / b up to the next integer, so its floor is exact.
-local function idiv(a, b)
-	return math.floor(a / b)
-end
-
--- ceildiv returns ceil(a / b), 0 for a <= 0 (core.CeilDiv).
-local function ceildiv(a, b)
-	if a <= 0 then
-		return 0
-	end
-	return idiv(a - 1, b) + 1
-end
-
--- refill returns level after elapsed µs at r units a µs, capped at
--- capacity. The product may pass 2^53, but only where the true sum is
--- beyond capacity (< 2^53), and rounding never takes it back below.
-local function refill(level, capacity, elapsed, r)
-	local v = level + elapsed * r
-	if v >= capacity then
-		return capacity
-	end
-	return v
 end
 
 local function reply(allowed, limit, remaining, retry, reset, delay)
@@ -100,11 +73,12 @@ end
 -- save writes the state with a TTL from now to e, the instant it is
 -- forgotten, plus the margin. On the server's clock a store's expiry never
 -- changes a decision: from e on every script decides as for a missing key.
+-- The write waits in writes until the script's end (see shared.lua).
 local function save(t, a, b, c, e, tail)
 	local value = struct.pack('<ddddd', t, a, b, c, e)
 	if tail then
 		value = value .. tail
 	end
-	redis.call('PSETEX', KEYS[1], math.ceil((e - now) / 1000) + margin, value)
+	writes[#writes + 1] = {KEY, math.ceil((e - now) / 1000) + margin, value}
 end
 

@@ -2,13 +2,21 @@ package algorithms
 
 import (
 	_ "embed" // the Lua twins
+	"fmt"
+	"strings"
 
 	"github.com/sluicehq/sluice/core"
 )
 
-// Each algorithm's Lua twin is prelude.lua followed by its own file; see
-// [core.Script] for the calling convention they share.
+// Each algorithm's Lua twin is a function of (KEY, ARG): prelude.lua
+// followed by its own file. A script of one decision is shared.lua, the
+// function, and a driver that calls it with KEYS[1] and ARGV[1] and writes
+// what it saved; see [core.Script] for the calling convention.
+// [MultiScript] holds every algorithm's function and decides several
+// requests at once.
 var (
+	//go:embed shared.lua
+	shared string
 	//go:embed prelude.lua
 	prelude string
 	//go:embed tokenbucket.lua
@@ -24,13 +32,98 @@ var (
 	//go:embed concurrency.lua
 	concurrencyLua string
 
-	tokenBucketScript          = core.NewScript(prelude + tokenBucketLua)
-	gcraScript                 = core.NewScript(prelude + gcraLua)
-	fixedWindowScript          = core.NewScript(prelude + fixedWindowLua)
-	slidingWindowCounterScript = core.NewScript(prelude + slidingWindowCounterLua)
-	slidingWindowLogScript     = core.NewScript(prelude + slidingWindowLogLua)
-	concurrencyScript          = core.NewScript(prelude + concurrencyLua)
+	tokenBucketScript          = single(tokenBucketLua)
+	gcraScript                 = single(gcraLua)
+	fixedWindowScript          = single(fixedWindowLua)
+	slidingWindowCounterScript = single(slidingWindowCounterLua)
+	slidingWindowLogScript     = single(slidingWindowLogLua)
+	concurrencyScript          = single(concurrencyLua)
+
+	// twins lists the algorithms in MultiScript, in its order.
+	twins = []struct {
+		script *core.Script
+		lua    string
+	}{
+		{tokenBucketScript, tokenBucketLua},
+		{gcraScript, gcraLua},
+		{fixedWindowScript, fixedWindowLua},
+		{slidingWindowCounterScript, slidingWindowCounterLua},
+		{slidingWindowLogScript, slidingWindowLogLua},
+		{concurrencyScript, concurrencyLua},
+	}
+	multiScript = multi()
 )
+
+// decide returns an algorithm's Lua as a function of (KEY, ARG).
+func decide(lua string) string {
+	return "function(KEY, ARG)\n" + prelude + lua + "\nend"
+}
+
+// single returns the script of one decision by an algorithm.
+func single(lua string) *core.Script {
+	return core.NewScript(shared + "local decide = " + decide(lua) + `
+local r = decide(KEYS[1], ARGV[1])
+flush()
+return r
+`)
+}
+
+// multi returns MultiScript.
+func multi() *core.Script {
+	var b strings.Builder
+	b.WriteString(shared)
+	b.WriteString("local decide = {}\n")
+	for i, t := range twins {
+		fmt.Fprintf(&b, "decide[%d] = %s\n", i+1, decide(t.lua))
+	}
+	b.WriteString(`
+-- KEYS[i] is the i-th request's state; ARGV[1] the requests, packed as
+-- one decision's ARGV[1] is, one after another; ARGV[2] one byte a
+-- request, the index in decide of its algorithm. The reply is each
+-- decision's six integers, one after another. The writes are made only
+-- if every request was admitted.
+local size = #ARGV[1] / #KEYS
+local out, all = {}, true
+for i = 1, #KEYS do
+	local r = decide[string.byte(ARGV[2], i)](KEYS[i], string.sub(ARGV[1], size * (i - 1) + 1, size * i))
+	for j = 1, #r do
+		out[#out + 1] = r[j]
+	end
+	all = all and r[1] == 1
+end
+if all then
+	flush()
+end
+return out
+`)
+	return core.NewScript(b.String())
+}
+
+// MultiScript returns the Lua script that decides several requests in one
+// call, all or nothing, as [core.MultiStore] asks: KEYS are the requests'
+// states, ARGV[1] their packed requests one after another (each as
+// [core.Script] packs one), ARGV[2] one byte a request, its algorithm's
+// [MultiIndex]; the reply is each decision's six integers in turn, and
+// the states are written only if every request was admitted. Redis
+// stores use it for requests whose keys share a Cluster slot.
+func MultiScript() *core.Script { return multiScript }
+
+// MultiIndex returns the index of alg's Lua twin in [MultiScript], from 1,
+// or 0 if it has none there (an algorithm of your own). A [core.Named]
+// algorithm has its base algorithm's index.
+func MultiIndex(alg core.Algorithm) int {
+	s, ok := alg.(core.Scripted)
+	if !ok {
+		return 0
+	}
+	script := s.Script()
+	for i, t := range twins {
+		if t.script == script {
+			return i + 1
+		}
+	}
+	return 0
+}
 
 // Script returns the token bucket's Lua twin.
 func (tokenBucket) Script() *core.Script { return tokenBucketScript }

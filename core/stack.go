@@ -40,7 +40,7 @@ func ApplyAll(ctx context.Context, s Store, reqs []Request, out []Decision) erro
 	if m, ok := s.(MultiStore); ok {
 		return m.ApplyAll(ctx, reqs, out)
 	}
-	return applyInTurn(ctx, s, reqs, out)
+	return ApplyInTurn(ctx, s, reqs, out)
 }
 
 // ValidateAll checks requests to be decided together ([ApplyAll],
@@ -67,9 +67,13 @@ func ValidateAll(reqs []Request, out []Decision) error {
 	return nil
 }
 
-// applyInTurn is ApplyAll for a store that cannot decide several requests
-// at once: charge in order, refund at the first denial or failure.
-func applyInTurn(ctx context.Context, s Store, reqs []Request, out []Decision) error {
+// ApplyInTurn is [ApplyAll] for a store that cannot decide the requests as
+// one step: it charges them in order and, at the first denial, refunds the
+// charges made and peeks at the requests not yet asked; a failure part way
+// also refunds what was charged. A [MultiStore] that cannot decide some
+// requests at once (keys in different Redis Cluster slots) falls back to
+// it. The requests must have passed [ValidateAll].
+func ApplyInTurn(ctx context.Context, s Store, reqs []Request, out []Decision) error {
 	refund := func(n int) error {
 		var errs []error
 		for j := n - 1; j >= 0; j-- {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 )
 
@@ -171,4 +172,48 @@ func Script(req *core.Request) (*core.Script, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (core.Scripted)", core.ErrUnsupported, req.Algorithm.Name())
+}
+
+// Together prepares requests to be decided in one call of
+// algorithms.MultiScript: the keys of the requests that need the store
+// (not under [core.Inf]), their packed requests one after another, one
+// byte per request naming its algorithm, and the requests' positions in
+// reqs. ok is false when the requests cannot be decided in one call: an
+// algorithm has no twin in the script, or, on a Redis Cluster (cluster
+// set), the keys are not one user key (and so not one slot). The requests
+// must have passed [core.ValidateAll].
+func Together(prefix string, reqs []core.Request, cluster bool) (keys []string, packed, algs string, at []int, ok bool) {
+	var p, a []byte
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Limit.IsInf() {
+			continue
+		}
+		idx := algorithms.MultiIndex(r.Algorithm)
+		if idx == 0 || cluster && r.Key != reqs[0].Key {
+			return nil, "", "", nil, false
+		}
+		keys = append(keys, Key(prefix, r.Key, r.Algorithm.Name()))
+		p = AppendArgs(p, r)
+		a = append(a, byte(idx))
+		at = append(at, i)
+	}
+	return keys, string(p), string(a), at, true
+}
+
+// Decisions checks the reply of algorithms.MultiScript for n requests,
+// already read as integers, and returns their decisions.
+func Decisions(ints []int64, n int) ([]core.Decision, error) {
+	if len(ints) != n*ReplyLen {
+		return nil, fmt.Errorf("%w: %d integers for %d decisions", ErrMalformed, len(ints), n)
+	}
+	out := make([]core.Decision, n)
+	for i := range out {
+		d, err := Decision([ReplyLen]int64(ints[i*ReplyLen : (i+1)*ReplyLen]))
+		if err != nil {
+			return nil, fmt.Errorf("decision %d: %w", i, err)
+		}
+		out[i] = d
+	}
+	return out, nil
 }

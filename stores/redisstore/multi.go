@@ -1,0 +1,87 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+var _ core.MultiStore = (*Store)(nil)
+
+// ApplyAll decides reqs in one call of algorithms.MultiScript, all or
+// nothing (see [core.MultiStore]): on a single Redis always, on a Cluster
+// when every request is for one key (and so one slot), such as a burst
+// limit and a daily quota on one user. Otherwise, or for an algorithm of
+// your own, it charges in turn and refunds ([core.ApplyInTurn]).
+func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	if err := core.ValidateAll(reqs, out); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return core.ErrClosed
+	}
+	var cluster bool
+	switch s.client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		cluster = true
+	}
+	keys, packed, algs, at, ok := wire.Together(s.prefix, reqs, cluster)
+	if !ok {
+		return core.ApplyInTurn(ctx, s, reqs, out)
+	}
+	for i := range reqs {
+		if reqs[i].Limit.IsInf() {
+			out[i] = core.Unlimited()
+		}
+	}
+	if len(at) == 0 {
+		return nil
+	}
+	script := algorithms.MultiScript()
+	args := make([]any, 0, 3+len(keys)+2)
+	args = append(args, "evalsha", script.Hash(), strconv.Itoa(len(keys)))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, packed, algs)
+	cmd := noRetry{redis.NewCmd(ctx, args...)}
+	_ = s.client.Process(ctx, &cmd)
+	reply, err := cmd.Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[0], args[1] = "eval", script.Source()
+		cmd = noRetry{redis.NewCmd(ctx, args...)}
+		_ = s.client.Process(ctx, &cmd)
+		reply, err = cmd.Result()
+	}
+	switch {
+	case errors.Is(err, redis.Nil):
+		return fmt.Errorf("redisstore: multi: %w: no reply", wire.ErrMalformed)
+	case err != nil:
+		return fmt.Errorf("redisstore: multi: %w", err)
+	}
+	vals, ok := reply.([]any)
+	if !ok {
+		return fmt.Errorf("redisstore: multi: %w: %T", wire.ErrMalformed, reply)
+	}
+	ints := make([]int64, len(vals))
+	for i, v := range vals {
+		if ints[i], ok = v.(int64); !ok {
+			return fmt.Errorf("redisstore: multi: %w: element %d is %T", wire.ErrMalformed, i, v)
+		}
+	}
+	ds, err := wire.Decisions(ints, len(at))
+	if err != nil {
+		return fmt.Errorf("redisstore: multi: %w", err)
+	}
+	for j, i := range at {
+		out[i] = ds[j]
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/storefault"
+	"github.com/sluicehq/sluice/stores/redisstore"
+	"github.com/sluicehq/sluice/stores/rueidisstore"
+)
+
+// TestStackOneCall decides a three-rule stack through each Redis store on
+// a server of its own: each decision, admitted or denied, is one script
+// call, and a denied one leaves every rule as it was.
+func TestStackOneCall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { gc.Close() })
+	rs, err := redisstore.New(gc, redisstore.Config{Prefix: "one:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	us, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: "one-u:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, store := range map[string]core.Store{"redisstore": rs, "rueidisstore": us} {
+		stack, err := core.NewStack(store,
+			core.Rule{Name: "burst", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(3)},
+			core.Rule{Name: "daily", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerDay(100)},
+			core.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.Per(1000, time.Hour)},
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := func() int64 {
+			info := storefault.Info(t, srv, "commandstats")
+			return storefault.InfoCount(info, "cmdstat_evalsha", "calls") + storefault.InfoCount(info, "cmdstat_eval", "calls")
+		}
+		ctx := context.Background()
+		if _, err := stack.Allow(ctx, "warm", "warm", "warm"); err != nil { // loads the script
+			t.Fatalf("%s: %v", name, err)
+		}
+		before := calls()
+		var admitted int
+		for range 5 {
+			v, err := stack.Allow(ctx, "u1", "u1", "t1")
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if v.Allowed {
+				admitted++
+			}
+		}
+		if n := calls() - before; admitted != 3 || n != 5 {
+			t.Errorf("%s: %d of 5 admitted in %d script calls; want 3 in 5", name, admitted, n)
+		}
+		v, err := stack.Allow(ctx, "u2", "u2", "t1")
+		if err != nil || !v.Allowed || v.Rules[1].Remaining != 99 || v.Rules[2].Remaining != 1000-4 {
+			t.Errorf("%s: another user after two denials: %+v, %v; want the tenant charged 4 times, not 6", name, v, err)
+		}
+	}
+}
+
+// TestStackClusterOneKey decides a burst limit and a daily quota on one
+// user through a Cluster, in one script (the keys share the user's slot):
+// denials charge neither rule.
+func TestStackClusterOneKey(t *testing.T) {
+	t.Parallel()
+	cl := redistest.SharedCluster(t)
+	gc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { gc.Close() })
+	rs, err := redisstore.New(gc, redisstore.Config{Prefix: "stackcl:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	us, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: "stackcl-u:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, store := range map[string]core.Store{"redisstore": rs, "rueidisstore": us} {
+		stack, err := core.NewStack(store,
+			core.Rule{Name: "burst", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1).WithBurst(2)},
+			core.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(10)},
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		key := fmt.Sprintf("%s-user-%d", name, time.Now().UnixNano())
+		var admitted int
+		for range 6 {
+			v, err := stack.Allow(ctx, key, key)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if v.Allowed {
+				admitted++
+			}
+		}
+		daily, err := store.Apply(ctx, core.Request{Key: key, Algorithm: core.Named(algorithms.TokenBucket, "daily"), Limit: core.PerDay(10), Cost: 1, Peek: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if admitted != 2 || daily.Remaining != 10-3 {
+			t.Errorf("%s: %d of 6 admitted, the daily quota left %d after a peek; want 2 admitted and 7 (only admissions charged)", name, admitted, daily.Remaining)
+		}
+	}
+}
