@@ -6,8 +6,9 @@
 //
 // The commands are:
 //
-//	sim    run a traffic pattern through an algorithm and report what it admits
-//	help   list the commands, or show one command's flags (sluice help sim)
+//	sim      run a traffic pattern through an algorithm and report what it admits
+//	inspect  print a key's state and TTL in Redis, and the decision a request would get
+//	help     list the commands, or show one command's flags (sluice help sim)
 //
 // # sim
 //
@@ -30,9 +31,22 @@
 // docs/sim.md: a token bucket of 10 req/s with a burst of 50, sent 60
 // requests at the top of every second for 5 seconds.
 //
+// # inspect
+//
+// Inspect reads a key's state from Redis as the Redis stores keep it
+// (the Redis key, the state's fields, its entries and TTL, on the
+// server's clock) and, given -limit, peeks at the decision a request of
+// cost 1 would get now, charging nothing:
+//
+//	go run ./cmd/sluice inspect -redis localhost:6379 -limit 10/s -burst 50 user:42
+//
+// -algorithm names the algorithm (a stack's rule as algorithm/rule),
+// -prefix the store's key prefix, -cluster says the addresses are a
+// Cluster's.
+//
 // # Exit status
 //
 // Every command exits 0 on success, 1 when it fails while running (a chart
-// it cannot write), and 2 on bad usage: an unknown command, or a flag value
+// it cannot write, a Redis it cannot reach), and 2 on bad usage: an unknown command, or a flag value
 // it cannot use, reported on one line of standard error.
 package main

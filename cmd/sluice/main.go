@@ -18,6 +18,7 @@ type command struct {
 // commands lists the subcommands in the order usage prints them.
 var commands = []command{
 	{"sim", "run a traffic pattern through an algorithm and report what it admits", runSim},
+	{"inspect", "print a key's state and TTL in Redis, and the decision a request would get", runInspect},
 }
 
 func main() {

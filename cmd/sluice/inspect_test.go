@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/stores/redisstore"
+)
+
+func TestInspect(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerMinute(10).WithBurst(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := lim.Allow(context.Background(), "user:42"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want []string // lines of stdout or stderr to find
+	}{
+		{[]string{"-redis", srv.Addr(), "-limit", "10/min", "-burst", "50", "user:42"}, 0, []string{
+			"redis key sluice:{user:42}:token-bucket",
+			"ttl ",
+			"a request now allowed, 46 of 50 left after it",
+		}},
+		{[]string{"-redis", srv.Addr(), "-algorithm", "gcra", "user:7"}, 0, []string{"state none: the key is fresh"}},
+		{[]string{"-redis", srv.Addr()}, 2, []string{"want one KEY"}},
+		{[]string{"-redis", srv.Addr(), "-algorithm", "leaky", "k"}, 2, []string{`unknown algorithm "leaky"`}},
+		{[]string{"-redis", srv.Addr(), "-limit", "10", "k"}, 2, []string{"-limit \"10\""}},
+		{[]string{"-redis", srv.Addr(), "-prefix", "a{b}", "k"}, 1, []string{"-prefix"}},
+	} {
+		var out, errs bytes.Buffer
+		code := run(append([]string{"inspect"}, tc.args...), &out, &errs)
+		text := strings.Join(strings.Fields(out.String()+errs.String()), " ") // columns vary in width
+		if code != tc.code {
+			t.Errorf("sluice inspect %v = %d, want %d\n%s", tc.args, code, tc.code, text)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("sluice inspect %v printed no %q:\n%s", tc.args, w, text)
+			}
+		}
+	}
+}
+
+// TestInspectUnreachable: a Redis that is not there is an error within
+// the timeout, not a hang.
+func TestInspectUnreachable(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	start := time.Now()
+	if code := run([]string{"inspect", "-redis", addr, "-timeout", "200ms", "k"}, &out, &errs); code != 1 || !strings.Contains(errs.String(), "redis") {
+		t.Errorf("inspect of a stopped Redis = %d, %q; want 1 and the error", code, errs.String())
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("inspect of a stopped Redis took %v", took)
+	}
+}
