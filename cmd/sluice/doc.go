@@ -8,6 +8,7 @@
 //
 //	sim      run a traffic pattern through an algorithm and report what it admits
 //	inspect  print a key's state and TTL in Redis, and the decision a request would get
+//	bench    measure decisions against your Redis: throughput, latency, calls per decision
 //	help     list the commands, or show one command's flags (sluice help sim)
 //
 // # sim
@@ -43,6 +44,16 @@
 // -algorithm names the algorithm (a stack's rule as algorithm/rule),
 // -prefix the store's key prefix, -cluster says the addresses are a
 // Cluster's.
+//
+// # bench
+//
+// Bench makes decisions against your own Redis for -duration from
+// -concurrency goroutines, on -keys keys (1: one hot key), through
+// rueidisstore or redisstore (-client, -pipeline), printing progress each
+// second, then the throughput, the share admitted, latency percentiles
+// and the script calls the server counted per decision:
+//
+//	go run ./cmd/sluice bench -redis localhost:6379 -concurrency 64 -duration 10s
 //
 // # Exit status
 //

@@ -19,6 +19,7 @@ type command struct {
 var commands = []command{
 	{"sim", "run a traffic pattern through an algorithm and report what it admits", runSim},
 	{"inspect", "print a key's state and TTL in Redis, and the decision a request would get", runInspect},
+	{"bench", "measure decisions against your Redis: throughput, latency, calls per decision", runBench},
 }
 
 func main() {

@@ -79,3 +79,31 @@ func TestInspectUnreachable(t *testing.T) {
 		t.Errorf("inspect of a stopped Redis took %v", took)
 	}
 }
+
+// TestBench runs a short bench through each client against a real
+// redis-server: it reports its figures, one script call per decision, and
+// progress.
+func TestBench(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, client := range []string{"rueidis", "go-redis"} {
+		var out, errs bytes.Buffer
+		code := run([]string{"bench", "-redis", srv.Addr(), "-client", client, "-duration", "1200ms", "-concurrency", "4", "-keys", "10", "-limit", "100/s"}, &out, &errs)
+		text := strings.Join(strings.Fields(out.String()), " ")
+		if code != 0 {
+			t.Fatalf("%s: sluice bench = %d\n%s%s", client, code, out.String(), errs.String())
+		}
+		for _, w := range []string{"decisions", "latency p50", "p99.9", "1.000 per decision", "admitted"} {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: sluice bench printed no %q:\n%s", client, w, out.String())
+			}
+		}
+		if !strings.Contains(errs.String(), "1s: ") {
+			t.Errorf("%s: no progress line on stderr: %q", client, errs.String())
+		}
+		t.Logf("%s:\n%s", client, out.String())
+	}
+	var out, errs bytes.Buffer
+	if code := run([]string{"bench", "-client", "memcached"}, &out, &errs); code != 2 {
+		t.Errorf("bench -client memcached = %d, want 2", code)
+	}
+}
