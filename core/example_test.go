@@ -193,3 +193,48 @@ func ExampleLimiter_Acquire() {
 	// true true false
 	// true 0
 }
+
+// Coming from golang.org/x/time/rate: rate.NewLimiter(10, 5) is one
+// bucket; a sluice limiter is a bucket per key, in memory or in Redis.
+// lim.Allow() becomes limiter.Allow(ctx, key), lim.Wait(ctx) becomes
+// limiter.Wait(ctx, key), and lim.Reserve() limiter.Reserve(ctx, key,
+// maxWait).
+func Example_fromTimeRate() {
+	store, _ := memstore.New(memstore.Config{})
+	defer store.Close()
+	// rate.NewLimiter(rate.Limit(10), 5)
+	limiter, _ := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(10).WithBurst(5))
+	ctx := context.Background()
+	allowed := 0
+	for range 8 {
+		if d, _ := limiter.Allow(ctx, "global"); d.Allowed { // lim.Allow()
+			allowed++
+		}
+	}
+	fmt.Println("allowed", allowed, "of 8 at once")
+	// Output: allowed 5 of 8 at once
+}
+
+// Coming from go-redis/redis_rate: redis_rate is GCRA in Redis, and
+// limiter.Allow(ctx, key, redis_rate.PerSecond(10)) becomes a GCRA
+// limiter's Allow. Its Result maps to core.Decision: Allowed > 0 is
+// Allowed, and Remaining, RetryAfter and ResetAfter keep their meaning
+// (RetryAfter is 0 when allowed, not -1).
+func Example_fromRedisRate() {
+	store, _ := memstore.New(memstore.Config{}) // redisstore.New(client, redisstore.Config{}) in production
+	defer store.Close()
+	// redis_rate.PerSecond(10): rate 10, burst 10, period 1s
+	limiter, _ := core.NewLimiter(store, algorithms.GCRA, core.PerSecond(10))
+	ctx := context.Background()
+	for i := 1; ; i++ {
+		d, err := limiter.Allow(ctx, "project:123")
+		if err != nil {
+			log.Fatal(err)
+		}
+		if !d.Allowed {
+			fmt.Printf("request %d denied, retry in %v\n", i, d.RetryAfter.Round(10*time.Millisecond))
+			break
+		}
+	}
+	// Output: request 11 denied, retry in 100ms
+}
