@@ -543,3 +543,72 @@ func CheckUnsupported(t testing.TB, store core.Store, calls func() int64, what s
 		t.Fatalf("the counter counted no %s for a scripted algorithm", what)
 	}
 }
+
+// Tally is what hammering a key saw (see [Hammer]).
+type Tally struct {
+	Admitted  int64     // decisions with Allowed
+	Late      int64     // of those, the ones whose reply came after the deadline
+	Decisions int64     // calls that returned a decision
+	LastAdmit time.Time // the latest reply to an admitted call; zero if none
+}
+
+// Add adds b's counts to a, keeping the later LastAdmit.
+func (a *Tally) Add(b Tally) {
+	a.Admitted += b.Admitted
+	a.Late += b.Late
+	a.Decisions += b.Decisions
+	if b.LastAdmit.After(a.LastAdmit) {
+		a.LastAdmit = b.LastAdmit
+	}
+}
+
+// Hammer calls store.Apply(req) from n goroutines. Each waits until start,
+// then calls in a loop and sends no call after end. It returns what they
+// saw, and an error if any call failed (a goroutine stops at its first
+// error). The over-grant tests of the Redis and layered stores count with
+// it, in one process or several.
+func Hammer(store core.Store, req core.Request, n int, start, end time.Time) (Tally, error) {
+	// Only a safety net against a hung server: no call should come near it.
+	ctx, cancel := context.WithDeadline(context.Background(), end.Add(30*time.Second))
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total Tally
+		errs  []error
+	)
+	for range n {
+		wg.Go(func() {
+			time.Sleep(time.Until(start))
+			var mine Tally
+			var err error
+			for time.Now().Before(end) {
+				var d core.Decision
+				d, err = store.Apply(ctx, req)
+				at := time.Now()
+				if err != nil {
+					break
+				}
+				mine.Decisions++
+				if d.Allowed {
+					mine.Admitted++
+					if at.After(end) {
+						mine.Late++
+					}
+					mine.LastAdmit = at
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			total.Add(mine)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return total, fmt.Errorf("%d of %d goroutines failed; the first: %w", len(errs), n, errs[0])
+	}
+	return total, nil
+}

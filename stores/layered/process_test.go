@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,73 +17,9 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/storefault"
 	"github.com/sluicehq/sluice/stores/layered"
 )
-
-// tally is what hammering a key saw.
-type tally struct {
-	admitted  int64     // decisions with Allowed
-	late      int64     // of those, the ones decided after the deadline
-	decisions int64     // calls that returned a decision
-	lastAdmit time.Time // the latest admitted decision; zero if none
-}
-
-func (a *tally) add(b tally) {
-	a.admitted += b.admitted
-	a.late += b.late
-	a.decisions += b.decisions
-	if b.lastAdmit.After(a.lastAdmit) {
-		a.lastAdmit = b.lastAdmit
-	}
-}
-
-// hammer calls store.Apply(req) from n goroutines in a loop from start,
-// sending no call after end, and returns what they saw; an error if a call
-// failed.
-func hammer(store core.Store, req core.Request, n int, start, end time.Time) (tally, error) {
-	ctx, cancel := context.WithDeadline(context.Background(), end.Add(30*time.Second))
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		total tally
-		errs  []error
-	)
-	for range n {
-		wg.Go(func() {
-			time.Sleep(time.Until(start))
-			var mine tally
-			var err error
-			for time.Now().Before(end) {
-				var d core.Decision
-				d, err = store.Apply(ctx, req)
-				at := time.Now()
-				if err != nil {
-					break
-				}
-				mine.decisions++
-				if d.Allowed {
-					mine.admitted++
-					if at.After(end) {
-						mine.late++
-					}
-					mine.lastAdmit = at
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			total.add(mine)
-			if err != nil {
-				errs = append(errs, err)
-			}
-		})
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return total, fmt.Errorf("%d of %d goroutines failed; the first: %w", len(errs), n, errs[0])
-	}
-	return total, nil
-}
 
 // The environment of TestLeaseProcesses's workers.
 const (
@@ -165,17 +100,17 @@ func TestLeaseProcesses(t *testing.T) {
 		}
 		workers[i] = w
 	}
-	var total tally
+	var total storefault.Tally
 	var calls int64
 	failed := false
 	for i, w := range workers {
 		err := w.cmd.Wait()
-		var got tally
+		var got storefault.Tally
 		var lastNs, n int64
 		reported := false
 		sc := bufio.NewScanner(bytes.NewReader(w.stdout.Bytes()))
 		for sc.Scan() {
-			if k, _ := fmt.Sscanf(sc.Text()+"\n", workerReport, &got.admitted, &got.late, &got.decisions, &n, &lastNs); k == 5 {
+			if k, _ := fmt.Sscanf(sc.Text()+"\n", workerReport, &got.Admitted, &got.Late, &got.Decisions, &n, &lastNs); k == 5 {
 				reported = true
 			}
 		}
@@ -185,10 +120,10 @@ func TestLeaseProcesses(t *testing.T) {
 			continue
 		}
 		if lastNs != 0 {
-			got.lastAdmit = time.Unix(0, lastNs)
+			got.LastAdmit = time.Unix(0, lastNs)
 		}
-		t.Logf("worker %d (%s): admitted %d (%d after the deadline) of %d decisions with %d Redis calls", i, w.kind, got.admitted, got.late, got.decisions, n)
-		total.add(got)
+		t.Logf("worker %d (%s): admitted %d (%d after the deadline) of %d decisions with %d Redis calls", i, w.kind, got.Admitted, got.Late, got.Decisions, n)
+		total.Add(got)
 		calls += n
 	}
 	if failed {
@@ -196,21 +131,21 @@ func TestLeaseProcesses(t *testing.T) {
 	}
 	most := int64(procRate) + procRate*int64(procWindow/time.Second)
 	t.Logf("all workers: admitted %d (%d after the deadline) of %d decisions with %d Redis calls (%.5f per decision); the limit's maximum %d: under-admission %d (%.1f%%)",
-		total.admitted, total.late, total.decisions, calls, float64(calls)/float64(total.decisions), most, most-total.admitted, 100*float64(most-total.admitted)/float64(most))
-	if onTime := total.admitted - total.late; onTime > most {
+		total.Admitted, total.Late, total.Decisions, calls, float64(calls)/float64(total.Decisions), most, most-total.Admitted, 100*float64(most-total.Admitted)/float64(most))
+	if onTime := total.Admitted - total.Late; onTime > most {
 		t.Errorf("admitted %d by the deadline, more than the limit's %d: over-admission", onTime, most)
 	}
 	last := end
-	if total.lastAdmit.After(last) {
-		last = total.lastAdmit
+	if total.LastAdmit.After(last) {
+		last = total.LastAdmit
 	}
-	if bound := int64(procRate) + procRate*int64(last.Sub(start))/int64(time.Second); total.admitted > bound {
-		t.Errorf("admitted %d in all, more than the limit's %d up to the last admission: over-admission", total.admitted, bound)
+	if bound := int64(procRate) + procRate*int64(last.Sub(start))/int64(time.Second); total.Admitted > bound {
+		t.Errorf("admitted %d in all, more than the limit's %d up to the last admission: over-admission", total.Admitted, bound)
 	}
 	// The documented price: tokens stranded in leases and in waits for a
 	// batch. Far more would mean leases lose tokens.
-	if least := most * 85 / 100; total.admitted < least {
-		t.Errorf("admitted %d, want at least %d (85%% of %d)", total.admitted, least, most)
+	if least := most * 85 / 100; total.Admitted < least {
+		t.Errorf("admitted %d, want at least %d (85%% of %d)", total.Admitted, least, most)
 	}
 }
 
@@ -258,13 +193,13 @@ func leaseWorker(t *testing.T, kind string) {
 	}
 	var before atomic.Int64
 	before.Store(calls.Load())
-	got, err := hammer(store, req, procGoroutines, time.Unix(0, startNs), time.Unix(0, endNs))
+	got, err := storefault.Hammer(store, req, procGoroutines, time.Unix(0, startNs), time.Unix(0, endNs))
 	if err != nil {
-		fail("%v (after %d decisions)", err, got.decisions)
+		fail("%v (after %d decisions)", err, got.Decisions)
 	}
 	var last int64
-	if !got.lastAdmit.IsZero() {
-		last = got.lastAdmit.UnixNano()
+	if !got.LastAdmit.IsZero() {
+		last = got.LastAdmit.UnixNano()
 	}
-	fmt.Printf(workerReport, got.admitted, got.late, got.decisions, calls.Load()-before.Load(), last)
+	fmt.Printf(workerReport, got.Admitted, got.Late, got.Decisions, calls.Load()-before.Load(), last)
 }

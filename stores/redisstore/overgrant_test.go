@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/storefault"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
@@ -45,73 +46,6 @@ import (
 // The lower bound holds as long as the key is hammered without a gap
 // longer than a full bucket's worth of refill (b/r seconds).
 
-// tally is what hammering a key saw.
-type tally struct {
-	admitted  int64     // decisions with Allowed
-	late      int64     // of those, the ones whose reply came after the deadline
-	decisions int64     // calls that returned a decision
-	lastAdmit time.Time // the latest reply to an admitted call; zero if none
-}
-
-func (a *tally) add(b tally) {
-	a.admitted += b.admitted
-	a.late += b.late
-	a.decisions += b.decisions
-	if b.lastAdmit.After(a.lastAdmit) {
-		a.lastAdmit = b.lastAdmit
-	}
-}
-
-// hammer calls store.Apply(req) from n goroutines. Each waits until start,
-// then calls in a loop and sends no call after end. It returns what they
-// saw, and an error if any call failed (a goroutine stops at its first
-// error).
-func hammer(store core.Store, req core.Request, n int, start, end time.Time) (tally, error) {
-	// Only a safety net against a hung server: no call should come near it.
-	ctx, cancel := context.WithDeadline(context.Background(), end.Add(30*time.Second))
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		total tally
-		errs  []error
-	)
-	for range n {
-		wg.Go(func() {
-			time.Sleep(time.Until(start))
-			var mine tally
-			var err error
-			for time.Now().Before(end) {
-				var d core.Decision
-				d, err = store.Apply(ctx, req)
-				at := time.Now()
-				if err != nil {
-					break
-				}
-				mine.decisions++
-				if d.Allowed {
-					mine.admitted++
-					if at.After(end) {
-						mine.late++
-					}
-					mine.lastAdmit = at
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			total.add(mine)
-			if err != nil {
-				errs = append(errs, err)
-			}
-		})
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return total, fmt.Errorf("%d of %d goroutines failed; the first: %w", len(errs), n, errs[0])
-	}
-	return total, nil
-}
-
 // maxAdmitted is the most a bucket of burst refilled at perSecond admits
 // within span: burst + ⌊perSecond·span⌋.
 func maxAdmitted(burst, perSecond int64, span time.Duration) int64 {
@@ -125,23 +59,23 @@ func maxAdmitted(burst, perSecond int64, span time.Duration) int64 {
 // perSecond hammered from start to end: at most the bound on the calls
 // answered by end, at most the bound over [start, last admitted reply] on
 // all, and at least least in all.
-func checkAdmitted(t *testing.T, got tally, burst, perSecond int64, start, end time.Time, least int64) {
+func checkAdmitted(t *testing.T, got storefault.Tally, burst, perSecond int64, start, end time.Time, least int64) {
 	t.Helper()
-	onTime := got.admitted - got.late
+	onTime := got.Admitted - got.Late
 	if want := maxAdmitted(burst, perSecond, end.Sub(start)); onTime > want {
 		t.Errorf("admitted %d with a reply by the deadline, want at most %d (burst %d + %d/s × %v): over-grant",
 			onTime, want, burst, perSecond, end.Sub(start))
 	}
 	last := end
-	if got.lastAdmit.After(last) {
-		last = got.lastAdmit
+	if got.LastAdmit.After(last) {
+		last = got.LastAdmit
 	}
-	if want := maxAdmitted(burst, perSecond, last.Sub(start)); got.admitted > want {
+	if want := maxAdmitted(burst, perSecond, last.Sub(start)); got.Admitted > want {
 		t.Errorf("admitted %d in all, want at most %d (burst %d + %d/s × %v, from the start to the last admitted reply): over-grant",
-			got.admitted, want, burst, perSecond, last.Sub(start))
+			got.Admitted, want, burst, perSecond, last.Sub(start))
 	}
-	if got.admitted < least {
-		t.Errorf("admitted %d, want at least %d: the key was not hammered throughout, or tokens were lost", got.admitted, least)
+	if got.Admitted < least {
+		t.Errorf("admitted %d, want at least %d: the key was not hammered throughout, or tokens were lost", got.Admitted, least)
 	}
 }
 
@@ -228,7 +162,7 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 		name  string
 		store core.Store
 		req   core.Request
-		got   tally
+		got   storefault.Tally
 		err   error
 	}
 	var runs []*run
@@ -253,14 +187,14 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 	end := start.Add(window)
 	var wg sync.WaitGroup
 	for _, r := range runs {
-		wg.Go(func() { r.got, r.err = hammer(r.store, r.req, goroutines, start, end) })
+		wg.Go(func() { r.got, r.err = storefault.Hammer(r.store, r.req, goroutines, start, end) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
 			t.Logf("admitted %d (%d answered after the deadline) of %d decisions in %v (%.0f decisions/s)",
-				r.got.admitted, r.got.late, r.got.decisions, elapsed.Round(time.Millisecond), float64(r.got.decisions)/elapsed.Seconds())
+				r.got.Admitted, r.got.Late, r.got.Decisions, elapsed.Round(time.Millisecond), float64(r.got.Decisions)/elapsed.Seconds())
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
@@ -360,16 +294,16 @@ func TestNoOvergrantProcesses(t *testing.T) {
 		workers[i] = w
 	}
 
-	var total tally
+	var total storefault.Tally
 	var failed bool
 	for i, w := range workers {
 		err := w.cmd.Wait()
-		var got tally
+		var got storefault.Tally
 		var lastNs, lagNs int64
 		var reported bool
 		sc := bufio.NewScanner(bytes.NewReader(w.stdout.Bytes()))
 		for sc.Scan() {
-			if n, _ := fmt.Sscanf(sc.Text()+"\n", workerReport, &got.admitted, &got.late, &got.decisions, &lastNs, &lagNs); n == 5 {
+			if n, _ := fmt.Sscanf(sc.Text()+"\n", workerReport, &got.Admitted, &got.Late, &got.Decisions, &lastNs, &lagNs); n == 5 {
 				reported = true
 			}
 		}
@@ -380,20 +314,20 @@ func TestNoOvergrantProcesses(t *testing.T) {
 			continue
 		}
 		if lastNs != 0 {
-			got.lastAdmit = time.Unix(0, lastNs)
+			got.LastAdmit = time.Unix(0, lastNs)
 		}
 		ready := fmt.Sprintf("ready %v before the start", -time.Duration(lagNs).Round(time.Millisecond))
 		if lagNs > 0 {
 			ready = fmt.Sprintf("ready %v AFTER the start", time.Duration(lagNs).Round(time.Millisecond))
 		}
 		t.Logf("worker %d (%s, pid %d): admitted %d (%d answered after the deadline) of %d decisions; %s",
-			i, w.kind, w.cmd.Process.Pid, got.admitted, got.late, got.decisions, ready)
-		total.add(got)
+			i, w.kind, w.cmd.Process.Pid, got.Admitted, got.Late, got.Decisions, ready)
+		total.Add(got)
 	}
 	if failed {
 		t.FailNow()
 	}
-	t.Logf("all workers: admitted %d (%d answered after the deadline) of %d decisions", total.admitted, total.late, total.decisions)
+	t.Logf("all workers: admitted %d (%d answered after the deadline) of %d decisions", total.Admitted, total.Late, total.Decisions)
 	limit := int64(procRate) + procRate*int64(procWindow/time.Second)
 	checkAdmitted(t, total, procRate, procRate, start, end, limit*95/100)
 }
@@ -433,13 +367,13 @@ func overgrantWorker(t *testing.T, kind string) {
 		fail("peek before the start: %v", err)
 	}
 	lag := time.Since(start) // negative when the worker was ready in time
-	got, err := hammer(store, req, procGoroutines, start, end)
+	got, err := storefault.Hammer(store, req, procGoroutines, start, end)
 	if err != nil {
-		fail("%v (after %d decisions)", err, got.decisions)
+		fail("%v (after %d decisions)", err, got.Decisions)
 	}
 	var last int64
-	if !got.lastAdmit.IsZero() {
-		last = got.lastAdmit.UnixNano()
+	if !got.LastAdmit.IsZero() {
+		last = got.LastAdmit.UnixNano()
 	}
-	fmt.Printf(workerReport, got.admitted, got.late, got.decisions, last, lag)
+	fmt.Printf(workerReport, got.Admitted, got.Late, got.Decisions, last, lag)
 }
