@@ -46,6 +46,7 @@ func TestReserveSteps(t *testing.T) {
 	lim, _ := newLimiter(t, func() time.Time { return clock }, algorithms.TokenBucket, core.PerSecond(1).WithBurst(2))
 	ctx := context.Background()
 	s := time.Second
+	reservations := map[int]*core.Reservation{} // by step, for the cancels
 	for i, st := range []struct {
 		at      time.Duration
 		op      string // "allow", "reserve" (n, within wait) or "cancel" (of step ref)
@@ -95,8 +96,6 @@ func TestReserveSteps(t *testing.T) {
 		}
 	}
 }
-
-var reservations = map[int]*core.Reservation{}
 
 func TestReserveUnsupported(t *testing.T) {
 	lim, _ := newLimiter(t, nil, algorithms.FixedWindow, core.PerSecond(1))

@@ -13,9 +13,8 @@ type MultiStore interface {
 	Store
 	// ApplyAll decides reqs together, writing each request's decision to
 	// out (as long as reqs). If every request is admitted all are charged;
-	// otherwise none is, and out holds what each would have got. The
-	// requests are valid, charges (not peeks, refunds or reservations),
-	// and name distinct key and algorithm pairs.
+	// otherwise none is, and out holds what each would have got. It
+	// rejects what [ValidateAll] rejects, before touching any state.
 	ApplyAll(ctx context.Context, reqs []Request, out []Decision) error
 }
 
@@ -34,11 +33,11 @@ type MultiStore interface {
 // few store round trips. A store failure part way also refunds what was
 // charged, as far as the store lets it.
 func ApplyAll(ctx context.Context, s Store, reqs []Request, out []Decision) error {
+	if m, ok := s.(MultiStore); ok {
+		return m.ApplyAll(ctx, reqs, out) // which validates
+	}
 	if err := ValidateAll(reqs, out); err != nil {
 		return err
-	}
-	if m, ok := s.(MultiStore); ok {
-		return m.ApplyAll(ctx, reqs, out)
 	}
 	return ApplyInTurn(ctx, s, reqs, out)
 }

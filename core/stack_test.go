@@ -95,7 +95,7 @@ func TestApplyAllInvalid(t *testing.T) {
 	peek, twice, bad := tb, tb, tb
 	peek.Peek = true
 	bad.Cost = -1
-	for _, store := range []core.Store{s.Store(), core.StoreFunc(c.Store.Apply)} {
+	for _, store := range []core.Store{s.Store(), core.StoreFunc(c.Store.Apply), c.Store} { // the last a MultiStore
 		for _, tc := range []struct {
 			reqs []core.Request
 			out  int

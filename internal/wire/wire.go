@@ -175,14 +175,15 @@ func Script(req *core.Request) (*core.Script, error) {
 }
 
 // Together prepares requests to be decided in one call of
-// algorithms.MultiScript: the keys of the requests that need the store
-// (not under [core.Inf]), their packed requests one after another, one
-// byte per request naming its algorithm, and the requests' positions in
-// reqs. ok is false when the requests cannot be decided in one call: an
-// algorithm has no twin in the script, or, on a Redis Cluster (cluster
-// set), the keys are not one user key (and so not one slot). The requests
-// must have passed [core.ValidateAll].
-func Together(prefix string, reqs []core.Request, cluster bool) (keys []string, packed, algs string, at []int, ok bool) {
+// algorithms.MultiScript: the keys of the requests that need the store,
+// their packed requests one after another, one byte per request naming its
+// algorithm, and the requests' positions in reqs; it writes the decisions
+// of requests under [core.Inf] to out. ok is false, and out untouched,
+// when the requests cannot be decided in one call: an algorithm has no
+// twin in the script, or, on a Redis Cluster (cluster set), the keys are
+// not one user key (and so not one slot). The requests must have passed
+// [core.ValidateAll].
+func Together(prefix string, reqs []core.Request, out []core.Decision, cluster bool) (keys []string, packed, algs string, at []int, ok bool) {
 	var p, a []byte
 	for i := range reqs {
 		r := &reqs[i]
@@ -198,22 +199,27 @@ func Together(prefix string, reqs []core.Request, cluster bool) (keys []string, 
 		a = append(a, byte(idx))
 		at = append(at, i)
 	}
+	for i := range reqs {
+		if reqs[i].Limit.IsInf() {
+			out[i] = core.Unlimited()
+		}
+	}
 	return keys, string(p), string(a), at, true
 }
 
-// Decisions checks the reply of algorithms.MultiScript for n requests,
-// already read as integers, and returns their decisions.
-func Decisions(ints []int64, n int) ([]core.Decision, error) {
-	if len(ints) != n*ReplyLen {
-		return nil, fmt.Errorf("%w: %d integers for %d decisions", ErrMalformed, len(ints), n)
+// Place checks the reply of algorithms.MultiScript, read as integers, for
+// the requests at the positions at (from [Together]) and writes their
+// decisions to out.
+func Place(ints []int64, at []int, out []core.Decision) error {
+	if len(ints) != len(at)*ReplyLen {
+		return fmt.Errorf("%w: %d integers for %d decisions", ErrMalformed, len(ints), len(at))
 	}
-	out := make([]core.Decision, n)
-	for i := range out {
-		d, err := Decision([ReplyLen]int64(ints[i*ReplyLen : (i+1)*ReplyLen]))
+	for j, i := range at {
+		d, err := Decision([ReplyLen]int64(ints[j*ReplyLen : (j+1)*ReplyLen]))
 		if err != nil {
-			return nil, fmt.Errorf("decision %d: %w", i, err)
+			return fmt.Errorf("decision %d: %w", i, err)
 		}
 		out[i] = d
 	}
-	return out, nil
+	return nil
 }

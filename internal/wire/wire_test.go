@@ -175,3 +175,19 @@ func sha(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+func TestPlace(t *testing.T) {
+	out := make([]core.Decision, 3)
+	ints := []int64{1, 10, 9, 0, 100, 0, 0, 5, 0, 7, 9, 0}
+	if err := Place(ints, []int{0, 2}, out); err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Allowed || out[0].Remaining != 9 || out[2].Allowed || out[2].RetryAfter != 7*time.Microsecond || out[1] != (core.Decision{}) {
+		t.Errorf("Place put %+v", out)
+	}
+	for _, bad := range [][]int64{ints[:6], append(ints[:6:6], 2, 1, 1, 0, 0, 0)} {
+		if err := Place(bad, []int{0, 1}, out); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Place(%v) = %v, want ErrMalformed", bad, err)
+		}
+	}
+}

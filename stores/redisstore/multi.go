@@ -32,18 +32,26 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	case *redis.ClusterClient, *redis.Ring:
 		cluster = true
 	}
-	keys, packed, algs, at, ok := wire.Together(s.prefix, reqs, cluster)
-	if !ok {
+	keys, packed, algs, at, ok := wire.Together(s.prefix, reqs, out, cluster)
+	switch {
+	case !ok:
 		return core.ApplyInTurn(ctx, s, reqs, out)
-	}
-	for i := range reqs {
-		if reqs[i].Limit.IsInf() {
-			out[i] = core.Unlimited()
-		}
-	}
-	if len(at) == 0 {
+	case len(at) == 0:
 		return nil
 	}
+	ints, err := s.evalMulti(ctx, keys, packed, algs)
+	if err == nil {
+		err = wire.Place(ints, at, out)
+	}
+	if err != nil {
+		return fmt.Errorf("redisstore: multi: %w", err)
+	}
+	return nil
+}
+
+// evalMulti runs algorithms.MultiScript (EVAL once on NOSCRIPT) and reads
+// its reply as integers.
+func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
 	script := algorithms.MultiScript()
 	args := make([]any, 0, 3+len(keys)+2)
 	args = append(args, "evalsha", script.Hash(), strconv.Itoa(len(keys)))
@@ -62,26 +70,19 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	}
 	switch {
 	case errors.Is(err, redis.Nil):
-		return fmt.Errorf("redisstore: multi: %w: no reply", wire.ErrMalformed)
+		return nil, fmt.Errorf("%w: no reply", wire.ErrMalformed)
 	case err != nil:
-		return fmt.Errorf("redisstore: multi: %w", err)
+		return nil, err
 	}
 	vals, ok := reply.([]any)
 	if !ok {
-		return fmt.Errorf("redisstore: multi: %w: %T", wire.ErrMalformed, reply)
+		return nil, fmt.Errorf("%w: %T", wire.ErrMalformed, reply)
 	}
 	ints := make([]int64, len(vals))
 	for i, v := range vals {
 		if ints[i], ok = v.(int64); !ok {
-			return fmt.Errorf("redisstore: multi: %w: element %d is %T", wire.ErrMalformed, i, v)
+			return nil, fmt.Errorf("%w: element %d is %T", wire.ErrMalformed, i, v)
 		}
 	}
-	ds, err := wire.Decisions(ints, len(at))
-	if err != nil {
-		return fmt.Errorf("redisstore: multi: %w", err)
-	}
-	for j, i := range at {
-		out[i] = ds[j]
-	}
-	return nil
+	return ints, nil
 }

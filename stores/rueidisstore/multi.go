@@ -25,44 +25,46 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
-	keys, packed, algs, at, ok := wire.Together(s.prefix, reqs, s.client.Mode() == rueidis.ClientModeCluster)
-	if !ok {
+	keys, packed, algs, at, ok := wire.Together(s.prefix, reqs, out, s.client.Mode() == rueidis.ClientModeCluster)
+	switch {
+	case !ok:
 		return core.ApplyInTurn(ctx, s, reqs, out)
-	}
-	for i := range reqs {
-		if reqs[i].Limit.IsInf() {
-			out[i] = core.Unlimited()
-		}
-	}
-	if len(at) == 0 {
+	case len(at) == 0:
 		return nil
 	}
+	ints, err := s.evalMulti(ctx, keys, packed, algs)
+	if err == nil {
+		err = wire.Place(ints, at, out)
+	}
+	if err != nil {
+		return fmt.Errorf("rueidisstore: multi: %w", err)
+	}
+	return nil
+}
+
+// evalMulti runs algorithms.MultiScript (EVAL once on NOSCRIPT) and reads
+// its reply as integers.
+func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
 	script := algorithms.MultiScript()
-	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(int64(len(keys))).Key(keys...).Arg(packed, algs).Build())
+	n := int64(len(keys))
+	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(n).Key(keys...).Arg(packed, algs).Build())
 	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
-		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(int64(len(keys))).Key(keys...).Arg(packed, algs).Build())
+		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(packed, algs).Build())
 	}
 	if err := res.Error(); rueidis.IsRedisNil(err) {
-		return fmt.Errorf("rueidisstore: multi: %w: no reply", wire.ErrMalformed)
+		return nil, fmt.Errorf("%w: no reply", wire.ErrMalformed)
 	} else if err != nil {
-		return fmt.Errorf("rueidisstore: multi: %w", err)
+		return nil, err
 	}
 	vals, err := res.ToArray()
 	if err != nil {
-		return fmt.Errorf("rueidisstore: multi: %w: %w", wire.ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", wire.ErrMalformed, err)
 	}
 	ints := make([]int64, len(vals))
 	for i := range vals {
 		if ints[i], err = vals[i].ToInt64(); err != nil {
-			return fmt.Errorf("rueidisstore: multi: %w: element %d: %w", wire.ErrMalformed, i, err)
+			return nil, fmt.Errorf("%w: element %d: %w", wire.ErrMalformed, i, err)
 		}
 	}
-	ds, err := wire.Decisions(ints, len(at))
-	if err != nil {
-		return fmt.Errorf("rueidisstore: multi: %w", err)
-	}
-	for j, i := range at {
-		out[i] = ds[j]
-	}
-	return nil
+	return ints, nil
 }
