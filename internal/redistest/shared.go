@@ -95,6 +95,27 @@ func SharedCluster(t testing.TB) *Cluster {
 	return c
 }
 
+// SharedClusterAddrs is [SharedCluster] for code that has no testing.TB,
+// such as a runnable Example: it returns the addresses of the shared
+// cluster's three masters, "127.0.0.1:PORT" in the order of
+// [Cluster.Addrs], starting the cluster on first use, under the same rules.
+// A first failure to start is written to standard error and the whole
+// cluster started afresh once, as [SharedCluster] does.
+func SharedClusterAddrs() ([]string, error) {
+	if !mainRunning.Load() {
+		return nil, errors.New("redistest: SharedClusterAddrs needs the package's TestMain to call redistest.Main(m)")
+	}
+	c, err := sharedCluster.get(func() (*Cluster, error) {
+		return startCluster(nil, true, func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redistest: shared cluster: %w", err)
+	}
+	return c.Addrs(), nil
+}
+
 func requireMain(t testing.TB, name string) {
 	t.Helper()
 	if !mainRunning.Load() {
@@ -102,8 +123,8 @@ func requireMain(t testing.TB, name string) {
 	}
 }
 
-// Main runs the tests of a package that uses [Shared] or [SharedCluster]
-// and then stops the shared servers by PID and removes their directories.
+// Main runs the tests of a package that uses [Shared], [SharedCluster],
+// [SharedAddr] or [SharedClusterAddrs] and then stops the shared servers by PID and removes their directories.
 // Call it as the whole of TestMain:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
