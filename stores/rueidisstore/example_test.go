@@ -49,3 +49,55 @@ func Example() {
 	// true 0
 	// false 0
 }
+
+// rueidis finds out by itself that its addresses are a Redis Cluster's,
+// and the store decides on it as on one server. Each user's state lives in
+// the slot of the user's key, its hash tag: each user's decisions go to
+// one slot, and different users spread over the slots and the masters
+// that serve them.
+func Example_cluster() {
+	// Your cluster's addresses: one reachable master is enough, the
+	// client finds the others. Here, a 3-master cluster of the test's own.
+	addrs, err := redistest.SharedClusterAddrs()
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	fmt.Println("cluster:", client.Mode() == rueidis.ClientModeCluster)
+
+	store, err := rueidisstore.New(client, rueidisstore.Config{Prefix: "example:"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := core.NewLimiter(store, algorithms.GCRA, core.PerMinute(10).WithBurst(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, user := range []string{"user:1", "user:2", "user:3"} {
+		defer limiter.Reset(ctx, user)
+		var allowed []bool
+		for range 3 {
+			d, err := limiter.Allow(ctx, user)
+			if err != nil {
+				log.Fatal(err) // Redis failed; a denial is not an error
+			}
+			allowed = append(allowed, d.Allowed)
+		}
+		key := "example:{" + user + "}:gcra"
+		slot, err := client.Do(ctx, client.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(user, allowed, key, "in slot", slot)
+	}
+	// Output:
+	// cluster: true
+	// user:1 [true true false] example:{user:1}:gcra in slot 10778
+	// user:2 [true true false] example:{user:2}:gcra in slot 6777
+	// user:3 [true true false] example:{user:3}:gcra in slot 2648
+}
