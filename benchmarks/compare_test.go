@@ -1,0 +1,301 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// The limits of the speed benchmarks. On Redis a hot key's demand is a few
+// times the rate, so every contender both admits and denies. In memory a
+// hot key is far over its limit, so it measures denials, while per-user
+// and random keys stay under it and measure admissions. (The in-memory
+// rate stays below 31,622 a second: sethvargo/go-limiter refills
+// Interval/Tokens tokens a tick, which is less than Tokens above
+// √(Interval in ns); see docs/benchmarks.md.)
+var (
+	redisLimit  = Limit{Rate: 20_000, Burst: 100}
+	memoryLimit = Limit{Rate: 10_000, Burst: 10_000}
+)
+
+// The workloads' keys.
+const (
+	users      = 10_000    // "users": each decision picks one of 10,000 users
+	randomKeys = 100_000   // "random100k": one of 100,000 keys, uniformly
+	distinct   = 1_000_000 // "distinct1M": every decision a key never seen
+)
+
+var goroutineCounts = []int{1, 16, 64, 256}
+
+// keyset is a workload's keys and the random order decisions draw them in,
+// built before any timer starts so that no contender pays for it.
+type keyset struct {
+	keys  []string
+	order []uint32 // indexes into keys; decision i uses keys[order[i%len(order)]]
+}
+
+func (k *keyset) key(i int) string { return k.keys[k.order[i%len(k.order)]] }
+
+func newKeyset(prefix string, n int) *keyset {
+	k := &keyset{keys: make([]string, n), order: make([]uint32, 1<<20)}
+	for i := range k.keys {
+		k.keys[i] = prefix + strconv.Itoa(i)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range k.order {
+		k.order[i] = uint32(r.IntN(n))
+	}
+	return k
+}
+
+var workloads = sync.OnceValue(func() map[string]*keyset {
+	return map[string]*keyset{
+		"hot":        newKeyset("hot", 1),
+		"users":      newKeyset("user:", users),
+		"random100k": newKeyset("key:", randomKeys),
+	}
+})
+
+// tally is what one run of decisions admitted and how many failed.
+type tally struct {
+	admitted, failed int64
+	err              error // the first failure
+}
+
+// drive makes n decisions with c from the given number of goroutines,
+// decision i on key(i). Goroutines take decisions in chunks, so that the
+// shared counter is not what the benchmark measures.
+func drive(ctx context.Context, c Contender, n, goroutines int, key func(int) string) tally {
+	const chunk = 16
+	var (
+		next     atomic.Int64
+		admitted atomic.Int64
+		failed   atomic.Int64
+		firstErr sync.Once
+		wg       sync.WaitGroup
+		out      tally
+	)
+	for range goroutines {
+		wg.Go(func() {
+			var ok, bad int64
+			defer func() { admitted.Add(ok); failed.Add(bad) }()
+			for {
+				start := int(next.Add(chunk)) - chunk
+				if start >= n {
+					return
+				}
+				for i := start; i < min(start+chunk, n); i++ {
+					allowed, err := c.Allow(ctx, key(i))
+					switch {
+					case err != nil:
+						bad++
+						firstErr.Do(func() { out.err = err })
+					case allowed:
+						ok++
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	out.admitted, out.failed = admitted.Load(), failed.Load()
+	return out
+}
+
+// check fails the benchmark if a sluice contender failed a decision, or
+// if another failed every one of its n. Another library's failures
+// (throttled gives up after 10 lost compare-and-swaps, the WATCH/MULTI
+// version after 100 aborted transactions) are counted, not fatal.
+func check(b *testing.B, c Contender, t tally, n int) {
+	b.Helper()
+	if c.Sluice && t.failed > 0 {
+		b.Fatalf("%s: %d of %d decisions failed: %v", c.Name, t.failed, n, t.err)
+	}
+	if t.failed == int64(n) {
+		b.Fatalf("%s: every decision failed: %v", c.Name, t.err)
+	}
+	if t.failed > 0 {
+		b.Logf("%s: %d of %d decisions failed, the first: %v", c.Name, t.failed, n, t.err)
+	}
+}
+
+// report checks a run of b.N decisions and adds the figures every
+// comparison shows beside ns/op and allocs/op.
+func report(b *testing.B, c Contender, t tally, elapsed time.Duration) {
+	b.Helper()
+	check(b, c, t, b.N)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(t.admitted)/float64(b.N), "admitted/op")
+	b.ReportMetric(float64(t.failed)/float64(b.N), "errors/op")
+}
+
+// BenchmarkRedis compares every Redis contender on one real redis-server:
+// a hot key and per-user keys, at 1, 16, 64 and 256 goroutines. Beside
+// ns/op and allocs/op it reports the commands the server counted per
+// decision (calls/op) and the µs the server spent running them
+// (server-µs/op).
+func BenchmarkRedis(b *testing.B) {
+	srv := redistest.Shared(b)
+	contenders, err := RedisContenders(srv.Addr(), redisLimit)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for _, c := range contenders {
+			c.Close()
+		}
+	})
+	for _, w := range []string{"hot", "users"} {
+		keys := workloads()[w]
+		for _, g := range goroutineCounts {
+			for _, c := range contenders {
+				b.Run(fmt.Sprintf("%s/g=%d/%s", w, g, c.Name), func(b *testing.B) {
+					before := commandStats(b, srv)
+					b.ReportAllocs()
+					b.ResetTimer()
+					start := time.Now()
+					t := drive(b.Context(), c, b.N, g, keys.key)
+					elapsed := time.Since(start)
+					b.StopTimer()
+					after := commandStats(b, srv)
+					report(b, c, t, elapsed)
+					b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "calls/op")
+					b.ReportMetric(float64(after.usec-before.usec)/float64(b.N), "server-µs/op")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMemory compares the in-process contenders: a hot key, per-user
+// keys and 100,000 random keys, at 1, 16, 64 and 256 goroutines.
+func BenchmarkMemory(b *testing.B) {
+	contenders, err := MemoryContenders(memoryLimit)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for _, c := range contenders {
+			c.Close()
+		}
+	})
+	for _, w := range []string{"hot", "users", "random100k"} {
+		keys := workloads()[w]
+		for _, g := range goroutineCounts {
+			for _, c := range contenders {
+				b.Run(fmt.Sprintf("%s/g=%d/%s", w, g, c.Name), func(b *testing.B) {
+					b.ReportAllocs()
+					b.ResetTimer()
+					start := time.Now()
+					t := drive(b.Context(), c, b.N, g, keys.key)
+					elapsed := time.Since(start)
+					b.StopTimer()
+					report(b, c, t, elapsed)
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkDistinct1M gives each in-process contender, new, a million keys
+// it has never seen, one decision each: the cost of a first decision, and
+// the memory each key keeps (B/key, after a collection). One op is the
+// whole million; ns/decision and allocs/decision divide by it.
+func BenchmarkDistinct1M(b *testing.B) {
+	keys := newKeyset("new:", distinct)
+	makers, err := MemoryContenders(memoryLimit) // for the names, in order
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range makers {
+		c.Close()
+	}
+	for _, g := range []int{1, 64} {
+		for i, named := range makers {
+			b.Run(fmt.Sprintf("g=%d/%s", g, named.Name), func(b *testing.B) {
+				var elapsed time.Duration
+				var retained, mallocs uint64
+				var t tally
+				for range b.N {
+					b.StopTimer()
+					runtime.GC()
+					var m0, m1 runtime.MemStats
+					runtime.ReadMemStats(&m0)
+					fresh, err := MemoryContenders(memoryLimit)
+					if err != nil {
+						b.Fatal(err)
+					}
+					c := fresh[i]
+					for j, other := range fresh {
+						if j != i {
+							other.Close()
+						}
+					}
+					b.StartTimer()
+					start := time.Now()
+					t = drive(b.Context(), c, distinct, g, func(j int) string { return keys.keys[j] })
+					elapsed += time.Since(start)
+					b.StopTimer()
+					runtime.ReadMemStats(&m1)
+					mallocs += m1.Mallocs - m0.Mallocs
+					runtime.GC()
+					runtime.ReadMemStats(&m1)
+					retained += m1.HeapAlloc - min(m0.HeapAlloc, m1.HeapAlloc)
+					c.Close()
+					check(b, c, t, distinct)
+				}
+				per := float64(b.N) * distinct
+				b.ReportMetric(per/elapsed.Seconds(), "decisions/s")
+				b.ReportMetric(float64(elapsed.Nanoseconds())/per, "ns/decision")
+				b.ReportMetric(float64(mallocs)/per, "allocs/decision")
+				b.ReportMetric(float64(retained)/per, "B/key")
+				b.ReportMetric(float64(t.admitted)/distinct, "admitted/op")
+			})
+		}
+	}
+}
+
+// serverCounts are the totals of INFO commandstats: every command the
+// server ran, and the µs it spent in them, leaving out INFO itself.
+type serverCounts struct{ calls, usec int64 }
+
+func commandStats(tb testing.TB, srv *redistest.Server) serverCounts {
+	tb.Helper()
+	r, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := r.String()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out serverCounts
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, fields, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		for field := range strings.SplitSeq(fields, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				out.calls += n
+			case "usec":
+				out.usec += n
+			}
+		}
+	}
+	return out
+}
