@@ -7,36 +7,60 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// The chart's geometry, in SVG user units (pixels).
-const (
-	chartWidth  = 960
-	chartHeight = 480
-	plotLeft    = 72  // room for the left axis's labels
-	plotRight   = 888 // chartWidth minus room for the right axis's labels
-	plotTop     = 72  // room for the title and the legend
-	plotBottom  = 420 // chartHeight minus room for the x axis's labels
-)
+// frame is a chart's canvas and its plot area, in SVG user units (pixels).
+type frame struct {
+	width, height            float64
+	left, right, top, bottom float64 // the plot area
+}
+
+// singleFrame is the chart of one algorithm, with room on the right for
+// the level's axis.
+var singleFrame = frame{width: 960, height: 480, left: 72, right: 888, top: 72, bottom: 420}
+
+// comparisonFrame is the chart of several algorithms, with room on the
+// right for the legend, which names each algorithm.
+var comparisonFrame = frame{width: 960, height: 480, left: 72, right: 712, top: 72, bottom: 420}
 
 // The chart's colours.
 const (
 	colorAdmitted = "#3a9a4f" // green
 	colorRejected = "#d98c84" // muted red
 	colorLevel    = "#1f4e8c" // dark blue
+	colorSent     = "#d6d6d6" // light grey
 	colorAxis     = "#444444"
 	colorGrid     = "#e4e4e4"
 )
 
-// saveChart writes the chart of res to the file path.
-func saveChart(path string, cfg *simConfig, res *simResult) error {
+// seriesColors gives each algorithm the same colour on every comparison
+// chart. The colours are told apart with any of the common kinds of
+// colour blindness.
+var seriesColors = map[string]string{
+	"token-bucket":           "#0072b2", // blue
+	"gcra":                   "#e69f00", // orange
+	"fixed-window":           "#d55e00", // vermilion
+	"sliding-window-counter": "#009e73", // bluish green
+	"sliding-window-log":     "#cc79a7", // reddish purple
+	"concurrency":            "#56b4e9", // sky blue
+}
+
+// saveChart writes the chart of results to the file path: the chart of one
+// algorithm, or the comparison of several.
+func saveChart(path string, cfg *simConfig, results []*simResult) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("-chart: %w", err)
 	}
-	if err := writeChart(f, cfg, res); err != nil {
+	if len(results) == 1 {
+		err = writeChart(f, cfg, results[0])
+	} else {
+		err = writeComparisonChart(f, cfg, results)
+	}
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("-chart: writing %s: %w", path, err)
 	}
@@ -50,63 +74,267 @@ func saveChart(path string, cfg *simConfig, res *simResult) error {
 // (admitted below, rejected above) against the left axis, and the level at
 // each interval's end as a line against the right axis.
 func writeChart(w io.Writer, cfg *simConfig, res *simResult) error {
-	bw := bufio.NewWriter(w)
-	c := &chart{w: bw}
-
-	dur := cfg.duration.Seconds()
-	xOf := func(secs float64) float64 { return plotLeft + secs/dur*(plotRight-plotLeft) }
-
-	var maxSent int64
-	for _, iv := range res.intervals {
-		maxSent = max(maxSent, iv.sent)
-	}
-	leftStep := max(niceStep(float64(maxSent), 5), 1)
-	leftTop := max(math.Ceil(float64(maxSent)/leftStep)*leftStep, leftStep)
-	yLeft := func(n float64) float64 { return plotBottom - n/leftTop*(plotBottom-plotTop) }
+	c := newChart(w, singleFrame, cfg, res.intervals)
 
 	maxLevel := res.startLevel
 	for _, iv := range res.intervals {
 		maxLevel = max(maxLevel, iv.level)
 	}
-	rightStep := max(niceStep(float64(max(res.capacity, maxLevel)), 5), 1)
-	rightTop := max(math.Ceil(float64(max(res.capacity, maxLevel))/rightStep)*rightStep, rightStep)
-	yRight := func(n float64) float64 { return plotBottom - n/rightTop*(plotBottom-plotTop) }
+	rightTop, rightStep := axisScale(max(res.capacity, maxLevel))
+	yRight := c.yOf(rightTop)
 
-	title := fmt.Sprintf("%s · %v · %s", cfg.alg.Name(), cfg.limit, trafficName(cfg))
-	c.printf(`<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">
-`, chartWidth, chartHeight, chartWidth, chartHeight)
-	c.printf("<title>%s</title>\n", esc(title))
-	c.printf(`<rect width="%d" height="%d" fill="white"/>`+"\n", chartWidth, chartHeight)
-	c.printf(`<text x="%d" y="26" font-size="16" font-weight="bold">%s</text>`+"\n", plotLeft, esc(title))
-	c.printf(`<text x="%d" y="46" fill="%s">%s in intervals of %v; level is the capacity left at each interval's end, out of %d</text>`+"\n",
-		plotLeft, colorAxis, duration(cfg.duration), duration(cfg.interval), res.capacity)
-
-	// Horizontal grid and the left axis's ticks.
-	c.printf(`<g class="left-axis" fill="%s" text-anchor="end">`+"\n", colorAxis)
-	for v := 0.0; v <= leftTop+leftStep/2; v += leftStep {
-		y := yLeft(v)
-		c.printf(`<line x1="%d" x2="%d" y1="%s" y2="%s" stroke="%s"/>`, plotLeft, plotRight, num(y), num(y), colorGrid)
-		c.printf(`<text x="%d" y="%s">%s</text>`+"\n", plotLeft-8, num(y+4), tickLabel(v, leftStep))
-	}
-	c.printf(`<text transform="translate(18,%s) rotate(-90)" text-anchor="middle">requests per interval</text>`+"\n", num((plotTop+plotBottom)/2))
-	c.printf("</g>\n")
+	title := fmt.Sprintf("%s · %v · %s", res.alg.Name(), cfg.limit, trafficName(cfg))
+	c.begin(title, fmt.Sprintf("%s in intervals of %v; level is the capacity left at each interval's end, out of %d",
+		duration(cfg.duration), duration(cfg.interval), res.capacity))
+	c.leftAxis()
 
 	// The right axis's ticks, for the level.
 	c.printf(`<g class="right-axis" fill="%s">`+"\n", colorLevel)
 	for v := 0.0; v <= rightTop+rightStep/2; v += rightStep {
 		y := yRight(v)
-		c.printf(`<line x1="%d" x2="%d" y1="%s" y2="%s" stroke="%s"/>`, plotRight, plotRight+5, num(y), num(y), colorLevel)
-		c.printf(`<text x="%d" y="%s">%s</text>`+"\n", plotRight+8, num(y+4), tickLabel(v, rightStep))
+		c.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s" stroke="%s"/>`, num(c.right), num(c.right+5), num(y), num(y), colorLevel)
+		c.printf(`<text x="%s" y="%s">%s</text>`+"\n", num(c.right+8), num(y+4), tickLabel(v, rightStep))
 	}
-	c.printf(`<text transform="translate(%d,%s) rotate(90)" text-anchor="middle">level (capacity left)</text>`+"\n", chartWidth-18, num((plotTop+plotBottom)/2))
+	c.printf(`<text transform="translate(%s,%s) rotate(90)" text-anchor="middle">level (capacity left)</text>`+"\n", num(c.width-18), num((c.top+c.bottom)/2))
 	c.printf("</g>\n")
 
-	// The bars. Wide bars get a gap between them; narrow ones touch, and
-	// overlap a little so that anti-aliasing leaves no seams.
-	c.printf("<g class=\"bars\">\n")
+	c.bars(func(_ int, iv interval) string {
+		return fmt.Sprintf("%s: sent %d, admitted %d, rejected %d, level %d", span(iv), iv.sent, iv.admitted, iv.rejected, iv.level)
+	}, func(_ int, iv interval) []segment {
+		return []segment{{"admitted", colorAdmitted, iv.admitted}, {"rejected", colorRejected, iv.rejected}}
+	})
+
+	// The level, measured at each interval's end.
+	var pts strings.Builder
+	fmt.Fprintf(&pts, "%s,%s ", num(c.xOf(0)), num(yRight(float64(res.startLevel))))
 	for _, iv := range res.intervals {
-		x0, x1 := xOf(iv.start.Seconds()), xOf(iv.end.Seconds())
+		fmt.Fprintf(&pts, "%s,%s ", num(c.xOf(iv.end.Seconds())), num(yRight(float64(iv.level))))
+	}
+	c.printf(`<g class="level" fill="%s">`+"\n", colorLevel)
+	c.printf(`<polyline points="%s" fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round"/>`+"\n", strings.TrimSpace(pts.String()), colorLevel)
+	// Points only where they stay apart; with many intervals the line
+	// alone reads better.
+	if step := (c.right - c.left) / float64(len(res.intervals)); step >= 6 {
+		r := min(step/4, 3.5)
+		c.printf(`<circle cx="%s" cy="%s" r="%s"/>`, num(c.xOf(0)), num(yRight(float64(res.startLevel))), num(r))
+		for _, iv := range res.intervals {
+			c.printf(`<circle cx="%s" cy="%s" r="%s"/>`, num(c.xOf(iv.end.Seconds())), num(yRight(float64(iv.level))), num(r))
+		}
+		c.printf("\n")
+	}
+	c.printf("</g>\n")
+
+	c.xAxis(colorLevel)
+
+	// The legend, top right.
+	lx := c.right - 300
+	c.printf(`<g class="legend" fill="%s">`+"\n", colorAxis)
+	c.printf(`<rect x="%s" y="52" width="12" height="12" fill="%s"/><text x="%s" y="62">admitted</text>`+"\n", num(lx), colorAdmitted, num(lx+17))
+	c.printf(`<rect x="%s" y="52" width="12" height="12" fill="%s"/><text x="%s" y="62">rejected</text>`+"\n", num(lx+85), colorRejected, num(lx+102))
+	c.printf(`<line x1="%s" x2="%s" y1="58" y2="58" stroke="%s" stroke-width="2"/><circle cx="%s" cy="58" r="3" fill="%s"/><text x="%s" y="62">level (right axis)</text>`+"\n",
+		num(lx+170), num(lx+190), colorLevel, num(lx+180), colorLevel, num(lx+195))
+	c.printf("</g>\n")
+
+	return c.end()
+}
+
+// writeComparisonChart writes an SVG chart of several algorithms' runs on
+// the same traffic: a grey bar per interval for the requests sent, and for
+// each algorithm a step line of the requests it admitted per interval,
+// against the same axis. The legend names each algorithm with its total.
+func writeComparisonChart(w io.Writer, cfg *simConfig, results []*simResult) error {
+	c := newChart(w, comparisonFrame, cfg, results[0].intervals)
+
+	c.begin(fmt.Sprintf("%d algorithms · %v · %s", len(results), cfg.limit, trafficName(cfg)),
+		fmt.Sprintf("requests admitted per interval by each algorithm, sent the same requests; %s in intervals of %v",
+			duration(cfg.duration), duration(cfg.interval)))
+	c.leftAxis()
+
+	c.bars(func(i int, iv interval) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s: sent %d; admitted:", span(iv), iv.sent)
+		for _, res := range results {
+			fmt.Fprintf(&b, " %s %d,", res.alg.Name(), res.intervals[i].admitted)
+		}
+		return strings.TrimSuffix(b.String(), ",")
+	}, func(_ int, iv interval) []segment {
+		return []segment{{"sent", colorSent, iv.sent}}
+	})
+
+	c.xAxis("") // first, so that lines at 0 are drawn over it
+	c.printf(`<g class="algorithms" fill="none" stroke-width="%s" stroke-linecap="square">`+"\n", num(seriesWidth))
+	for i, res := range results {
+		c.printf(`<path class="series" d="%s" stroke="%s"><title>%s</title></path>`+"\n",
+			c.steps(results, i), seriesColor(res.alg.Name()), esc(res.alg.Name()))
+	}
+	c.printf("</g>\n")
+
+	// The legend, right of the plot: the sent bars, then each algorithm
+	// with what it admitted in all.
+	lx, y := c.right+24, c.top+8
+	c.printf(`<g class="legend" fill="%s">`+"\n", colorAxis)
+	c.printf(`<rect x="%s" y="%s" width="20" height="12" fill="%s"/><text x="%s" y="%s">sent</text>`+"\n",
+		num(lx), num(y-10), colorSent, num(lx+27), num(y))
+	for i, res := range results {
+		y += 32
+		sum := summarize(cfg, res)
+		same := "" // the first earlier algorithm that admitted just as this one
+		for _, earlier := range results[:i] {
+			if slices.EqualFunc(res.intervals, earlier.intervals, func(a, b interval) bool { return a.admitted == b.admitted }) {
+				same = earlier.alg.Name()
+				break
+			}
+		}
+		c.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s" stroke="%s" stroke-width="%s"/><text x="%s" y="%s">%s</text>`+"\n",
+			num(lx), num(lx+20), num(y-4), num(y-4), seriesColor(res.alg.Name()), num(seriesWidth), num(lx+27), num(y), esc(res.alg.Name()))
+		note := "admitted " + itoa(sum.admitted)
+		if sum.share != "" {
+			note += " (" + sum.share + ")"
+		}
+		y += 15
+		c.printf(`<text x="%s" y="%s" font-size="11">%s</text>`+"\n", num(lx+27), num(y), esc(note))
+		if same != "" {
+			y += 14
+			c.printf(`<text x="%s" y="%s" font-size="11">same as %s</text>`+"\n", num(lx+27), num(y), esc(same))
+		}
+	}
+	c.printf(`<text x="%s" y="%s" font-size="11">where lines coincide,</text>`+"\n", num(lx), num(y+36))
+	c.printf(`<text x="%s" y="%s" font-size="11">their colours alternate</text>`+"\n", num(lx), num(y+50))
+	c.printf("</g>\n")
+
+	return c.end()
+}
+
+// seriesColor returns the colour of algorithm name's line.
+func seriesColor(name string) string {
+	if c, ok := seriesColors[name]; ok {
+		return c
+	}
+	return colorAxis
+}
+
+// seriesWidth is the stroke width of an algorithm's line.
+const seriesWidth = 3
+
+// stripe is the length of one colour's dash, in pixels, where the lines of
+// several algorithms coincide.
+const stripe = 6
+
+// steps returns the SVG path of the r-th result's step line: across each
+// interval at what it admitted there, and upright at the boundaries where
+// that changes. Where other algorithms admitted the same over the same
+// intervals, their lines would hide one another, so the stretch is cut
+// into dashes of about [stripe] pixels that the algorithms take in turn:
+// the stretch is striped with the colour of each.
+func (c *chart) steps(results []*simResult, r int) string {
+	admitted := func(a, i int) int64 { return results[a].intervals[i].admitted }
+	// sharers returns the algorithms that admitted v in interval i.
+	sharers := func(i int, v int64) []int {
+		var s []int
+		for a := range results {
+			if admitted(a, i) == v {
+				s = append(s, a)
+			}
+		}
+		return s
+	}
+	var d strings.Builder
+	n := len(c.intervals)
+	for i := 0; i < n; {
+		v := admitted(r, i)
+		with := sharers(i, v)
+		// The stretch runs on while the value and who shares it stay.
+		j := i + 1
+		for j < n && admitted(r, j) == v && slices.Equal(sharers(j, v), with) {
+			j++
+		}
+		x0, x1, y := c.xOf(c.intervals[i].start.Seconds()), c.xOf(c.intervals[j-1].end.Seconds()), c.yLeft(float64(v))
+		k := len(with)
+		dashes := k * max(1, int((x1-x0)/(stripe*float64(k))))
+		for p := slices.Index(with, r); p < dashes; p += k {
+			fmt.Fprintf(&d, "M%s,%sH%s", num(x0+float64(p)*(x1-x0)/float64(dashes)), num(y), num(x0+float64(p+1)*(x1-x0)/float64(dashes)))
+		}
+		if j < n && admitted(r, j) != v {
+			fmt.Fprintf(&d, "M%s,%sV%s", num(x1), num(y), num(c.yLeft(float64(admitted(r, j)))))
+		}
+		i = j
+	}
+	return d.String()
+}
+
+// segment is one part of a stacked bar: a count of requests drawn in a
+// colour, with a class naming it.
+type segment struct {
+	class, color string
+	n            int64
+}
+
+// newChart returns a chart of intervals over cfg's duration drawn in f,
+// writing to w through a buffer that [chart.end] flushes. The left axis
+// counts requests per interval, up to the most sent in any one.
+func newChart(w io.Writer, f frame, cfg *simConfig, intervals []interval) *chart {
+	c := &chart{w: bufio.NewWriter(w), frame: f, dur: cfg.duration.Seconds(), intervals: intervals}
+	var maxSent int64
+	for _, iv := range intervals {
+		maxSent = max(maxSent, iv.sent)
+	}
+	c.leftTop, c.leftStep = axisScale(maxSent)
+	return c
+}
+
+// axisScale returns the top of an axis that shows values up to most, and
+// the round step between its ticks.
+func axisScale(most int64) (top, step float64) {
+	step = max(niceStep(float64(most), 5), 1)
+	return max(math.Ceil(float64(most)/step)*step, step), step
+}
+
+// xOf returns the x coordinate of secs seconds from the start.
+func (c *chart) xOf(secs float64) float64 { return c.left + secs/c.dur*(c.right-c.left) }
+
+// yOf returns the function that places a value on an axis whose top is top.
+func (c *chart) yOf(top float64) func(float64) float64 {
+	return func(n float64) float64 { return c.bottom - n/top*(c.bottom-c.top) }
+}
+
+// yLeft returns the y coordinate of n requests per interval.
+func (c *chart) yLeft(n float64) float64 { return c.yOf(c.leftTop)(n) }
+
+// begin writes the SVG's start: the canvas, the title and, below it, the
+// subtitle.
+func (c *chart) begin(title, subtitle string) {
+	c.printf(`<?xml version="1.0" encoding="UTF-8"?>
+<svg xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s" font-family="sans-serif" font-size="12">
+`, num(c.width), num(c.height), num(c.width), num(c.height))
+	c.printf("<title>%s</title>\n", esc(title))
+	c.printf(`<rect width="%s" height="%s" fill="white"/>`+"\n", num(c.width), num(c.height))
+	c.printf(`<text x="%s" y="26" font-size="16" font-weight="bold">%s</text>`+"\n", num(c.left), esc(title))
+	c.printf(`<text x="%s" y="46" fill="%s">%s</text>`+"\n", num(c.left), colorAxis, esc(subtitle))
+}
+
+// leftAxis writes the horizontal grid and the left axis's ticks, for
+// requests per interval.
+func (c *chart) leftAxis() {
+	c.printf(`<g class="left-axis" fill="%s" text-anchor="end">`+"\n", colorAxis)
+	for v := 0.0; v <= c.leftTop+c.leftStep/2; v += c.leftStep {
+		y := c.yLeft(v)
+		c.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s" stroke="%s"/>`, num(c.left), num(c.right), num(y), num(y), colorGrid)
+		c.printf(`<text x="%s" y="%s">%s</text>`+"\n", num(c.left-8), num(y+4), tickLabel(v, c.leftStep))
+	}
+	c.printf(`<text transform="translate(18,%s) rotate(-90)" text-anchor="middle">requests per interval</text>`+"\n", num((c.top+c.bottom)/2))
+	c.printf("</g>\n")
+}
+
+// bars writes a bar per interval against the left axis, stacking the
+// segments that parts returns for the i-th interval from the bottom up and
+// leaving out those of no requests; title gives the text shown when the
+// pointer rests on the bar.
+// Wide bars get a gap between them; narrow ones touch, and overlap a
+// little so that anti-aliasing leaves no seams.
+func (c *chart) bars(title func(int, interval) string, parts func(int, interval) []segment) {
+	c.printf("<g class=\"bars\">\n")
+	for i, iv := range c.intervals {
+		x0, x1 := c.xOf(iv.start.Seconds()), c.xOf(iv.end.Seconds())
 		gap := 0.0
 		if x1-x0 >= 6 {
 			gap = min((x1-x0)*0.2, 12)
@@ -114,77 +342,60 @@ func writeChart(w io.Writer, cfg *simConfig, res *simResult) error {
 			x1 += 0.3
 		}
 		x, width := x0+gap/2, x1-x0-gap
-		c.printf(`<g class="bar"><title>%s: sent %d, admitted %d, rejected %d, level %d</title>`,
-			span(iv), iv.sent, iv.admitted, iv.rejected, iv.level)
-		yA := yLeft(float64(iv.admitted))
-		if iv.admitted > 0 {
-			c.printf(`<rect class="admitted" x="%s" y="%s" width="%s" height="%s" fill="%s"/>`,
-				num(x), num(yA), num(width), num(plotBottom-yA), colorAdmitted)
-		}
-		if iv.rejected > 0 {
-			yR := yLeft(float64(iv.admitted + iv.rejected))
-			c.printf(`<rect class="rejected" x="%s" y="%s" width="%s" height="%s" fill="%s"/>`,
-				num(x), num(yR), num(width), num(yA-yR), colorRejected)
+		c.printf(`<g class="bar"><title>%s</title>`, esc(title(i, iv)))
+		var below int64
+		for _, s := range parts(i, iv) {
+			if s.n <= 0 {
+				continue
+			}
+			y0, y1 := c.yLeft(float64(below)), c.yLeft(float64(below+s.n))
+			c.printf(`<rect class="%s" x="%s" y="%s" width="%s" height="%s" fill="%s"/>`,
+				s.class, num(x), num(y1), num(width), num(y0-y1), s.color)
+			below += s.n
 		}
 		c.printf("</g>\n")
 	}
 	c.printf("</g>\n")
+}
 
-	// The level, measured at each interval's end.
-	var pts strings.Builder
-	fmt.Fprintf(&pts, "%s,%s ", num(xOf(0)), num(yRight(float64(res.startLevel))))
-	for _, iv := range res.intervals {
-		fmt.Fprintf(&pts, "%s,%s ", num(xOf(iv.end.Seconds())), num(yRight(float64(iv.level))))
-	}
-	c.printf(`<g class="level" fill="%s">`+"\n", colorLevel)
-	c.printf(`<polyline points="%s" fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round"/>`+"\n", strings.TrimSpace(pts.String()), colorLevel)
-	// Points only where they stay apart; with many intervals the line
-	// alone reads better.
-	if step := float64(plotRight-plotLeft) / float64(len(res.intervals)); step >= 6 {
-		r := min(step/4, 3.5)
-		c.printf(`<circle cx="%s" cy="%s" r="%s"/>`, num(xOf(0)), num(yRight(float64(res.startLevel))), num(r))
-		for _, iv := range res.intervals {
-			c.printf(`<circle cx="%s" cy="%s" r="%s"/>`, num(xOf(iv.end.Seconds())), num(yRight(float64(iv.level))), num(r))
-		}
-		c.printf("\n")
-	}
-	c.printf("</g>\n")
-
-	// The x axis, in seconds.
+// xAxis writes the x axis, in seconds, and the plot's left edge; and its
+// right edge in the colour right, unless right is "".
+func (c *chart) xAxis(right string) {
 	c.printf(`<g class="x-axis" fill="%s" stroke="%s">`+"\n", colorAxis, colorAxis)
-	c.printf(`<line x1="%d" x2="%d" y1="%d" y2="%d"/>`+"\n", plotLeft, plotRight, plotBottom, plotBottom)
-	c.printf(`<line x1="%d" x2="%d" y1="%d" y2="%d"/>`+"\n", plotLeft, plotLeft, plotTop, plotBottom)
-	c.printf(`<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s"/>`+"\n", plotRight, plotRight, plotTop, plotBottom, colorLevel)
-	xStep := niceStep(dur, 10)
-	for i := 0; float64(i)*xStep <= dur*(1+1e-9); i++ {
-		v := float64(i) * xStep
-		x := xOf(v)
-		c.printf(`<line x1="%s" x2="%s" y1="%d" y2="%d"/>`, num(x), num(x), plotBottom, plotBottom+5)
-		c.printf(`<text x="%s" y="%d" text-anchor="middle" stroke="none">%s</text>`+"\n", num(x), plotBottom+19, tickLabel(v, xStep))
+	c.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s"/>`+"\n", num(c.left), num(c.right), num(c.bottom), num(c.bottom))
+	c.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s"/>`+"\n", num(c.left), num(c.left), num(c.top), num(c.bottom))
+	if right != "" {
+		c.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s" stroke="%s"/>`+"\n", num(c.right), num(c.right), num(c.top), num(c.bottom), right)
 	}
-	c.printf(`<text x="%s" y="%d" text-anchor="middle" stroke="none">time (s)</text>`+"\n", num((plotLeft+plotRight)/2), plotBottom+40)
+	xStep := niceStep(c.dur, 10)
+	for i := 0; float64(i)*xStep <= c.dur*(1+1e-9); i++ {
+		v := float64(i) * xStep
+		x := c.xOf(v)
+		c.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s"/>`, num(x), num(x), num(c.bottom), num(c.bottom+5))
+		c.printf(`<text x="%s" y="%s" text-anchor="middle" stroke="none">%s</text>`+"\n", num(x), num(c.bottom+19), tickLabel(v, xStep))
+	}
+	c.printf(`<text x="%s" y="%s" text-anchor="middle" stroke="none">time (s)</text>`+"\n", num((c.left+c.right)/2), num(c.bottom+40))
 	c.printf("</g>\n")
+}
 
-	// The legend, top right.
-	lx := plotRight - 300
-	c.printf(`<g class="legend" fill="%s">`+"\n", colorAxis)
-	c.printf(`<rect x="%d" y="52" width="12" height="12" fill="%s"/><text x="%d" y="62">admitted</text>`+"\n", lx, colorAdmitted, lx+17)
-	c.printf(`<rect x="%d" y="52" width="12" height="12" fill="%s"/><text x="%d" y="62">rejected</text>`+"\n", lx+85, colorRejected, lx+102)
-	c.printf(`<line x1="%d" x2="%d" y1="58" y2="58" stroke="%s" stroke-width="2"/><circle cx="%d" cy="58" r="3" fill="%s"/><text x="%d" y="62">level (right axis)</text>`+"\n",
-		lx+170, lx+190, colorLevel, lx+180, colorLevel, lx+195)
-	c.printf("</g>\n")
-
+// end closes the SVG and flushes it, returning the first error.
+func (c *chart) end() error {
 	c.printf("</svg>\n")
 	if c.err != nil {
 		return c.err
 	}
-	return bw.Flush()
+	return c.w.Flush()
 }
 
-// chart writes SVG text, keeping the first error.
+// chart writes an SVG chart of a run's intervals, keeping the first
+// error.
 type chart struct {
-	w   io.Writer
-	err error
+	frame
+	w                 *bufio.Writer
+	err               error
+	dur               float64 // the run's duration, seconds
+	intervals         []interval
+	leftTop, leftStep float64 // the left axis's top and tick step, requests
 }
 
 func (c *chart) printf(format string, args ...any) {

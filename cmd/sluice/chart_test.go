@@ -1,18 +1,29 @@
 package main
 
 import (
+	"cmp"
 	"encoding/xml"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // svgCounts decodes the SVG file at path with encoding/xml, failing the
-// test if it is not well-formed, and counts its elements by class.
-func svgCounts(t *testing.T, path string) map[string]int {
+// test if it is not well-formed, and counts its elements by class. It also
+// collects the text of the text and title elements by the class of their
+// nearest ancestor (or themselves) that has one: texts["g.legend"] is the
+// legend's words.
+func svgCounts(t *testing.T, path string) (counts map[string]int, texts map[string][]string) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -20,8 +31,9 @@ func svgCounts(t *testing.T, path string) map[string]int {
 	}
 	defer f.Close()
 	d := xml.NewDecoder(f)
-	counts := map[string]int{}
+	counts, texts = map[string]int{}, map[string][]string{}
 	root := ""
+	var classes []string // the class in force at each open element
 	for {
 		tok, err := d.Token()
 		if errors.Is(err, io.EOF) {
@@ -30,23 +42,57 @@ func svgCounts(t *testing.T, path string) map[string]int {
 		if err != nil {
 			t.Fatalf("%s is not well-formed XML: %v", path, err)
 		}
-		se, ok := tok.(xml.StartElement)
-		if !ok {
-			continue
-		}
-		if root == "" {
-			root = se.Name.Space + " " + se.Name.Local
-		}
-		for _, a := range se.Attr {
-			if a.Name.Local == "class" {
-				counts[se.Name.Local+"."+a.Value]++
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if root == "" {
+				root = tok.Name.Space + " " + tok.Name.Local
+			}
+			class := ""
+			if len(classes) > 0 {
+				class = classes[len(classes)-1]
+			}
+			for _, a := range tok.Attr {
+				if a.Name.Local == "class" {
+					class = tok.Name.Local + "." + a.Value
+					counts[class]++
+				}
+			}
+			classes = append(classes, class)
+		case xml.EndElement:
+			classes = classes[:len(classes)-1]
+		case xml.CharData:
+			if s := strings.TrimSpace(string(tok)); s != "" && len(classes) > 0 {
+				texts[classes[len(classes)-1]] = append(texts[classes[len(classes)-1]], s)
 			}
 		}
 	}
 	if root != "http://www.w3.org/2000/svg svg" {
 		t.Errorf("%s: root element %q, want svg in the SVG namespace", path, root)
 	}
-	return counts
+	return counts, texts
+}
+
+// drawChart runs sim with args and -chart path, checks that it succeeded
+// and said where the chart went, and returns the first algorithm's run of
+// the same flags.
+func drawChart(t *testing.T, args []string, path string) *simResult {
+	t.Helper()
+	code, stdout, stderr := sim(t, append(args, "-chart", path)...)
+	if code != 0 {
+		t.Fatalf("sim -chart = %d, stderr %q", code, stderr)
+	}
+	if !strings.HasSuffix(stdout, "chart written to "+path+"\n") {
+		t.Errorf("stdout does not end with the chart's name:\n%s", stdout)
+	}
+	cfg, err := parseSim(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := simulate(cfg, cfg.algs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 func TestChart(t *testing.T) {
@@ -70,24 +116,10 @@ func TestChart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			path := filepath.Join(dir, "chart"+string(rune('a'+i))+".SVG")
-			code, stdout, stderr := sim(t, append(tt.args, "-chart", path)...)
-			if code != 0 {
-				t.Fatalf("sim -chart = %d, stderr %q", code, stderr)
-			}
-			if !strings.HasSuffix(stdout, "chart written to "+path+"\n") {
-				t.Errorf("stdout does not end with the chart's name:\n%s", stdout)
-			}
+			res := drawChart(t, tt.args, path)
 			// One bar per interval, holding a rect for each of admitted
 			// and rejected that is not zero.
 			var wantAdmitted, wantRejected int
-			cfg, err := parseSim(tt.args, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := simulate(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
 			for _, iv := range res.intervals {
 				if iv.admitted > 0 {
 					wantAdmitted++
@@ -96,7 +128,7 @@ func TestChart(t *testing.T) {
 					wantRejected++
 				}
 			}
-			counts := svgCounts(t, path)
+			counts, _ := svgCounts(t, path)
 			if counts["g.bar"] != tt.bars || counts["rect.admitted"] != wantAdmitted || counts["rect.rejected"] != wantRejected {
 				t.Errorf("%d bars, %d admitted and %d rejected rects; want %d, %d, %d",
 					counts["g.bar"], counts["rect.admitted"], counts["rect.rejected"], tt.bars, wantAdmitted, wantRejected)
@@ -152,6 +184,150 @@ func TestNiceStep(t *testing.T) {
 	for _, tt := range tests {
 		if got := niceStep(tt.span, tt.n); got != tt.want {
 			t.Errorf("niceStep(%v, %d) = %v, want %v", tt.span, tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestComparisonChart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	five := []string{"token-bucket", "gcra", "fixed-window", "sliding-window-counter", "sliding-window-log"}
+	tests := []struct {
+		name string
+		args []string
+		algs []string
+		same []string // legend notes of runs that admitted just as an earlier one
+	}{
+		{"all", []string{"-algorithm", "all", "-traffic", "onoff:60/s,2s,3s", "-duration", "10s"}, five,
+			[]string{"same as token-bucket", "same as fixed-window"}},
+		{"two of 600 intervals", []string{"-algorithm", "fixed-window,token-bucket", "-traffic", "onoff:60/s,2s,3s", "-duration", "60s", "-interval", "100ms"},
+			[]string{"fixed-window", "token-bucket"}, nil},
+		{"concurrency named", []string{"-algorithm", "concurrency,sliding-window-log"}, []string{"concurrency", "sliding-window-log"},
+			[]string{"same as concurrency"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(dir, "compare"+string(rune('a'+i))+".svg")
+			res := drawChart(t, tt.args, path)
+			var withSent int
+			for _, iv := range res.intervals {
+				if iv.sent > 0 {
+					withSent++
+				}
+			}
+			counts, texts := svgCounts(t, path)
+			// One bar per interval, one sent rect where any was sent, one
+			// line per algorithm named in its title, in the order given.
+			if counts["g.bar"] != len(res.intervals) || counts["rect.sent"] != withSent {
+				t.Errorf("%d bars and %d sent rects, want %d and %d", counts["g.bar"], counts["rect.sent"], len(res.intervals), withSent)
+			}
+			if got := texts["path.series"]; !slices.Equal(got, tt.algs) {
+				t.Errorf("series %q, want %q", got, tt.algs)
+			}
+			for _, class := range []string{"g.algorithms", "g.legend", "g.x-axis", "g.left-axis"} {
+				if counts[class] != 1 {
+					t.Errorf("%d elements %s, want 1", counts[class], class)
+				}
+			}
+			if counts["g.right-axis"] != 0 || counts["g.level"] != 0 {
+				t.Errorf("a comparison has %d right axes and %d level lines, want none", counts["g.right-axis"], counts["g.level"])
+			}
+			legend := texts["g.legend"]
+			for _, want := range append(append([]string{"sent"}, tt.algs...), tt.same...) {
+				if !slices.Contains(legend, want) {
+					t.Errorf("legend %q does not say %q", legend, want)
+				}
+			}
+			if n := len(slices.DeleteFunc(slices.Clone(legend), func(s string) bool { return !strings.HasPrefix(s, "same as ") })); n != len(tt.same) {
+				t.Errorf("legend %q has %d notes of runs the same as others, want %d", legend, n, len(tt.same))
+			}
+		})
+	}
+}
+
+func TestSeriesColors(t *testing.T) {
+	t.Parallel()
+	seen := map[string]string{}
+	for _, alg := range append(algorithms.All(), algorithms.Concurrency) {
+		c, ok := seriesColors[alg.Name()]
+		if !ok {
+			t.Errorf("%s has no colour", alg.Name())
+		}
+		if other, dup := seen[c]; dup {
+			t.Errorf("%s and %s share the colour %s", alg.Name(), other, c)
+		}
+		seen[c] = alg.Name()
+	}
+}
+
+// TestSteps checks the striping of lines that coincide: over each stretch,
+// the dashes of the algorithms that share it tile it, each dash drawn by
+// one of them.
+func TestSteps(t *testing.T) {
+	t.Parallel()
+	cfg := &simConfig{duration: 3 * time.Second, interval: time.Second}
+	// All three admit 5 in the first second, a and b in the second, b
+	// alone in the third.
+	admitted := map[string][]int64{"a": {5, 5, 2}, "b": {5, 5, 5}, "c": {5, 0, 0}}
+	var results []*simResult
+	for _, name := range []string{"a", "b", "c"} {
+		res := &simResult{}
+		for i, n := range admitted[name] {
+			start := time.Duration(i) * time.Second
+			res.intervals = append(res.intervals, interval{start: start, end: start + time.Second, sent: 5, admitted: n})
+		}
+		results = append(results, res)
+	}
+	c := newChart(io.Discard, comparisonFrame, cfg, results[0].intervals)
+	type dash struct{ x0, x1 float64 }
+	across := map[float64][]dash{} // by y
+	piece := regexp.MustCompile(`M([0-9.]+),([0-9.]+)([HV])([0-9.]+)`)
+	parse := func(s string) float64 {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for r := range results {
+		d := c.steps(results, r)
+		if rest := piece.ReplaceAllString(d, ""); rest != "" {
+			t.Fatalf("steps(%d) = %q: not understood: %q", r, d, rest)
+		}
+		for _, m := range piece.FindAllStringSubmatch(d, -1) {
+			if m[3] == "H" {
+				y := parse(m[2])
+				across[y] = append(across[y], dash{parse(m[1]), parse(m[4])})
+			}
+		}
+	}
+	third := (c.right - c.left) / 3
+	tests := []struct {
+		n        int64
+		from, to float64 // where the lines at n run, pixels
+		dashes   int     // at least
+	}{
+		{5, c.left, c.right, 3 + 2 + 1},   // all three, then a and b, then b alone
+		{2, c.left + 2*third, c.right, 1}, // a alone
+		{0, c.left + third, c.right, 1},   // c alone
+	}
+	for _, tt := range tests {
+		ds := across[parse(num(c.yLeft(float64(tt.n))))]
+		slices.SortFunc(ds, func(a, b dash) int { return cmp.Compare(a.x0, b.x0) })
+		if len(ds) < tt.dashes {
+			t.Errorf("at %d: %d dashes, want at least %d", tt.n, len(ds), tt.dashes)
+			continue
+		}
+		at := tt.from
+		for _, d := range ds {
+			if math.Abs(d.x0-at) > 0.011 || d.x1 <= d.x0 {
+				t.Errorf("at %d: dash %v-%v, want one from %v", tt.n, d.x0, d.x1, at)
+			}
+			at = d.x1
+		}
+		if math.Abs(at-tt.to) > 0.011 {
+			t.Errorf("at %d: dashes end at %v, want %v", tt.n, at, tt.to)
 		}
 	}
 }

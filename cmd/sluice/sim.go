@@ -48,7 +48,7 @@ const (
 
 // simConfig is a parsed and validated sim command line.
 type simConfig struct {
-	alg         core.Algorithm
+	algs        []core.Algorithm // one or more, in the order named
 	limit       core.Limit
 	traffic     pattern
 	trafficSpec string        // the -traffic value
@@ -71,17 +71,23 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice sim: %v\n", err)
 		return 2
 	}
-	res, err := simulate(cfg)
+	results, err := simulateAll(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice sim: %v\n", err)
 		return 1
 	}
-	if res.ignored > 0 {
-		fmt.Fprintf(stderr, "sluice sim: %d trace requests at or after -duration %s were not sent\n", res.ignored, duration(cfg.duration))
+	// Every run sends the same requests, so the first says for all how
+	// many a trace had beyond the duration.
+	if n := results[0].ignored; n > 0 {
+		fmt.Fprintf(stderr, "sluice sim: %d trace requests at or after -duration %s were not sent\n", n, duration(cfg.duration))
 	}
-	writeTable(stdout, cfg, res)
+	if len(results) == 1 {
+		writeTable(stdout, cfg, results[0])
+	} else {
+		writeComparison(stdout, cfg, results)
+	}
 	if cfg.chart != "" {
-		if err := saveChart(cfg.chart, cfg, res); err != nil {
+		if err := saveChart(cfg.chart, cfg, results); err != nil {
 			fmt.Fprintf(stderr, "sluice sim: %v\n", err)
 			return 1
 		}
@@ -96,8 +102,10 @@ func simUsage(w io.Writer, fs *flag.FlagSet) {
 Sim runs a traffic pattern through one algorithm on the in-memory store,
 on a virtual clock and for one key, and prints what was sent, admitted and
 rejected in each interval, the capacity left at each interval's end, and a
-summary. Run it with different -algorithm values to compare algorithms on
-the same traffic. With no flags it runs the worked example of docs/sim.md.
+summary. With -algorithm all, or a comma list of names, it runs each
+algorithm on the same traffic and limit and prints one table comparing
+what each admitted. With no flags it runs the worked example of
+docs/sim.md.
 
 Traffic patterns:
   constant:RATE          evenly spaced requests, the first at 0 (constant:60/s)
@@ -124,14 +132,14 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 	// The flags are parsed here rather than by the flag package, so that
 	// errors name the flag and say what is wrong with the value.
 	var (
-		algName  = textFlag(fs, "algorithm", defaultAlgorithm, "the algorithm `name`: token-bucket, gcra, fixed-window,\nsliding-window-counter or sliding-window-log")
+		algName  = textFlag(fs, "algorithm", defaultAlgorithm, "the algorithm `name`: token-bucket, gcra, fixed-window,\nsliding-window-counter or sliding-window-log; a comma list of them\nto compare them; or all, the five of them")
 		limitArg = textFlag(fs, "limit", defaultLimit, "the limit, `N/PERIOD`: N/s, N/min, N/h, N/day or N/<Go duration>")
 		burstArg = textFlag(fs, "burst", defaultBurst, "the limit's burst `N`, the most the token bucket and GCRA admit at once;\n0 means the rate (the window algorithms ignore the burst)")
 		traffic  = textFlag(fs, "traffic", defaultTraffic, "the traffic `pattern` (see above)")
 		durArg   = textFlag(fs, "duration", defaultDuration, "how long to simulate, a Go `duration`; a trace's default is its own length")
 		ivlArg   = textFlag(fs, "interval", defaultInterval, "the `duration` of one table row and one chart bar")
 		costArg  = textFlag(fs, "cost", defaultCost, "the cost `N` ≥ 0 of each request (a trace line's second column overrides it)")
-		chart    = textFlag(fs, "chart", "", "also write an SVG chart of the intervals to `FILE.svg`")
+		chart    = textFlag(fs, "chart", "", "also write an SVG chart of the intervals to `FILE.svg`; with several\nalgorithms, one line each of what they admitted")
 		startArg = textFlag(fs, "start", defaultStart, "the virtual start `time`, RFC 3339")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -148,11 +156,10 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	cfg := &simConfig{chart: *chart}
-	alg, err := algorithms.ByName(*algName)
-	if err != nil {
-		return nil, fmt.Errorf("-algorithm: %w", err)
+	var err error
+	if cfg.algs, err = parseAlgorithms(*algName); err != nil {
+		return nil, fmt.Errorf("-algorithm %q: %v", *algName, err)
 	}
-	cfg.alg = alg
 
 	n, period, err := parseRate(*limitArg)
 	if err != nil {
@@ -169,8 +176,10 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 	if err := cfg.limit.Validate(); err != nil {
 		return nil, fmt.Errorf("-limit %s -burst %s: %w", *limitArg, *burstArg, err)
 	}
-	if err := alg.Validate(cfg.limit); err != nil {
-		return nil, fmt.Errorf("-limit %s with -algorithm %s: %w", *limitArg, alg.Name(), err)
+	for _, alg := range cfg.algs {
+		if err := alg.Validate(cfg.limit); err != nil {
+			return nil, fmt.Errorf("-limit %s with -algorithm %s: %w", *limitArg, alg.Name(), err)
+		}
 	}
 
 	if cfg.interval, err = parseDuration(*ivlArg); err != nil {
@@ -219,6 +228,48 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 		return nil, fmt.Errorf("-chart %q: sim writes SVG charts only; name the file something.svg", cfg.chart)
 	}
 	return cfg, nil
+}
+
+// allAlgorithms is the -algorithm value that names every rate-limiting
+// algorithm.
+const allAlgorithms = "all"
+
+// parseAlgorithms parses an -algorithm value: one name, a comma list of
+// names, or "all", which is [algorithms.All]. Concurrency limits leases
+// held rather than a rate, so "all" leaves it out; it is run only when
+// named.
+func parseAlgorithms(s string) ([]core.Algorithm, error) {
+	if s == allAlgorithms {
+		return algorithms.All(), nil
+	}
+	var algs []core.Algorithm
+	for name := range strings.SplitSeq(s, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "":
+			return nil, errors.New("empty name; want all, or names separated by commas, such as token-bucket,gcra")
+		case name == allAlgorithms:
+			return nil, errors.New("all names every algorithm and stands alone, not in a list")
+		}
+		alg, err := algorithms.ByName(name)
+		if err != nil {
+			return nil, fmt.Errorf("unknown algorithm %q; want all, or one or more of %s, separated by commas", name, algorithmNames())
+		}
+		if slices.ContainsFunc(algs, func(a core.Algorithm) bool { return a.Name() == alg.Name() }) {
+			return nil, fmt.Errorf("%s is named twice", name)
+		}
+		algs = append(algs, alg)
+	}
+	return algs, nil
+}
+
+// algorithmNames lists the names -algorithm accepts besides "all".
+func algorithmNames() string {
+	var names []string
+	for _, alg := range append(algorithms.All(), algorithms.Concurrency) {
+		names = append(names, alg.Name())
+	}
+	return strings.Join(names, ", ")
 }
 
 // textFlag defines a flag whose value is parsed after the command line is,
@@ -568,6 +619,7 @@ type interval struct {
 
 // simResult is what a simulation produced.
 type simResult struct {
+	alg          core.Algorithm
 	intervals    []interval
 	capacity     int64 // Decision.Limit: the burst, or the rate for window algorithms
 	startLevel   int64 // the level at the start, before any request
@@ -585,23 +637,37 @@ func (r *simResult) totals() (sent, admitted, rejected int64) {
 	return sent, admitted, rejected
 }
 
-// simulate runs cfg's traffic through a limiter on a memory store whose
-// clock is the simulation's virtual clock.
-func simulate(cfg *simConfig) (*simResult, error) {
+// simulateAll runs cfg's traffic through each of its algorithms in turn,
+// each on a store of its own, and returns the results in the same order.
+func simulateAll(cfg *simConfig) ([]*simResult, error) {
+	results := make([]*simResult, len(cfg.algs))
+	for i, alg := range cfg.algs {
+		res, err := simulate(cfg, alg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", alg.Name(), err)
+		}
+		results[i] = res
+	}
+	return results, nil
+}
+
+// simulate runs cfg's traffic through a limiter of alg on a memory store
+// whose clock is the simulation's virtual clock.
+func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 	var now time.Time // the virtual clock
 	store, err := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
-	lim, err := core.NewLimiter(store, cfg.alg, cfg.limit)
+	lim, err := core.NewLimiter(store, alg, cfg.limit)
 	if err != nil {
 		return nil, err
 	}
 	ctx := context.Background()
 
 	n := int((cfg.duration + cfg.interval - 1) / cfg.interval)
-	res := &simResult{intervals: make([]interval, n)}
+	res := &simResult{alg: alg, intervals: make([]interval, n)}
 	for i := range res.intervals {
 		iv := &res.intervals[i]
 		iv.start = time.Duration(i) * cfg.interval
@@ -613,7 +679,7 @@ func simulate(cfg *simConfig) (*simResult, error) {
 	// charging anything.
 	level := func(off time.Duration) (core.Decision, error) {
 		d, err := store.Apply(ctx, core.Request{
-			Key: simKey, Algorithm: cfg.alg, Limit: cfg.limit,
+			Key: simKey, Algorithm: alg, Limit: cfg.limit,
 			Cost: 0, Peek: true, Now: cfg.start.Add(off),
 		})
 		if err != nil {
@@ -678,45 +744,145 @@ func simulate(cfg *simConfig) (*simResult, error) {
 	return res, nil
 }
 
+// summary is what the summary lines report about one run. The single
+// table and the comparison both print it, so the two agree.
+type summary struct {
+	sent, admitted, rejected int64
+	share                    string   // admitted out of sent, "30.0%"; "" when none was sent
+	most                     interval // the first interval that admitted the most
+	perSecond                string   // admitted per second over the run
+	costPerSecond            string   // the cost admitted per second over the run
+}
+
+func summarize(cfg *simConfig, res *simResult) summary {
+	s := summary{most: res.intervals[0]}
+	s.sent, s.admitted, s.rejected = res.totals()
+	if s.sent > 0 {
+		s.share = fmt.Sprintf("%.1f%%", 100*float64(s.admitted)/float64(s.sent))
+	}
+	for _, iv := range res.intervals[1:] {
+		if iv.admitted > s.most.admitted {
+			s.most = iv
+		}
+	}
+	secs := cfg.duration.Seconds()
+	s.perSecond = decimal(float64(s.admitted) / secs)
+	s.costPerSecond = decimal(float64(res.admittedCost) / secs)
+	return s
+}
+
+// limitRate formats the limit's rate per second.
+func limitRate(cfg *simConfig) string {
+	return decimal(float64(cfg.limit.Rate()) / cfg.limit.Period().Seconds())
+}
+
 // writeTable prints the header, one row per interval, the totals and the
-// summary.
+// summary of one algorithm's run.
 func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
 	fmt.Fprintf(w, "%s, %v, traffic %s, %s in intervals of %s\n\n",
-		cfg.alg.Name(), cfg.limit, trafficName(cfg), duration(cfg.duration), duration(cfg.interval))
+		res.alg.Name(), cfg.limit, trafficName(cfg), duration(cfg.duration), duration(cfg.interval))
 
 	rows := [][]string{{"interval", "sent", "admitted", "rejected", "level"}}
 	for _, iv := range res.intervals {
 		rows = append(rows, []string{span(iv), itoa(iv.sent), itoa(iv.admitted), itoa(iv.rejected), itoa(iv.level)})
 	}
-	sent, admitted, rejected := res.totals()
-	rows = append(rows, []string{"total", itoa(sent), itoa(admitted), itoa(rejected), ""})
+	sum := summarize(cfg, res)
+	rows = append(rows, []string{"total", itoa(sum.sent), itoa(sum.admitted), itoa(sum.rejected), ""})
 	writeColumns(w, rows)
 
 	fmt.Fprintln(w)
-	if sent > 0 {
-		fmt.Fprintf(w, "sent %d, admitted %d (%.1f%%), rejected %d\n", sent, admitted, 100*float64(admitted)/float64(sent), rejected)
+	if sum.sent > 0 {
+		fmt.Fprintf(w, "sent %d, admitted %d (%s), rejected %d\n", sum.sent, sum.admitted, sum.share, sum.rejected)
 	} else {
 		fmt.Fprintln(w, "sent 0")
 	}
-	most := res.intervals[0]
-	for _, iv := range res.intervals[1:] {
-		if iv.admitted > most.admitted {
-			most = iv
-		}
-	}
-	fmt.Fprintf(w, "most admitted in one interval: %d (%s)\n", most.admitted, span(most))
-	secs := cfg.duration.Seconds()
-	limitRate := float64(cfg.limit.Rate()) / cfg.limit.Period().Seconds()
-	fmt.Fprintf(w, "admitted per second over the run: %s (the limit's rate: %s per second)\n",
-		decimal(float64(admitted)/secs), decimal(limitRate))
+	fmt.Fprintf(w, "most admitted in one interval: %d (%s)\n", sum.most.admitted, span(sum.most))
+	fmt.Fprintf(w, "admitted per second over the run: %s (the limit's rate: %s per second)\n", sum.perSecond, limitRate(cfg))
 	if res.costs {
-		fmt.Fprintf(w, "cost admitted: %d, %s per second\n", res.admittedCost, decimal(float64(res.admittedCost)/secs))
+		fmt.Fprintf(w, "cost admitted: %d, %s per second\n", res.admittedCost, sum.costPerSecond)
 	}
 	fmt.Fprintf(w, "level: the capacity left at each interval's end, out of %d", res.capacity)
 	if res.capacity != cfg.limit.Burst() {
-		fmt.Fprintf(w, " (%s counts the rate per window and ignores the burst)", cfg.alg.Name())
+		fmt.Fprintf(w, " (%s counts the rate per window and ignores the burst)", res.alg.Name())
 	}
 	fmt.Fprintln(w)
+}
+
+// writeComparison prints the runs of several algorithms on the same
+// traffic: one row per interval with the requests sent and what each
+// algorithm admitted, the totals, then a row of summary per algorithm.
+func writeComparison(w io.Writer, cfg *simConfig, results []*simResult) {
+	fmt.Fprintf(w, "%d algorithms, %v, traffic %s, %s in intervals of %s\n\n",
+		len(results), cfg.limit, trafficName(cfg), duration(cfg.duration), duration(cfg.interval))
+
+	header := []string{"interval", "sent"}
+	for _, res := range results {
+		header = append(header, res.alg.Name())
+	}
+	rows := [][]string{header}
+	for i, iv := range results[0].intervals {
+		row := []string{span(iv), itoa(iv.sent)}
+		for _, res := range results {
+			row = append(row, itoa(res.intervals[i].admitted))
+		}
+		rows = append(rows, row)
+	}
+	sums := make([]summary, len(results))
+	total := []string{"total", ""}
+	costs := false
+	for i, res := range results {
+		sums[i] = summarize(cfg, res)
+		total[1] = itoa(sums[i].sent) // the same for every run
+		total = append(total, itoa(sums[i].admitted))
+		costs = costs || res.costs
+	}
+	rows = append(rows, total)
+	writeColumns(w, rows)
+	fmt.Fprintln(w)
+
+	header = []string{"algorithm", "admitted", "rejected", "most in one interval", "per second"}
+	if costs {
+		header = append(header, "cost admitted", "cost per second")
+	}
+	rows = [][]string{append(header, "capacity")}
+	var ignore []string // the algorithms that ignore the burst
+	for i, res := range results {
+		sum := sums[i]
+		admitted := itoa(sum.admitted)
+		if sum.share != "" {
+			admitted += " (" + sum.share + ")"
+		}
+		row := []string{res.alg.Name(), admitted, itoa(sum.rejected), fmt.Sprintf("%d (%s)", sum.most.admitted, span(sum.most)), sum.perSecond}
+		if costs {
+			row = append(row, itoa(res.admittedCost), sum.costPerSecond)
+		}
+		rows = append(rows, append(row, itoa(res.capacity)))
+		if res.capacity != cfg.limit.Burst() {
+			ignore = append(ignore, res.alg.Name())
+		}
+	}
+	writeColumns(w, rows)
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "each algorithm's column: the requests it admitted in the interval, out of the same requests sent to each")
+	fmt.Fprintf(w, "per second: admitted per second over the run (the limit's rate: %s per second)\n", limitRate(cfg))
+	fmt.Fprint(w, "capacity: the most a fresh key admits at once")
+	if len(ignore) > 0 {
+		verb := "counts the rate per window and ignores"
+		if len(ignore) > 1 {
+			verb = "count the rate per window and ignore"
+		}
+		fmt.Fprintf(w, " (%s %s the burst)", andList(ignore), verb)
+	}
+	fmt.Fprintln(w)
+}
+
+// andList joins names as prose: "a", "a and b", "a, b and c".
+func andList(names []string) string {
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // writeColumns prints rows as aligned columns: the first left-aligned, the

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +31,7 @@ func admitted(t *testing.T, args ...string) []int64 {
 	if err != nil {
 		t.Fatalf("parseSim(%q): %v", args, err)
 	}
-	res, err := simulate(cfg)
+	res, err := simulate(cfg, cfg.algs[0])
 	if err != nil {
 		t.Fatalf("simulate(%q): %v", args, err)
 	}
@@ -40,24 +42,206 @@ func admitted(t *testing.T, args ...string) []int64 {
 	return got
 }
 
-func TestWorkedExampleGolden(t *testing.T) {
+// TestGolden compares what sim prints with the files in testdata; go test
+// -update rewrites them.
+func TestGolden(t *testing.T) {
 	t.Parallel()
-	code, stdout, stderr := sim(t)
-	if code != 0 || stderr != "" {
-		t.Fatalf("sluice sim = %d, stderr %q; want 0 and no stderr", code, stderr)
+	boundary := "trace:" + filepath.Join("testdata", "boundary.trace")
+	tests := []struct {
+		golden string
+		args   []string
+	}{
+		{"worked-example.golden", nil},
+		{"comparison.golden", []string{"-algorithm", "all", "-traffic", "onoff:60/s,2s,3s", "-duration", "10s"}},
+		// A list in the order given, with costs: the summary gains the
+		// cost admitted.
+		{"comparison-costs.golden", []string{"-algorithm", "sliding-window-log,fixed-window", "-burst", "0", "-traffic", boundary, "-interval", "500ms", "-cost", "2", "-limit", "20/s"}},
 	}
-	golden := filepath.Join("testdata", "worked-example.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(stdout), 0o644); err != nil {
-			t.Fatal(err)
+	for _, tt := range tests {
+		t.Run(tt.golden, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := sim(t, tt.args...)
+			if code != 0 || stderr != "" {
+				t.Fatalf("sluice sim %s = %d, stderr %q; want 0 and no stderr", strings.Join(tt.args, " "), code, stderr)
+			}
+			golden := filepath.Join("testdata", tt.golden)
+			if *update {
+				if err := os.WriteFile(golden, []byte(stdout), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stdout != string(want) {
+				t.Errorf("sluice sim %s printed\n%s\nwant (%s)\n%s", strings.Join(tt.args, " "), stdout, golden, want)
+			}
+		})
+	}
+}
+
+// The summary lines of one algorithm's table that parseSingle reads with a
+// pattern.
+var (
+	sentLine = regexp.MustCompile(`^sent \d+, admitted (\d+ \(.*%\)), rejected (\d+)$`)
+	outOf    = regexp.MustCompile(`out of (\d+)`)
+	spaces   = regexp.MustCompile(`\s{2,}`)
+)
+
+// columns splits a line of a table that writeColumns printed into its
+// cells: they are two or more spaces apart, and a cell holds at most one
+// space in a row.
+func columns(line string) []string {
+	return spaces.Split(strings.TrimSpace(line), -1)
+}
+
+// singleRun is what a one-algorithm table says about its run, as printed.
+type singleRun struct {
+	intervals []string // the first column: each interval's span, then "total"
+	admitted  []string // per interval, then the total
+	summary   []string // admitted (share), rejected, most in one interval, per second
+	cost      []string // the cost admitted and per second; nil without costs
+	capacity  string
+}
+
+// parseSingle reads the table sim prints for one algorithm.
+func parseSingle(t *testing.T, out string) singleRun {
+	t.Helper()
+	blocks := strings.Split(strings.TrimSuffix(out, "\n"), "\n\n")
+	if len(blocks) != 3 {
+		t.Fatalf("want a header, a table and a summary, found %d blocks:\n%s", len(blocks), out)
+	}
+	var r singleRun
+	for _, line := range strings.Split(blocks[1], "\n")[1:] {
+		cells := strings.Fields(line)
+		r.intervals = append(r.intervals, cells[0])
+		r.admitted = append(r.admitted, cells[2])
+	}
+	for _, line := range strings.Split(blocks[2], "\n") {
+		if m := sentLine.FindStringSubmatch(line); m != nil {
+			r.summary = append(r.summary, m[1], m[2])
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "most admitted in one interval: "):
+			r.summary = append(r.summary, strings.TrimPrefix(line, "most admitted in one interval: "))
+		case strings.HasPrefix(line, "admitted per second over the run: "):
+			v, _, _ := strings.Cut(strings.TrimPrefix(line, "admitted per second over the run: "), " ")
+			r.summary = append(r.summary, v)
+		case strings.HasPrefix(line, "cost admitted: "):
+			v, ps, _ := strings.Cut(strings.TrimPrefix(line, "cost admitted: "), ", ")
+			r.cost = []string{v, strings.TrimSuffix(ps, " per second")}
+		case strings.HasPrefix(line, "level: "):
+			if m := outOf.FindStringSubmatch(line); m != nil {
+				r.capacity = m[1]
+			}
 		}
 	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
+	if len(r.summary) != 4 || r.capacity == "" {
+		t.Fatalf("summary not understood:\n%s", blocks[2])
 	}
-	if stdout != string(want) {
-		t.Errorf("sluice sim printed\n%s\nwant (%s)\n%s", stdout, golden, want)
+	return r
+}
+
+// TestComparisonMatchesSingleRuns checks that every number a comparison
+// prints for an algorithm is what sim prints for that algorithm alone.
+func TestComparisonMatchesSingleRuns(t *testing.T) {
+	t.Parallel()
+	boundary := "trace:" + filepath.Join("testdata", "boundary.trace")
+	tests := [][]string{
+		{"-traffic", "onoff:60/s,2s,3s", "-duration", "10s"},
+		{"-burst", "0", "-traffic", "constant:40/s", "-interval", "100ms"},
+		{"-burst", "0", "-traffic", "onoff:100/s,200ms,1800ms", "-start", "2030-01-01T00:00:00.9Z", "-duration", "4s", "-interval", "50ms"},
+		{"-traffic", boundary, "-interval", "250ms", "-cost", "3", "-limit", "30/s", "-burst", "40"},
+		{"-traffic", "burst:7/300ms", "-duration", "2.5s", "-limit", "5/500ms"},
+	}
+	for _, args := range tests {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			t.Parallel()
+			code, out, stderr := sim(t, append([]string{"-algorithm", "all"}, args...)...)
+			if code != 0 {
+				t.Fatalf("sim -algorithm all = %d, stderr %q", code, stderr)
+			}
+			blocks := strings.Split(strings.TrimSuffix(out, "\n"), "\n\n")
+			if len(blocks) != 4 {
+				t.Fatalf("want a header, two tables and notes, found %d blocks:\n%s", len(blocks), out)
+			}
+			table := strings.Split(blocks[1], "\n")
+			summaries := strings.Split(blocks[2], "\n")
+			header := columns(table[0])
+			sumHeader := columns(summaries[0])
+			if want := []string{"interval", "sent", "token-bucket", "gcra", "fixed-window", "sliding-window-counter", "sliding-window-log"}; !slices.Equal(header, want) {
+				t.Fatalf("columns %q, want %q", header, want)
+			}
+			costs := slices.Contains(sumHeader, "cost admitted")
+			for a, name := range header[2:] {
+				_, single, stderr := sim(t, append([]string{"-algorithm", name}, args...)...)
+				if stderr != "" {
+					t.Fatalf("sim -algorithm %s: stderr %q", name, stderr)
+				}
+				want := parseSingle(t, single)
+				var got singleRun
+				for _, line := range table[1:] {
+					cells := columns(line)
+					got.intervals = append(got.intervals, cells[0])
+					got.admitted = append(got.admitted, cells[2+a])
+				}
+				row := columns(summaries[1+a])
+				if row[0] != name {
+					t.Fatalf("summary row %d is %q's, want %q's", 1+a, row[0], name)
+				}
+				got.summary = row[1:5]
+				if costs {
+					got.cost = row[5:7]
+				}
+				got.capacity = row[len(row)-1]
+				for _, c := range []struct {
+					what      string
+					got, want []string
+				}{
+					{"intervals", got.intervals, want.intervals},
+					{"admitted per interval and total", got.admitted, want.admitted},
+					{"summary", got.summary, want.summary},
+					{"cost", got.cost, want.cost},
+					{"capacity", []string{got.capacity}, []string{want.capacity}},
+				} {
+					if !slices.Equal(c.got, c.want) {
+						t.Errorf("%s: comparison's %s %q, alone %q", name, c.what, c.got, c.want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestAlgorithmList(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		arg  string
+		want []string
+	}{
+		// Concurrency limits leases, not a rate: all leaves it out.
+		{"all", []string{"token-bucket", "gcra", "fixed-window", "sliding-window-counter", "sliding-window-log"}},
+		{"gcra", []string{"gcra"}},
+		{"sliding-window-log,token-bucket", []string{"sliding-window-log", "token-bucket"}},
+		{"gcra, fixed-window", []string{"gcra", "fixed-window"}},
+		// Named, it runs, as it does alone.
+		{"token-bucket,concurrency", []string{"token-bucket", "concurrency"}},
+	}
+	for _, tt := range tests {
+		cfg, err := parseSim([]string{"-algorithm", tt.arg}, io.Discard)
+		if err != nil {
+			t.Errorf("-algorithm %q: %v", tt.arg, err)
+			continue
+		}
+		var got []string
+		for _, alg := range cfg.algs {
+			got = append(got, alg.Name())
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("-algorithm %q runs %q, want %q", tt.arg, got, tt.want)
+		}
 	}
 }
 
@@ -301,6 +485,14 @@ func TestBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"-algorithm", "leaky"}, `unknown algorithm "leaky"`},
+		{[]string{"-algorithm", "gcra,leaky"}, `-algorithm "gcra,leaky": unknown algorithm "leaky"; want all, or one or more of token-bucket,`},
+		{[]string{"-algorithm", ""}, `-algorithm "": empty name`},
+		{[]string{"-algorithm", "gcra,"}, `-algorithm "gcra,": empty name`},
+		{[]string{"-algorithm", "gcra,,token-bucket"}, "empty name"},
+		{[]string{"-algorithm", "gcra,gcra"}, "gcra is named twice"},
+		{[]string{"-algorithm", "all,gcra"}, "all names every algorithm and stands alone"},
+		{[]string{"-algorithm", "ALL"}, `unknown algorithm "ALL"`},
+		{[]string{"-limit", "20000/s", "-algorithm", "all"}, "-limit 20000/s with -algorithm sliding-window-log: "},
 		{[]string{"-limit", "10"}, `-limit "10": want N/PERIOD`},
 		{[]string{"-limit", "ten/s"}, `-limit "ten/s": count "ten" is not a whole number`},
 		{[]string{"-limit", "10/fortnight"}, `period "fortnight" is not s, min, h, day or a Go duration`},
@@ -357,7 +549,7 @@ func TestSimHelp(t *testing.T) {
 		if code := run(args, &stdout, &stderr); code != 0 {
 			t.Errorf("sluice %q = %d, want 0", args, code)
 		}
-		for _, want := range []string{"Usage: sluice sim [flags]", "-algorithm", "onoff:RATE,ON,OFF", "(default burst:60/1s)"} {
+		for _, want := range []string{"Usage: sluice sim [flags]", "-algorithm", "or all", "onoff:RATE,ON,OFF", "(default burst:60/1s)"} {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("sluice %q does not mention %q:\n%s", args, want, stdout.String())
 			}
