@@ -221,7 +221,7 @@ const seriesWidth = 3
 const stripe = 6
 
 // steps returns the SVG path of the r-th result's step line: across each
-// interval at what it admitted there, and upright at the boundaries where
+// interval at what it admitted there, and vertical at the boundaries where
 // that changes. Where other algorithms admitted the same over the same
 // intervals, their lines would hide one another, so the stretch is cut
 // into dashes of about [stripe] pixels that the algorithms take in turn:
