@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -553,6 +554,83 @@ func TestSimHelp(t *testing.T) {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("sluice %q does not mention %q:\n%s", args, want, stdout.String())
 			}
+		}
+	}
+}
+
+// TestDocs runs every `go run ./cmd/sluice sim` command that docs/sim.md and
+// docs/algorithms.md show, from the repository's root as they do, and
+// checks that the output they show under it is what it prints. A chart it
+// draws under docs/img must be the committed file, byte for byte, and every
+// chart there must be drawn by one of the commands and shown in
+// docs/algorithms.md. go test -update redraws the charts.
+func TestDocs(t *testing.T) {
+	// Not parallel: the commands run in the repository's root, and the
+	// working directory is the process's.
+	t.Chdir(filepath.Join("..", ".."))
+	tmp := t.TempDir()
+	const prompt = "$ go run ./cmd/sluice sim"
+	drawn := map[string]bool{}
+	for _, page := range []string{"docs/sim.md", "docs/algorithms.md"} {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, block := range strings.Split(string(text), "```console\n")[1:] {
+			block, _, _ = strings.Cut(block, "```")
+			command, want, _ := strings.Cut(block, "\n")
+			if !strings.HasPrefix(command, prompt+" ") || strings.Contains(command, "[flags]") {
+				continue
+			}
+			args := strings.Fields(strings.TrimPrefix(command, prompt))
+			chart, drawTo := "", ""
+			if j := slices.Index(args, "-chart"); j >= 0 && j+1 < len(args) {
+				chart, drawTo = args[j+1], filepath.Join(tmp, fmt.Sprintf("%s-%d.svg", filepath.Base(page), i))
+				args[j+1] = drawTo
+			}
+			code, stdout, stderr := sim(t, args...)
+			if code != 0 {
+				t.Errorf("%s: %s exits %d: %s", page, command, code, stderr)
+				continue
+			}
+			if chart != "" {
+				stdout = strings.ReplaceAll(stdout, drawTo, chart)
+			}
+			if want != "" && stdout != want {
+				t.Errorf("%s shows under %s\n%s\nbut it prints\n%s", page, command, want, stdout)
+			}
+			if !strings.HasPrefix(chart, "docs/img/") {
+				continue
+			}
+			drawn[chart] = true
+			got, err := os.ReadFile(drawTo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *update {
+				if err := os.WriteFile(chart, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if committed, err := os.ReadFile(chart); err != nil || !bytes.Equal(got, committed) {
+				t.Errorf("%s is not what %s draws today (read: %v); go test ./cmd/sluice -update redraws it", chart, command, err)
+			}
+		}
+	}
+	charts, err := filepath.Glob("docs/img/*.svg")
+	if err != nil || len(charts) == 0 {
+		t.Fatalf("no charts in docs/img (%v)", err)
+	}
+	guide, err := os.ReadFile("docs/algorithms.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chart := range charts {
+		if !drawn[chart] {
+			t.Errorf("%s: no command in the docs draws it", chart)
+		}
+		if !strings.Contains(string(guide), "](img/"+filepath.Base(chart)+")") {
+			t.Errorf("%s: docs/algorithms.md does not show it", chart)
 		}
 	}
 }
