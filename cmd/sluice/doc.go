@@ -19,9 +19,9 @@
 // prints the same numbers. It prints a table with one row per interval —
 // requests sent, admitted and rejected, and the level, the capacity left
 // at the interval's end — then totals and a summary, and with -chart it
-// also writes the same intervals as an SVG chart. Running it with each
-// -algorithm on the same -traffic is the quickest way to see how the
-// algorithms differ.
+// also writes the same intervals as an SVG chart. -algorithm all (or a
+// comma list) runs several algorithms on the same -traffic in one table and
+// one chart: the quickest way to see how they differ.
 //
 //	go run ./cmd/sluice sim -algorithm fixed-window -traffic constant:60/s
 //	go run ./cmd/sluice sim -traffic onoff:60/s,2s,3s -duration 60s -interval 100ms -chart sim.svg
