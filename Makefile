@@ -5,7 +5,7 @@ GO ?= go
 # Benchmark repetitions; compare runs with benchstat (see docs/benchmarks.md).
 COUNT ?= 6
 
-.PHONY: test bench lint sim
+.PHONY: test bench bench-compare lint sim
 
 ## test: every test of every package, with the race detector, in random order.
 ## policy's fault tests time real outages against deadlines of a few
@@ -15,10 +15,17 @@ test:
 	$(GO) test -race -shuffle=on ./policy
 	cd contrib/grpclimit && $(GO) test -race -shuffle=on ./...
 	cd examples/telemetry && $(GO) test -race -shuffle=on ./...
+	cd benchmarks && $(GO) test -race -shuffle=on -short ./...
 
 ## bench: every benchmark, COUNT times, into bench.txt
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=$(COUNT) ./... | tee bench.txt
+
+## bench-compare: sluice against redis_rate, throttled, ulule/limiter,
+## sethvargo/go-limiter and x/time/rate on one real Redis, then
+## docs/benchmarks.md's tables and charts rewritten (ROUNDS, BENCHTIME)
+bench-compare:
+	./benchmarks/run
 
 ## lint: gofmt and go vet
 lint:
@@ -26,6 +33,7 @@ lint:
 	$(GO) vet ./...
 	cd contrib/grpclimit && $(GO) vet ./...
 	cd examples/telemetry && $(GO) vet ./...
+	cd benchmarks && $(GO) vet ./...
 
 ## sim: the worked example of `sluice sim`
 sim:

@@ -1,0 +1,27 @@
+// Package benchmarks compares sluice with the rate limiters Go users would
+// pick instead, on one real Redis and in memory, in the same run.
+//
+// It is a module of its own, so that the other libraries never enter
+// sluice's go.mod. Its non-test code is the contenders: [RedisContenders]
+// returns sluice's Redis stores, go-redis/redis_rate, throttled/throttled,
+// ulule/limiter and three reference token buckets (one script, three
+// commands decided in the client, and WATCH/MULTI), each on its own client
+// with default options; [MemoryContenders] returns memstore,
+// golang.org/x/time/rate keyed by a sync.Map, sethvargo/go-limiter,
+// throttled's memstore and ulule/limiter's memory store. Every contender
+// is given the same [Limit] and answers one question: may this key make one
+// request now?
+//
+// The benchmarks and tests that use them start their own redis-server:
+//
+//	BenchmarkRedis          hot key and 10,000 users, 1 to 256 goroutines
+//	BenchmarkMemory         hot key, 10,000 users and 100,000 random keys
+//	BenchmarkDistinct1M     a million keys never seen before
+//	TestOverGrant           64 goroutines against 10/s, burst 10, for 3 s
+//	TestCommandsPerDecision the commands each client sends, through a proxy
+//	TestCeiling             redis-benchmark's EVALSHA ceiling (-ceiling)
+//
+// `make bench-compare` at the repository's root runs them all (the script
+// is benchmarks/run) and rewrites docs/benchmarks.md's tables and charts
+// with the report command in benchmarks/report.
+package benchmarks

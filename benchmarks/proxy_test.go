@@ -1,0 +1,160 @@
+package benchmarks
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingProxy forwards TCP connections to a Redis and counts the
+// commands clients send through it, as the client sends them: a script's
+// own redis.call()s, which INFO commandstats also counts, are not counted.
+type countingProxy struct {
+	ln       net.Listener
+	target   string
+	commands atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// startCountingProxy listens on a free port of 127.0.0.1 and stops, closing
+// every connection, when the test ends.
+func startCountingProxy(t testing.TB, target string) *countingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &countingProxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *countingProxy) Addr() string { return p.ln.Addr().String() }
+
+// settled returns the count once it has stopped moving: a command is
+// counted after it is forwarded, so its reply can reach the client first.
+func (p *countingProxy) settled() int64 {
+	n := p.commands.Load()
+	for {
+		time.Sleep(20 * time.Millisecond)
+		m := p.commands.Load()
+		if m == n {
+			return n
+		}
+		n = m
+	}
+}
+
+func (p *countingProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *countingProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *countingProxy) accept() {
+	defer func() {
+		p.mu.Lock()
+		p.conns = nil // no more tracking: close has run or is running
+		p.mu.Unlock()
+	}()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		if !p.track(client, server) {
+			client.Close()
+			server.Close()
+			return
+		}
+		p.wg.Go(func() {
+			io.Copy(client, server)
+			client.Close()
+		})
+		p.wg.Go(func() {
+			p.count(io.TeeReader(client, server))
+			server.Close()
+		})
+	}
+}
+
+// count reads the client's side of a connection, already forwarded by the
+// TeeReader, and counts its commands: RESP arrays of bulk strings, or
+// inline commands, one per line.
+func (p *countingProxy) count(r io.Reader) {
+	br := bufio.NewReader(r)
+	for {
+		if err := skipCommand(br); err != nil {
+			io.Copy(io.Discard, br) // keep forwarding whatever follows
+			return
+		}
+		p.commands.Add(1)
+	}
+}
+
+var errRESP = errors.New("proxy: not a RESP command")
+
+func skipCommand(br *bufio.Reader) error {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if line[0] != '*' {
+		return nil // an inline command
+	}
+	if len(line) < 4 {
+		return errRESP
+	}
+	n, err := strconv.Atoi(string(line[1 : len(line)-2]))
+	if err != nil {
+		return errRESP
+	}
+	for range n {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) < 4 || line[0] != '$' {
+			return errRESP
+		}
+		size, err := strconv.Atoi(string(line[1 : len(line)-2]))
+		if err != nil || size < 0 {
+			return errRESP
+		}
+		if _, err := br.Discard(size + 2); err != nil {
+			return err
+		}
+	}
+	return nil
+}

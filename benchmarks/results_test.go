@@ -1,0 +1,219 @@
+package benchmarks
+
+import (
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+var (
+	resultsDir = flag.String("results", "", "write the tests' figures as TSV files into this folder, for ./report")
+	ceiling    = flag.Bool("ceiling", false, "run TestCeiling: redis-benchmark's EVALSHA throughput (needs redis-benchmark)")
+)
+
+// writeTSV writes rows, under a header, to name in the results folder, if
+// one was given.
+func writeTSV(t *testing.T, name string, header []string, rows [][]string) {
+	t.Helper()
+	if *resultsDir == "" {
+		return
+	}
+	var b strings.Builder
+	for _, row := range append([][]string{header}, rows...) {
+		b.WriteString(strings.Join(row, "\t"))
+		b.WriteByte('\n')
+	}
+	if err := os.MkdirAll(*resultsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(*resultsDir, name), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOverGrant runs the over-grant test on every Redis contender in turn:
+// 64 goroutines take from one key, limited to 10 a second with a burst of
+// 10, as fast as they can for 3 s (1 s with -short). A limiter may admit at
+// most burst + rate × elapsed: 40 in 3 s. Admissions beyond that are the
+// over-grant. sluice's stores must show none, and must admit at least
+// three quarters of the bound (a limiter that denies everything is not
+// exact either); other libraries' figures are reported.
+func TestOverGrant(t *testing.T) {
+	span := 3 * time.Second
+	if testing.Short() {
+		span = time.Second
+	}
+	lim := Limit{Rate: 10, Burst: 10}
+	contenders, err := RedisContenders(redistest.Shared(t).Addr(), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range contenders {
+			c.Close()
+		}
+	}()
+	var rows [][]string
+	for _, c := range contenders {
+		r := hammer(c, "overgrant", 64, span)
+		bound := int64(lim.Burst) + int64(math.Floor(float64(lim.Rate)*r.elapsed.Seconds()))
+		over := max(r.admitted-bound, 0)
+		pct := 100 * float64(over) / float64(bound)
+		t.Logf("%-28s admitted %3d of %6d decisions in %v (bound %d): over-grant %.2f%%, %d errors",
+			c.Name, r.admitted, r.decisions, r.elapsed.Round(time.Millisecond), bound, pct, r.failed)
+		if c.Sluice {
+			if r.failed > 0 {
+				t.Errorf("%s: %d decisions failed: %v", c.Name, r.failed, r.err)
+			}
+			if over > 0 || r.admitted < bound*3/4 {
+				t.Errorf("%s admitted %d, want %d to %d", c.Name, r.admitted, bound*3/4, bound)
+			}
+		}
+		rows = append(rows, []string{c.Name, strconv.FormatInt(r.admitted, 10), strconv.FormatInt(bound, 10),
+			strconv.FormatInt(r.decisions, 10), strconv.FormatInt(r.failed, 10), fmt.Sprintf("%.3f", r.elapsed.Seconds())})
+	}
+	writeTSV(t, "overgrant.tsv", []string{"contender", "admitted", "bound", "decisions", "errors", "seconds"}, rows)
+}
+
+type hammered struct {
+	tally
+	decisions int64
+	elapsed   time.Duration // from the first request sent to the last answer
+}
+
+// hammer has goroutines decide key with c until span has passed.
+func hammer(c Contender, key string, goroutines int, span time.Duration) hammered {
+	var (
+		decisions, admitted, failed atomic.Int64
+		firstErr                    sync.Once
+		out                         hammered
+		wg                          sync.WaitGroup
+	)
+	start := time.Now()
+	deadline := start.Add(span)
+	for range goroutines {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				ok, err := c.Allow(context.Background(), key)
+				decisions.Add(1)
+				switch {
+				case err != nil:
+					failed.Add(1)
+					firstErr.Do(func() { out.err = err })
+				case ok:
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	out.elapsed = time.Since(start)
+	out.decisions, out.admitted, out.failed = decisions.Load(), admitted.Load(), failed.Load()
+	return out
+}
+
+// TestCommandsPerDecision counts, through a proxy, the commands each Redis
+// contender sends per decision, on a hot key and on per-user keys, after a
+// warm-up that opens the clients' connections and loads their scripts.
+// Each of sluice's stores must send one (a client that opens another
+// connection during the count sends a few commands more to set it up).
+func TestCommandsPerDecision(t *testing.T) {
+	proxy := startCountingProxy(t, redistest.Shared(t).Addr())
+	contenders, err := RedisContenders(proxy.Addr(), redisLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range contenders {
+			c.Close()
+		}
+	}()
+	const decisions = 3000
+	var rows [][]string
+	for _, w := range []string{"hot", "users"} {
+		keys := workloads()[w]
+		for _, c := range contenders {
+			drive(context.Background(), c, 500, 16, keys.key)
+			before := proxy.settled()
+			r := drive(context.Background(), c, decisions, 16, keys.key)
+			per := float64(proxy.settled()-before) / decisions
+			t.Logf("%-6s %-28s %.3f commands per decision", w, c.Name, per)
+			if c.Sluice && (per < 1 || per > 1.01 || r.failed > 0) {
+				t.Errorf("%s on %s: %.3f commands per decision and %d failures (%v), want 1 and 0", c.Name, w, per, r.failed, r.err)
+			}
+			rows = append(rows, []string{w, c.Name, fmt.Sprintf("%.3f", per)})
+		}
+	}
+	writeTSV(t, "commands.tsv", []string{"workload", "contender", "commands"}, rows)
+}
+
+// TestCeiling measures what the server itself can do: redis-benchmark, a
+// C client with its own event loop, running the reference token bucket
+// (refBucket) with EVALSHA from 64 connections, one command at a time and
+// 16 to a pipeline, on a hot key and on 10,000 random keys. It runs only
+// with -ceiling.
+func TestCeiling(t *testing.T) {
+	if !*ceiling {
+		t.Skip("run with -ceiling")
+	}
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		t.Fatal("redis-benchmark is not on the PATH (Debian: apt-get install redis-tools)")
+	}
+	srv := redistest.Start(t)
+	r, err := srv.Do("SCRIPT", "LOAD", refBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sha, err := r.String()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate, burst := strconv.Itoa(redisLimit.Rate), strconv.Itoa(redisLimit.Burst)
+	var rows [][]string
+	for _, w := range []struct{ name, key string }{{"hot", "ceiling:hot"}, {"users", "ceiling:user:__rand_int__"}} {
+		for _, pipeline := range []int{1, 16} {
+			n := 100_000 * pipeline / min(pipeline, 4) // about 1–2 s either way
+			args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port()), "-c", "64", "-n", strconv.Itoa(n),
+				"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(users), "--csv",
+				"EVALSHA", sha, "1", w.key, rate, burst}
+			out, err := exec.Command(bin, args...).Output()
+			if err != nil {
+				t.Fatalf("redis-benchmark %s: %v", strings.Join(args, " "), err)
+			}
+			rps, err := csvRPS(out)
+			if err != nil {
+				t.Fatalf("redis-benchmark's output %q: %v", out, err)
+			}
+			t.Logf("%-5s pipeline %2d: %.0f EVALSHA/s", w.name, pipeline, rps)
+			rows = append(rows, []string{w.name, strconv.Itoa(pipeline), fmt.Sprintf("%.0f", rps)})
+		}
+	}
+	writeTSV(t, "ceiling.tsv", []string{"workload", "pipeline", "rps"}, rows)
+}
+
+// csvRPS reads the requests per second from redis-benchmark's --csv
+// output: a header row, then one row per test whose second field it is.
+func csvRPS(out []byte) (float64, error) {
+	records, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	if err != nil {
+		return 0, err
+	}
+	if len(records) < 2 || len(records[1]) < 2 || records[0][1] != "rps" {
+		return 0, fmt.Errorf("want a header naming rps and one row, got %d rows", len(records))
+	}
+	return strconv.ParseFloat(records[1][1], 64)
+}
