@@ -1,6 +1,7 @@
--- concurrency.lua: the Lua twin of concurrency.go, run after prelude.lua
--- (which gives the calling convention: KEYS[1] the state, ARGV[1] the
--- packed request with its lease, a reply of six integers).
+-- concurrency.lua: the Lua twin of concurrency.go, run between
+-- prelude.lua (which gives the calling convention: KEY the state, ARG the
+-- packed request with its lease) and conclude.lua (which makes the reply
+-- and the write).
 --
 -- State: T the last change (µs); A the slots held; E when the last lease
 -- expires; then the slots as pairs of doubles (expiry µs, lease), 16 bytes
@@ -25,9 +26,6 @@ for _, s in ipairs(slots) do
 	if lease ~= 0 and s[2] == lease then
 		mine = mine + 1
 	end
-end
-local function decision(allowed, held, ending)
-	return reply(allowed, rate, math.max(rate - held, 0), 0, math.max(ending - now, 0))
 end
 -- keep writes the live slots, less the lease's if drop, less release
 -- anonymous ones (the latest to expire first), plus add new slots of the
@@ -63,44 +61,40 @@ local function keep(drop, release, add, at)
 		end
 		parts[i] = struct.pack('<dd', s[1], s[2])
 	end
-	save(now, #out, 0, C, e, table.concat(parts))
+	T, A, B, E, tail, dirty = now, #out, 0, e, table.concat(parts), true
 	return #out, e
 end
+-- held and ending: the slots the reply counts and when the last expires.
+local held, ending = live, last
+allowed = true
 if refund and lease ~= 0 then
 	if mine > 0 then
-		return decision(true, keep(true, 0, 0, 0))
+		held, ending = keep(true, 0, 0, 0)
 	end
-	return decision(true, live, last)
-end
-if refund then
+elseif refund then
 	if live > 0 and cost > 0 then
-		return decision(true, keep(false, cost, 0, 0))
+		held, ending = keep(false, cost, 0, 0)
 	end
-	return decision(true, live, last)
-end
-if mine > 0 and cost > 0 then
+elseif mine > 0 and cost > 0 then
 	-- Renew: the lease's slots expire a period from now.
 	if not peek then
 		keep(true, 0, mine, now + period)
 	end
-	return decision(true, live, math.max(last, now + period))
-end
-if cost > rate then
-	return reply(false, rate, math.max(rate - live, 0), NEVER, math.max(last - now, 0))
-end
-if live + cost > rate then
+	ending = math.max(last, now + period)
+elseif cost > rate then
+	allowed, retry = false, NEVER
+elseif live + cost > rate then
 	-- The request passes once live + cost - rate slots have expired.
 	local exp = {}
 	for i, s in ipairs(slots) do
 		exp[i] = s[1]
 	end
 	table.sort(exp)
-	return reply(false, rate, math.max(rate - live, 0), exp[live + cost - rate] - now, math.max(last - now, 0))
+	allowed, retry = false, exp[live + cost - rate] - now
+elseif cost > 0 then
+	if not peek then
+		keep(false, 0, cost, now + period)
+	end
+	held, ending = live + cost, math.max(last, now + period)
 end
-if cost == 0 then
-	return decision(true, live, last)
-end
-if not peek then
-	keep(false, 0, cost, now + period)
-end
-return decision(true, live + cost, math.max(last, now + period))
+limit, remaining, reset = rate, math.max(rate - held, 0), math.max(ending - now, 0)

@@ -1,6 +1,6 @@
--- fixedwindow.lua: the Lua twin of fixedwindow.go, run after prelude.lua
--- (which gives the calling convention: KEYS[1] the state, ARGV[1] the
--- packed request, a reply of six integers).
+-- fixedwindow.lua: the Lua twin of fixedwindow.go, run between prelude.lua
+-- (which gives the calling convention: KEY the state, ARG the packed
+-- request) and conclude.lua (which makes the reply and the write).
 --
 -- State: T the last charge (µs); A the start of the counted window; B the
 -- count charged in it; E the window's end. Windows are aligned to the Unix
@@ -12,30 +12,31 @@ if now < E and A == start then
 	count = B
 end
 local untilEnd = start + period - now
-local function resetAfter(count)
-	if count == 0 then
-		return 0
-	end
-	return untilEnd
-end
 if refund then
+	allowed = true
 	if cost > 0 and count > 0 then
 		count = math.max(count - cost, 0)
-		save(now, start, count, C, start + period)
+		dirty = true
 	end
-	return reply(true, rate, math.max(rate - count, 0), 0, resetAfter(count))
+elseif cost > rate then
+	retry, forget = NEVER, true
+elseif cost > 0 and count + cost > rate then
+	retry, forget = untilEnd, true
+else
+	count = count + cost
+	allowed = true
+	if cost == 0 then
+		forget = true
+	else
+		dirty = not peek
+	end
 end
-if cost > rate then
-	return hold(false, rate, math.max(rate - count, 0), NEVER, resetAfter(count))
+limit, remaining = rate, math.max(rate - count, 0)
+-- The window's end, once anything is counted in it (as it is when a cost
+-- that fits the limit is denied).
+if count > 0 then
+	reset = untilEnd
 end
-if cost > 0 and count + cost > rate then
-	return hold(false, rate, math.max(rate - count, 0), untilEnd, untilEnd)
+if dirty then
+	T, A, B, E = now, start, count, start + period
 end
-count = count + cost
-if cost == 0 then
-	return hold(true, rate, math.max(rate - count, 0), 0, resetAfter(count))
-end
-if not peek then
-	save(now, start, count, C, start + period)
-end
-return reply(true, rate, math.max(rate - count, 0), 0, resetAfter(count))

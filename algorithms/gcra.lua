@@ -1,6 +1,6 @@
--- gcra.lua: the Lua twin of gcra.go, run after prelude.lua (which gives
--- the calling convention: KEYS[1] the state, ARGV[1] the packed request, a
--- reply of six integers).
+-- gcra.lua: the Lua twin of gcra.go, run between prelude.lua (which gives
+-- the calling convention: KEY the state, ARG the packed request) and
+-- conclude.lua (which makes the reply and the write).
 --
 -- State: T the last charge (µs); A the TAT's whole microseconds; B its
 -- fraction in ticks of 1/C µs; C the units per µs it was written under; E
@@ -24,33 +24,31 @@ if now < E then
 end
 -- debt: how far the TAT is ahead of now.
 local debt = tolerance - refill(tolerance - owed, tolerance, now - T, r)
-local function keep(debt)
-	local whole = idiv(debt, r)
-	save(now, now + whole, debt - whole * r, r, now + ceildiv(debt, r))
-end
 if refund then
+	allowed = true
 	if cost > 0 and debt > 0 then
 		if cost >= ceildiv(debt, u) then
 			debt = 0
 		else
 			debt = debt - cost * u
 		end
-		keep(debt)
+		dirty = true
 	end
-	return reply(true, burst, idiv(tolerance - debt, u), 0, ceildiv(debt, r))
+elseif cost > burst then
+	retry, forget = NEVER, true
+elseif debt + cost * u - tolerance > 0 then
+	retry, forget = ceildiv(debt + cost * u - tolerance, r), true
+else
+	debt = debt + cost * u
+	allowed = true
+	if cost == 0 then
+		forget = true
+	else
+		dirty = not peek
+	end
 end
-if cost > burst then
-	return hold(false, burst, idiv(tolerance - debt, u), NEVER, ceildiv(debt, r))
+limit, remaining, reset = burst, idiv(tolerance - debt, u), ceildiv(debt, r)
+if dirty then
+	local whole = idiv(debt, r)
+	T, A, B, C, E = now, now + whole, debt - whole * r, r, now + reset
 end
-local over = debt + cost * u - tolerance
-if over > 0 then
-	return hold(false, burst, idiv(tolerance - debt, u), ceildiv(over, r), ceildiv(debt, r))
-end
-debt = debt + cost * u
-if cost == 0 then
-	return hold(true, burst, idiv(tolerance - debt, u), 0, ceildiv(debt, r))
-end
-if not peek then
-	keep(debt)
-end
-return reply(true, burst, idiv(tolerance - debt, u), 0, ceildiv(debt, r))

@@ -1,8 +1,7 @@
--- prelude.lua: the start of every algorithm's decision. A script is
--- shared.lua, then, for each algorithm it runs, a function of (KEY, ARG)
--- made of this file followed by the algorithm's own (tokenbucket.lua,
--- ...), which ends by returning a reply; then the script's driver (see
--- scripts.go). The calling convention is core.Script's:
+-- prelude.lua: the start of every algorithm's decision. A decision is
+-- this file, then the algorithm's own (tokenbucket.lua, ...), then
+-- conclude.lua, run with KEY and ARG set (see shared.lua and scripts.go).
+-- The calling convention is core.Script's:
 --
 -- KEY      the key's state (KEYS[1] in a script of one decision): five
 --          little-endian doubles T, A, B, C, E (core.State's fields),
@@ -31,12 +30,16 @@ local now, cost, op, rate, period, burst, u, r, maxdebt, lease =
 -- its own, whose clock has nothing to do with the one Redis expires keys
 -- by (a replay, a test), so that a pause between its requests does not
 -- drop a key it still needs.
-local margin = 1000
-if now >= 0 then
-	margin = 60000
-end
+local margin = 60000
 if now < 0 then
-	now = servertime()
+	-- TIME in a script is safe since Redis 5: scripts replicate their
+	-- effects, not themselves. Lua turns its two decimal strings into
+	-- numbers in the arithmetic.
+	if not clock then
+		local t = redis.call('TIME')
+		clock = t[1] * 1000000 + t[2]
+	end
+	now, margin = clock, 1000
 end
 local peek, refund = op == 1, op == 2
 
@@ -51,34 +54,9 @@ if now < T then
 	now = T
 end
 
-local function reply(allowed, limit, remaining, retry, reset, delay)
-	return {allowed and 1 or 0, limit, remaining, retry, reset, delay or 0}
-end
-
--- hold is the reply to a decision that writes nothing: its waits are
--- capped at E, when the state is forgotten and the key starts afresh.
-local function hold(allowed, limit, remaining, retry, reset)
-	local left = E - now
-	if left > 0 then
-		if retry ~= NEVER and retry > left then
-			retry = left
-		end
-		if reset > left then
-			reset = left
-		end
-	end
-	return reply(allowed, limit, remaining, retry, reset)
-end
-
--- save writes the state with a TTL from now to e, the instant it is
--- forgotten, plus the margin. On the server's clock a store's expiry never
--- changes a decision: from e on every script decides as for a missing key.
--- The write waits in writes until the script's end (see shared.lua).
-local function save(t, a, b, c, e, tail)
-	local value = struct.pack('<ddddd', t, a, b, c, e)
-	if tail then
-		value = value .. tail
-	end
-	writes[#writes + 1] = {KEY, math.ceil((e - now) / 1000) + margin, value}
-end
-
+-- The decision, which the algorithm's file fills in: the reply's numbers
+-- (a denial's delay stays 0); forget for a decision that writes nothing,
+-- whose waits conclude.lua caps at E; and, for one that writes, dirty,
+-- with the new state in T, A, B, C, E and, after them, tail.
+local allowed, limit, remaining, retry, reset, delay = false, 0, 0, 0, 0, 0
+local forget, dirty, tail = false, false, nil

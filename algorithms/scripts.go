@@ -8,17 +8,24 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// Each algorithm's Lua twin is a function of (KEY, ARG): prelude.lua
-// followed by its own file. A script of one decision is shared.lua, the
-// function, and a driver that calls it with KEYS[1] and ARGV[1] and writes
-// what it saved; see [core.Script] for the calling convention.
-// [MultiScript] holds every algorithm's function and decides several
-// requests at once.
+// Each algorithm's Lua twin is a decision: prelude.lua, its own file and
+// conclude.lua. A script of one decision is shared.lua and the decision as
+// the script's own code, on KEYS[1] and ARGV[1], then its write and its
+// reply; see [core.Script] for the calling convention. [MultiScript] holds
+// every algorithm's decision as a function and decides several requests at
+// once.
+//
+// Redis runs a script's code afresh on each call, so every function a
+// script defines is a new closure on every call: the single scripts keep
+// to the few helpers of shared.lua, and only MultiScript wraps decisions
+// in functions.
 var (
 	//go:embed shared.lua
 	shared string
 	//go:embed prelude.lua
 	prelude string
+	//go:embed conclude.lua
+	conclude string
 	//go:embed tokenbucket.lua
 	tokenBucketLua string
 	//go:embed gcra.lua
@@ -54,17 +61,14 @@ var (
 	multiScript = multi()
 )
 
-// decide returns an algorithm's Lua as a function of (KEY, ARG).
-func decide(lua string) string {
-	return "function(KEY, ARG)\n" + prelude + lua + "\nend"
-}
-
-// single returns the script of one decision by an algorithm.
+// single returns the script of one decision by an algorithm: it writes at
+// once, since nothing follows.
 func single(lua string) *core.Script {
-	return core.NewScript(shared + "local decide = " + decide(lua) + `
-local r = decide(KEYS[1], ARGV[1])
-flush()
-return r
+	return core.NewScript(shared + "local KEY, ARG = KEYS[1], ARGV[1]\n" + prelude + lua + conclude + `
+if dirty then
+	redis.call('PSETEX', KEY, ttl, value)
+end
+return reply
 `)
 }
 
@@ -72,9 +76,20 @@ return r
 func multi() *core.Script {
 	var b strings.Builder
 	b.WriteString(shared)
-	b.WriteString("local decide = {}\n")
+	b.WriteString(`
+-- writes holds the decisions' writes, {key, ttl ms, value}, in order,
+-- until every decision is made.
+local writes = {}
+local decide = {}
+`)
 	for i, t := range twins {
-		fmt.Fprintf(&b, "decide[%d] = %s\n", i+1, decide(t.lua))
+		fmt.Fprintf(&b, "decide[%d] = function(KEY, ARG)\n%s%s%s", i+1, prelude, t.lua, conclude)
+		b.WriteString(`if dirty then
+	writes[#writes + 1] = {KEY, ttl, value}
+end
+return reply
+end
+`)
 	}
 	b.WriteString(`
 -- KEYS[i] is the i-th request's state; ARGV[1] the requests, packed as
@@ -92,7 +107,9 @@ for i = 1, #KEYS do
 	all = all and r[1] == 1
 end
 if all then
-	flush()
+	for _, w in ipairs(writes) do
+		redis.call('PSETEX', w[1], w[2], w[3])
+	end
 end
 return out
 `)

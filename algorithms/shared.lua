@@ -1,7 +1,12 @@
--- shared.lua: the start of every script: what all decisions share. Each
--- decision (prelude.lua and an algorithm's file, as a function) queues its
--- write in writes; the driver runs them with flush, for a script of
--- several decisions only if every one was admitted (see scripts.go).
+-- shared.lua: the start of every script: what all its decisions share.
+-- A decision is prelude.lua, an algorithm's file and conclude.lua, run as
+-- the script's own code in a script of one decision and as a function in
+-- MultiScript (see scripts.go).
+--
+-- Redis runs a script's code afresh on every call: each local function it
+-- defines is a new closure, made and later collected on every decision.
+-- So decisions are straight-line code that fills in variables, and only
+-- the helpers below are functions.
 
 local NEVER = -1 -- retry-after of a cost above capacity (core.RetryNever)
 
@@ -17,7 +22,7 @@ local function ceildiv(a, b)
 	if a <= 0 then
 		return 0
 	end
-	return idiv(a - 1, b) + 1
+	return math.floor((a - 1) / b) + 1
 end
 
 -- refill returns level after elapsed µs at r units a µs, capped at
@@ -31,23 +36,6 @@ local function refill(level, capacity, elapsed, r)
 	return v
 end
 
--- The server's clock, one for the whole fleet and one for every decision
--- of a script. TIME in a script is safe since Redis 5: scripts replicate
--- their effects, not themselves.
+-- clock is the server's clock in µs, read once a script, so that every
+-- decision of a script has the same instant.
 local clock
-local function servertime()
-	if not clock then
-		local t = redis.call('TIME')
-		clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-	end
-	return clock
-end
-
--- writes holds the script's pending writes, {key, ttl ms, value}, in order.
-local writes = {}
-local function flush()
-	for _, w in ipairs(writes) do
-		redis.call('PSETEX', w[1], w[2], w[3])
-	end
-end
-

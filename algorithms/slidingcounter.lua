@@ -1,6 +1,6 @@
--- slidingcounter.lua: the Lua twin of slidingcounter.go, run after
--- prelude.lua (which gives the calling convention: KEYS[1] the state,
--- ARGV[1] the packed request, a reply of six integers).
+-- slidingcounter.lua: the Lua twin of slidingcounter.go, run between
+-- prelude.lua (which gives the calling convention: KEY the state, ARG the
+-- packed request) and conclude.lua (which makes the reply and the write).
 --
 -- State: T the last charge (µs); A the start of the current window; B its
 -- count; C the previous window's count; E the end of the window after the
@@ -19,57 +19,47 @@ end
 cur, prev = math.min(cur, rate), math.min(prev, rate)
 local elapsed = now - start
 local left = period - elapsed -- of the previous window, still covered
-local function remaining(cur)
-	return math.max(rate - cur - ceildiv(prev * left, period), 0)
-end
-local function resetAfter(cur)
-	if cur > 0 then
-		return 2 * period - elapsed
-	elseif prev > 0 then
-		return left
-	end
-	return 0
-end
--- retry: the µs from now until a denied request of cost passes (retry in
--- slidingcounter.go).
-local function retry()
-	local room = rate - cur - cost
-	if room >= 0 and prev > 0 then
-		local e = period - idiv(room * period, prev)
-		if e < period then
-			return e - elapsed
-		end
-	end
-	local e = 0
-	if cur > 0 then
-		e = math.max(period - idiv((rate - cost) * period, cur), 0)
-	end
-	return period + e - elapsed
-end
+local room = rate - cur - cost
 if refund then
+	allowed = true
 	if cost > 0 and cur > 0 then
 		cur = math.max(cur - cost, 0)
-		save(now, start, cur, prev, start + 2 * period)
+		T, A, B, C, E, dirty = now, start, cur, prev, start + 2 * period, true
 	elseif cost > 0 and prev > 0 and A == start - period then
 		-- The last charge was in the previous window, which still weighs
 		-- until this one ends.
 		prev = math.max(prev - cost, 0)
-		save(now, start, 0, prev, start + period)
+		T, A, B, C, E, dirty = now, start, 0, prev, start + period, true
 	end
-	return reply(true, rate, remaining(cur), 0, resetAfter(cur))
+elseif cost > rate then
+	retry, forget = NEVER, true
+elseif cost > 0 and (room < 0 or prev * left > room * period) then
+	-- The µs from now until the request passes (retry in
+	-- slidingcounter.go).
+	local e = period
+	if room >= 0 and prev > 0 then
+		e = period - idiv(room * period, prev)
+	end
+	if e >= period then
+		e = 0
+		if cur > 0 then
+			e = math.max(period - idiv((rate - cost) * period, cur), 0)
+		end
+		e = period + e
+	end
+	retry, forget = e - elapsed, true
+else
+	cur = cur + cost
+	allowed = true
+	if cost == 0 then
+		forget = true
+	elseif not peek then
+		T, A, B, C, E, dirty = now, start, cur, prev, start + 2 * period, true
+	end
 end
-if cost > rate then
-	return hold(false, rate, remaining(cur), NEVER, resetAfter(cur))
+limit, remaining = rate, math.max(rate - cur - ceildiv(prev * left, period), 0)
+if cur > 0 then
+	reset = 2 * period - elapsed
+elseif prev > 0 then
+	reset = left
 end
-local room = rate - cur - cost
-if cost > 0 and (room < 0 or prev * left > room * period) then
-	return hold(false, rate, remaining(cur), retry(), resetAfter(cur))
-end
-cur = cur + cost
-if cost == 0 then
-	return hold(true, rate, remaining(cur), 0, resetAfter(cur))
-end
-if not peek then
-	save(now, start, cur, prev, start + 2 * period)
-end
-return reply(true, rate, remaining(cur), 0, resetAfter(cur))

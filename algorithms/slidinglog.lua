@@ -1,6 +1,6 @@
--- slidinglog.lua: the Lua twin of slidinglog.go, run after prelude.lua
--- (which gives the calling convention: KEYS[1] the state, ARGV[1] the
--- packed request, a reply of six integers).
+-- slidinglog.lua: the Lua twin of slidinglog.go, run between prelude.lua
+-- (which gives the calling convention: KEY the state, ARG the packed
+-- request) and conclude.lua (which makes the reply and the write).
 --
 -- State: T the last charge (µs); A the total cost of the entries; E when
 -- the newest entry leaves the window; then the entries, oldest first, as
@@ -29,12 +29,9 @@ while first < n and at(first) <= now - period do
 	live = live - charged(first)
 	first = first + 1
 end
-local function resetAfter(live)
-	if live == 0 then
-		return 0
-	end
-	return at(n - 1) + period - now
-end
+-- newest: when the newest entry was charged, if this decision moves it.
+local newest
+allowed = true
 if refund then
 	if cost > 0 and live > 0 then
 		-- Take the cost off the newest entries, newest first.
@@ -48,44 +45,45 @@ if refund then
 			end
 		end
 		if live > 0 then
-			local tail = string.sub(state, HEAD + 16 * first + 1, HEAD + 16 * (last + 1))
+			tail = string.sub(state, HEAD + 16 * first + 1, HEAD + 16 * (last + 1))
 			if rest then
 				tail = string.sub(tail, 1, -17) .. struct.pack('<dd', at(last), rest)
 			end
-			save(now, live, 0, C, at(last) + period, tail)
-			return reply(true, rate, math.max(rate - live, 0), 0, at(last) + period - now)
+			newest = at(last)
+			T, A, B, E = now, live, 0, newest + period
+		else
+			T, A, B, E = now, 0, 0, now
 		end
-		save(now, 0, 0, C, now)
+		dirty = true
 	end
-	return reply(true, rate, math.max(rate - live, 0), 0, resetAfter(live))
-end
-if cost > rate then
-	return hold(false, rate, math.max(rate - live, 0), NEVER, resetAfter(live))
-end
-if cost > 0 and live + cost > rate then
+elseif cost > rate then
+	allowed, retry, forget = false, NEVER, true
+elseif cost > 0 and live + cost > rate then
 	-- The request passes once enough of the oldest charges leave.
 	local freed, i = 0, first
 	while live - freed + cost > rate and i < n do
 		freed = freed + charged(i)
 		i = i + 1
 	end
-	return hold(false, rate, math.max(rate - live, 0), at(i - 1) + period - now, resetAfter(live))
-end
-if cost == 0 then
-	return hold(true, rate, math.max(rate - live, 0), 0, resetAfter(live))
-end
-if peek then
-	-- The charge would be the newest entry, leaving a period from now.
-	return reply(true, rate, rate - live - cost, 0, period)
-end
-local tail
-if n > first and at(n - 1) == now then
-	tail = string.sub(state, HEAD + 16 * first + 1, -17) .. struct.pack('<dd', now, charged(n - 1) + cost)
-elseif n > first then
-	tail = string.sub(state, HEAD + 16 * first + 1) .. struct.pack('<dd', now, cost)
+	allowed, retry, forget = false, at(i - 1) + period - now, true
+elseif cost == 0 then
+	forget = true
+elseif peek then
+	-- The charge would be the newest entry.
+	live, newest = live + cost, now
 else
-	tail = struct.pack('<dd', now, cost)
+	if n > first and at(n - 1) == now then
+		tail = string.sub(state, HEAD + 16 * first + 1, -17) .. struct.pack('<dd', now, charged(n - 1) + cost)
+	elseif n > first then
+		tail = string.sub(state, HEAD + 16 * first + 1) .. struct.pack('<dd', now, cost)
+	else
+		tail = struct.pack('<dd', now, cost)
+	end
+	live, newest = live + cost, now
+	T, A, B, E, dirty = now, live, 0, now + period, true
 end
-live = live + cost
-save(now, live, 0, C, now + period, tail)
-return reply(true, rate, rate - live, 0, period)
+limit, remaining = rate, math.max(rate - live, 0)
+-- Everything charged has left the window a period after the newest entry.
+if live ~= 0 then
+	reset = (newest or at(n - 1)) + period - now
+end

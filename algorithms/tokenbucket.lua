@@ -1,6 +1,6 @@
--- tokenbucket.lua: the Lua twin of tokenbucket.go, run after prelude.lua
--- (which gives the calling convention: KEYS[1] the state, ARGV[1] the
--- packed request, a reply of six integers).
+-- tokenbucket.lua: the Lua twin of tokenbucket.go, run between prelude.lua
+-- (which gives the calling convention: KEY the state, ARG the packed
+-- request) and conclude.lua (which makes the reply and the write).
 --
 -- State: T the last charge (µs); A the level in units at T, below zero
 -- while reservations are owed (never below -2^52); B the units per token
@@ -18,34 +18,27 @@ if now < E then
 	end
 	level = refill(math.max(level, floor), capacity, now - T, r)
 end
-local function remaining(level)
-	return idiv(math.max(level, 0), u)
-end
 if refund then
+	allowed = true
 	if cost > 0 and level < capacity then
 		if cost >= ceildiv(capacity - level, u) then
 			level = capacity
 		else
 			level = level + cost * u
 		end
-		save(now, level, u, C, now + ceildiv(capacity - level, r))
+		dirty = true
 	end
-	return reply(true, burst, remaining(level), 0, ceildiv(capacity - level, r))
+elseif cost > burst then
+	retry, forget = NEVER, true
+elseif cost > 0 and cost * u - level > maxdebt then
+	retry, forget = ceildiv(cost * u - level, r), true
+elseif cost == 0 then
+	allowed, forget = true, true
+else
+	level = level - cost * u
+	allowed, delay, dirty = true, ceildiv(-level, r), not peek
 end
-if cost > burst then
-	return hold(false, burst, remaining(level), NEVER, ceildiv(capacity - level, r))
+limit, remaining, reset = burst, idiv(math.max(level, 0), u), ceildiv(capacity - level, r)
+if dirty then
+	T, A, B, E = now, level, u, now + reset
 end
-local need = cost * u
-local short = need - level
-if cost > 0 and short > maxdebt then
-	return hold(false, burst, remaining(level), ceildiv(short, r), ceildiv(capacity - level, r))
-end
-if cost == 0 then
-	return hold(true, burst, remaining(level), 0, ceildiv(capacity - level, r))
-end
-level = level - need
-local full = ceildiv(capacity - level, r)
-if not peek then
-	save(now, level, u, C, now + full)
-end
-return reply(true, burst, remaining(level), 0, full, ceildiv(-level, r))

@@ -1,0 +1,30 @@
+-- conclude.lua: the end of every algorithm's decision, after prelude.lua
+-- and the algorithm's own file. It leaves reply, the decision's six
+-- integers, and, if the decision writes, the key's new value and its TTL
+-- in ms; the script writes them (see scripts.go).
+
+-- A decision that writes nothing has its waits capped at E, when the state
+-- is forgotten and the key starts afresh (forget in algorithms.go).
+if forget then
+	local left = E - now
+	if left > 0 then
+		if retry ~= NEVER and retry > left then
+			retry = left
+		end
+		if reset > left then
+			reset = left
+		end
+	end
+end
+local reply = {allowed and 1 or 0, limit, remaining, retry, reset, delay}
+-- A written state's TTL runs from now to E, when it is forgotten, plus the
+-- margin. On the server's clock a store's expiry never changes a
+-- decision: from E on every script decides as for a missing key.
+local value, ttl
+if dirty then
+	value = struct.pack('<ddddd', T, A, B, C, E)
+	if tail then
+		value = value .. tail
+	end
+	ttl = math.ceil((E - now) / 1000) + margin
+end
