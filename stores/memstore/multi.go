@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"time"
 
@@ -24,9 +23,11 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 	if at := clock / 1e3; at < 0 || at >= core.MaxUnits {
 		return fmt.Errorf("memstore: the store's clock reads %v, outside 1970 to 2112", time.Unix(0, clock).UTC())
 	}
+	hashes := make([]uint64, len(reqs))
 	idx := make([]uint64, len(reqs))
 	for i := range reqs {
-		idx[i] = maphash.String(s.seed, reqs[i].Key) & s.mask
+		hashes[i] = s.hash(reqs[i].Key)
+		idx[i] = hashes[i] & s.mask
 	}
 	order := slices.Compact(slices.Sorted(slices.Values(idx)))
 	for _, n := range order {
@@ -50,7 +51,7 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 			continue
 		}
 		if t := s.shards[idx[i]].table(req.Algorithm.Name(), false); t != nil {
-			entries[i] = t.entries[req.Key]
+			entries[i] = t.find(hashes[i], req.Key)
 		}
 		if e := entries[i]; e != nil {
 			states[i] = e.state
@@ -76,7 +77,7 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 	}
 	for i, e := range entries {
 		if req := &reqs[i]; e == nil && req.Cost > 0 && !req.Limit.IsInf() {
-			s.insert(&s.shards[idx[i]], req.Algorithm.Name(), req.Key, &entry{state: states[i], expires: expiry(req, &states[i], clock)}, clock)
+			s.insert(&s.shards[idx[i]], req.Algorithm.Name(), hashes[i], req.Key, &entry{state: states[i], expires: expiry(req, &states[i], clock)}, clock)
 		}
 	}
 	return nil
