@@ -271,14 +271,26 @@ func (s *Store) Apply(_ context.Context, req core.Request) (core.Decision, error
 	} else if at < 0 || at >= core.MaxUnits {
 		return core.Decision{}, fmt.Errorf("memstore: the store's clock reads %v, outside 1970 to 2112", time.Unix(0, clock).UTC())
 	}
+	var d core.Decision
+	if err := s.decide(&req, at, clock, &d); err != nil {
+		return core.Decision{}, err
+	}
+	return d, nil
+}
+
+// decide runs req's transition at at µs, the store's clock reading clock
+// ns, and writes the decision to d. It is Apply's locked part, kept apart
+// so that Apply has no defer: a function with a defer keeps its results
+// in memory, and copying the Decision through them cost about 3 ns a
+// decision (126 to 123 ns on one hot key).
+func (s *Store) decide(req *core.Request, at, clock int64, d *core.Decision) error {
 	alg := req.Algorithm.Name()
 	h := s.hash(req.Key)
 	sh := &s.shards[h&s.mask]
-
 	sh.lock()
 	defer sh.mu.Unlock() // an algorithm may panic: never leave a shard locked
 	if s.closed.Load() {
-		return core.Decision{}, core.ErrClosed
+		return core.ErrClosed
 	}
 	var e *entry
 	if t := sh.table(alg, false); t != nil {
@@ -290,18 +302,18 @@ func (s *Store) Apply(_ context.Context, req core.Request) (core.Decision, error
 		// it was charged: denials, peeks and refunds of unknown keys store
 		// nothing.
 		sh.scratch = core.State{}
-		d := req.Algorithm.Transition(&sh.scratch, req.Step(at))
+		*d = req.Algorithm.Transition(&sh.scratch, req.Step(at))
 		if d.Allowed && changes && !req.Refund {
-			s.insert(sh, alg, h, req.Key, &entry{state: sh.scratch, expires: expiry(&req, &sh.scratch, clock)}, clock)
+			s.insert(sh, alg, h, req.Key, &entry{state: sh.scratch, expires: expiry(req, &sh.scratch, clock)}, clock)
 		}
 		sh.scratch = core.State{}
-		return d, nil
+		return nil
 	}
-	d := req.Algorithm.Transition(&e.state, req.Step(at))
+	*d = req.Algorithm.Transition(&e.state, req.Step(at))
 	if d.Allowed && changes {
-		e.expires = expiry(&req, &e.state, clock)
+		e.expires = expiry(req, &e.state, clock)
 	}
-	return d, nil
+	return nil
 }
 
 // hash returns key's hash: its low bits choose the shard, and the whole
