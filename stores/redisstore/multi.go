@@ -72,6 +72,7 @@ func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs strin
 	case errors.Is(err, redis.Nil):
 		return nil, fmt.Errorf("%w: no reply", wire.ErrMalformed)
 	case err != nil:
+		s.reloadOnFailure(ctx, err)
 		return nil, err
 	}
 	vals, ok := reply.([]any)

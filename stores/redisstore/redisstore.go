@@ -102,6 +102,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	case errors.Is(err, redis.Nil):
 		return core.Decision{}, fmt.Errorf("redisstore: %s: %w: no reply", req.Algorithm.Name(), wire.ErrMalformed)
 	case err != nil:
+		s.reloadOnFailure(ctx, err)
 		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", req.Algorithm.Name(), err)
 	}
 	d, err := decode(reply)
@@ -109,6 +110,22 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", req.Algorithm.Name(), err)
 	}
 	return d, nil
+}
+
+// reloadOnFailure has a Cluster client read the slot map again after a
+// call that Redis did not answer (a refused or dropped connection, a
+// timeout): the key's master may be gone. go-redis looks again by itself
+// only on MOVED, or every ClusterStateReloadInterval (a minute by
+// default), and the store retries nothing, so without this a promoted
+// replica would go unused for up to that long. go-redis runs one reload
+// at a time, at most one every 200 ms.
+func (s *Store) reloadOnFailure(ctx context.Context, err error) {
+	cluster, ok := s.client.(*redis.ClusterClient)
+	var answered redis.Error
+	if !ok || ctx.Err() != nil || errors.As(err, &answered) {
+		return
+	}
+	cluster.ReloadState(ctx)
 }
 
 // call is one decision's command in one allocation. go-redis takes
