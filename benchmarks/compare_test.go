@@ -67,36 +67,36 @@ var workloads = sync.OnceValue(func() map[string]*keyset {
 	}
 })
 
-// tally is what one run of decisions admitted and how many failed.
+// tally is what a run of decisions made, admitted and failed.
 type tally struct {
-	admitted, failed int64
-	err              error // the first failure
+	decisions, admitted, failed int64
+	err                         error // the first failure
 }
 
-// drive makes n decisions with c from the given number of goroutines,
-// decision i on key(i). Goroutines take decisions in chunks, so that the
-// shared counter is not what the benchmark measures.
-func drive(ctx context.Context, c Contender, n, goroutines int, key func(int) string) tally {
+// drive has goroutines make decisions with c, decision i on key(i), until
+// done(i) says to stop. Goroutines take decisions in chunks, so that the
+// shared counter is not what a benchmark measures.
+func drive(ctx context.Context, c Contender, goroutines int, key func(int) string, done func(i int) bool) tally {
 	const chunk = 16
 	var (
-		next     atomic.Int64
-		admitted atomic.Int64
-		failed   atomic.Int64
-		firstErr sync.Once
-		wg       sync.WaitGroup
-		out      tally
+		next                        atomic.Int64
+		decisions, admitted, failed atomic.Int64
+		firstErr                    sync.Once
+		wg                          sync.WaitGroup
+		out                         tally
 	)
 	for range goroutines {
 		wg.Go(func() {
-			var ok, bad int64
-			defer func() { admitted.Add(ok); failed.Add(bad) }()
+			var made, ok, bad int64
+			defer func() { decisions.Add(made); admitted.Add(ok); failed.Add(bad) }()
 			for {
 				start := int(next.Add(chunk)) - chunk
-				if start >= n {
-					return
-				}
-				for i := start; i < min(start+chunk, n); i++ {
+				for i := start; i < start+chunk; i++ {
+					if done(i) {
+						return
+					}
 					allowed, err := c.Allow(ctx, key(i))
+					made++
 					switch {
 					case err != nil:
 						bad++
@@ -109,8 +109,16 @@ func drive(ctx context.Context, c Contender, n, goroutines int, key func(int) st
 		})
 	}
 	wg.Wait()
-	out.admitted, out.failed = admitted.Load(), failed.Load()
+	out.decisions, out.admitted, out.failed = decisions.Load(), admitted.Load(), failed.Load()
 	return out
+}
+
+// upTo stops drive after decisions 0 to n-1.
+func upTo(n int) func(int) bool { return func(i int) bool { return i >= n } }
+
+// until stops drive at deadline.
+func until(deadline time.Time) func(int) bool {
+	return func(int) bool { return !time.Now().Before(deadline) }
 }
 
 // check fails the benchmark if a sluice contender failed a decision, or
@@ -164,7 +172,7 @@ func BenchmarkRedis(b *testing.B) {
 					b.ReportAllocs()
 					b.ResetTimer()
 					start := time.Now()
-					t := drive(b.Context(), c, b.N, g, keys.key)
+					t := drive(b.Context(), c, g, keys.key, upTo(b.N))
 					elapsed := time.Since(start)
 					b.StopTimer()
 					after := serverCPU(b, srv)
@@ -196,7 +204,7 @@ func BenchmarkMemory(b *testing.B) {
 					b.ReportAllocs()
 					b.ResetTimer()
 					start := time.Now()
-					t := drive(b.Context(), c, b.N, g, keys.key)
+					t := drive(b.Context(), c, g, keys.key, upTo(b.N))
 					elapsed := time.Since(start)
 					b.StopTimer()
 					report(b, c, t, elapsed)
@@ -212,16 +220,14 @@ func BenchmarkMemory(b *testing.B) {
 // whole million; ns/decision and allocs/decision divide by it.
 func BenchmarkDistinct1M(b *testing.B) {
 	keys := newKeyset("new:", distinct)
-	makers, err := MemoryContenders(memoryLimit) // for the names, in order
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, c := range makers {
-		c.Close()
-	}
 	for _, g := range []int{1, 64} {
-		for i, named := range makers {
-			b.Run(fmt.Sprintf("g=%d/%s", g, named.Name), func(b *testing.B) {
+		for _, start := range memoryStarts {
+			probe, err := start(memoryLimit) // for its name
+			if err != nil {
+				b.Fatal(err)
+			}
+			probe.Close()
+			b.Run(fmt.Sprintf("g=%d/%s", g, probe.Name), func(b *testing.B) {
 				var elapsed time.Duration
 				var retained, mallocs uint64
 				var t tally
@@ -230,20 +236,14 @@ func BenchmarkDistinct1M(b *testing.B) {
 					runtime.GC()
 					var m0, m1 runtime.MemStats
 					runtime.ReadMemStats(&m0)
-					fresh, err := MemoryContenders(memoryLimit)
+					c, err := start(memoryLimit)
 					if err != nil {
 						b.Fatal(err)
 					}
-					c := fresh[i]
-					for j, other := range fresh {
-						if j != i {
-							other.Close()
-						}
-					}
 					b.StartTimer()
-					start := time.Now()
-					t = drive(b.Context(), c, distinct, g, func(j int) string { return keys.keys[j] })
-					elapsed += time.Since(start)
+					began := time.Now()
+					t = drive(b.Context(), c, g, func(j int) string { return keys.keys[j] }, upTo(distinct))
+					elapsed += time.Since(began)
 					b.StopTimer()
 					runtime.ReadMemStats(&m1)
 					mallocs += m1.Mallocs - m0.Mallocs

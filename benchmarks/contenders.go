@@ -72,34 +72,31 @@ const (
 // Redis at addr, each with its own client and default client options, and
 // its keys under its own prefix.
 func RedisContenders(addr string, lim Limit) ([]Contender, error) {
-	var out []Contender
-	closeAll := func() {
-		for _, c := range out {
-			c.Close()
-		}
-	}
-	for _, start := range []func(string, Limit) (Contender, error){
+	starts := []func(string, Limit) (Contender, error){
 		newRedisStore(false), newRedisStore(true), newRueidisStore,
 		newRedisRate, newThrottled, newUlule,
 		newRefScript, newRefClient, newRefWatch,
-	} {
-		c, err := start(addr, lim)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		out = append(out, c)
 	}
-	return out, nil
+	return startAll(len(starts), func(i int) (Contender, error) { return starts[i](addr, lim) })
+}
+
+// memoryStarts make the in-process contenders, in the order
+// [MemoryContenders] returns them.
+var memoryStarts = []func(Limit) (Contender, error){
+	newMemStore, newTimeRate, newGoLimiter, newThrottledMem, newUluleMem,
 }
 
 // MemoryContenders returns every in-process contender.
 func MemoryContenders(lim Limit) ([]Contender, error) {
+	return startAll(len(memoryStarts), func(i int) (Contender, error) { return memoryStarts[i](lim) })
+}
+
+// startAll starts n contenders with start, closing those already started
+// if one fails.
+func startAll(n int, start func(i int) (Contender, error)) ([]Contender, error) {
 	var out []Contender
-	for _, start := range []func(Limit) (Contender, error){
-		newMemStore, newTimeRate, newGoLimiter, newThrottledMem, newUluleMem,
-	} {
-		c, err := start(lim)
+	for i := range n {
+		c, err := start(i)
 		if err != nil {
 			for _, c := range out {
 				c.Close()

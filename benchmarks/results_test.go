@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,12 +66,14 @@ func TestOverGrant(t *testing.T) {
 	}()
 	var rows [][]string
 	for _, c := range contenders {
-		r := hammer(c, "overgrant", 64, span)
-		bound := int64(lim.Burst) + int64(math.Floor(float64(lim.Rate)*r.elapsed.Seconds()))
+		start := time.Now()
+		r := drive(context.Background(), c, 64, func(int) string { return "overgrant" }, until(start.Add(span)))
+		elapsed := time.Since(start) // from the first request sent to the last answer
+		bound := int64(lim.Burst) + int64(math.Floor(float64(lim.Rate)*elapsed.Seconds()))
 		over := max(r.admitted-bound, 0)
 		pct := 100 * float64(over) / float64(bound)
 		t.Logf("%-28s admitted %3d of %6d decisions in %v (bound %d): over-grant %.2f%%, %d errors",
-			c.Name, r.admitted, r.decisions, r.elapsed.Round(time.Millisecond), bound, pct, r.failed)
+			c.Name, r.admitted, r.decisions, elapsed.Round(time.Millisecond), bound, pct, r.failed)
 		if c.Sluice {
 			if r.failed > 0 {
 				t.Errorf("%s: %d decisions failed: %v", c.Name, r.failed, r.err)
@@ -83,46 +83,9 @@ func TestOverGrant(t *testing.T) {
 			}
 		}
 		rows = append(rows, []string{c.Name, strconv.FormatInt(r.admitted, 10), strconv.FormatInt(bound, 10),
-			strconv.FormatInt(r.decisions, 10), strconv.FormatInt(r.failed, 10), fmt.Sprintf("%.3f", r.elapsed.Seconds())})
+			strconv.FormatInt(r.decisions, 10), strconv.FormatInt(r.failed, 10), fmt.Sprintf("%.3f", elapsed.Seconds())})
 	}
 	writeTSV(t, "overgrant.tsv", []string{"contender", "admitted", "bound", "decisions", "errors", "seconds"}, rows)
-}
-
-type hammered struct {
-	tally
-	decisions int64
-	elapsed   time.Duration // from the first request sent to the last answer
-}
-
-// hammer has goroutines decide key with c until span has passed.
-func hammer(c Contender, key string, goroutines int, span time.Duration) hammered {
-	var (
-		decisions, admitted, failed atomic.Int64
-		firstErr                    sync.Once
-		out                         hammered
-		wg                          sync.WaitGroup
-	)
-	start := time.Now()
-	deadline := start.Add(span)
-	for range goroutines {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				ok, err := c.Allow(context.Background(), key)
-				decisions.Add(1)
-				switch {
-				case err != nil:
-					failed.Add(1)
-					firstErr.Do(func() { out.err = err })
-				case ok:
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	out.elapsed = time.Since(start)
-	out.decisions, out.admitted, out.failed = decisions.Load(), admitted.Load(), failed.Load()
-	return out
 }
 
 // TestCommandsPerDecision counts, through a proxy, the commands each Redis
@@ -146,9 +109,9 @@ func TestCommandsPerDecision(t *testing.T) {
 	for _, w := range []string{"hot", "users"} {
 		keys := workloads()[w]
 		for _, c := range contenders {
-			drive(context.Background(), c, 500, 16, keys.key)
+			drive(context.Background(), c, 16, keys.key, upTo(500))
 			before := proxy.settled()
-			r := drive(context.Background(), c, decisions, 16, keys.key)
+			r := drive(context.Background(), c, 16, keys.key, upTo(decisions))
 			per := float64(proxy.settled()-before) / decisions
 			t.Logf("%-6s %-28s %.3f commands per decision", w, c.Name, per)
 			if c.Sluice && (per < 1 || per > 1.01 || r.failed > 0) {
@@ -186,7 +149,10 @@ func TestCeiling(t *testing.T) {
 	var rows [][]string
 	for _, w := range []struct{ name, key string }{{"hot", "ceiling:hot"}, {"users", "ceiling:user:__rand_int__"}} {
 		for _, pipeline := range []int{1, 16} {
-			n := 100_000 * pipeline / min(pipeline, 4) // about 1–2 s either way
+			n := 100_000 // about 1 s one at a time
+			if pipeline > 1 {
+				n = 400_000
+			}
 			args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port()), "-c", "64", "-n", strconv.Itoa(n),
 				"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(users), "--csv",
 				"EVALSHA", sha, "1", w.key, rate, burst}
