@@ -16,9 +16,9 @@ import (
 // once.
 //
 // Redis runs a script's code afresh on each call, so every function a
-// script defines is a new closure on every call: the single scripts keep
-// to the few helpers of shared.lua, and only MultiScript wraps decisions
-// in functions.
+// script defines is a new closure on every call: every script keeps to
+// the few helpers of shared.lua, and MultiScript runs its decisions in a
+// loop rather than as functions.
 var (
 	//go:embed shared.lua
 	shared string
@@ -72,43 +72,51 @@ return reply
 `)
 }
 
-// multi returns MultiScript.
+// multi returns MultiScript: a loop over the requests whose body is one
+// decision, prelude.lua, the request's algorithm's file chosen by an
+// if-chain, and conclude.lua, as straight-line code like a single
+// script's, so that a call makes no closure per algorithm.
 func multi() *core.Script {
 	var b strings.Builder
 	b.WriteString(shared)
 	b.WriteString(`
--- writes holds the decisions' writes, {key, ttl ms, value}, in order,
--- until every decision is made.
-local writes = {}
-local decide = {}
-`)
-	for i, t := range twins {
-		fmt.Fprintf(&b, "decide[%d] = function(KEY, ARG)\n%s%s%s", i+1, prelude, t.lua, conclude)
-		b.WriteString(`if dirty then
-	writes[#writes + 1] = {KEY, ttl, value}
-end
-return reply
-end
-`)
-	}
-	b.WriteString(`
 -- KEYS[i] is the i-th request's state; ARGV[1] the requests, packed as
 -- one decision's ARGV[1] is, one after another; ARGV[2] one byte a
--- request, the index in decide of its algorithm. The reply is each
--- decision's six integers, one after another. The writes are made only
--- if every request was admitted.
-local size = #ARGV[1] / #KEYS
+-- request, the index of its algorithm. The reply is each decision's six
+-- integers, one after another. The writes are made only if every request
+-- was admitted.
+local n = #KEYS
+local size = #ARGV[1] / n
 local out, all = {}, true
-for i = 1, #KEYS do
-	local r = decide[string.byte(ARGV[2], i)](KEYS[i], string.sub(ARGV[1], size * (i - 1) + 1, size * i))
-	for j = 1, #r do
-		out[#out + 1] = r[j]
-	end
-	all = all and r[1] == 1
+local wkeys, wttls, wvalues = {}, {}, {}
+for i = 1, n do
+local KEY, ARG = KEYS[i], string.sub(ARGV[1], size * (i - 1) + 1, size * i)
+local alg = string.byte(ARGV[2], i)
+`)
+	b.WriteString(prelude)
+	for i, t := range twins {
+		if i == 0 {
+			fmt.Fprintf(&b, "if alg == %d then\n", i+1)
+		} else {
+			fmt.Fprintf(&b, "elseif alg == %d then\n", i+1)
+		}
+		b.WriteString(t.lua)
+	}
+	b.WriteString("end\n")
+	b.WriteString(conclude)
+	b.WriteString(`local base = #out
+for j = 1, 6 do
+	out[base + j] = reply[j]
+end
+all = all and allowed
+if dirty then
+	local w = #wkeys + 1
+	wkeys[w], wttls[w], wvalues[w] = KEY, ttl, value
+end
 end
 if all then
-	for _, w in ipairs(writes) do
-		redis.call('PSETEX', w[1], w[2], w[3])
+	for j = 1, #wkeys do
+		redis.call('PSETEX', wkeys[j], wttls[j], wvalues[j])
 	end
 end
 return out
@@ -117,8 +125,9 @@ return out
 }
 
 // MultiScript returns the Lua script that decides several requests in one
-// call, all or nothing, as [core.MultiStore] asks: KEYS are the requests'
-// states, ARGV[1] their packed requests one after another (each as
+// call, all or nothing, as [core.Store]'s ApplyAll asks, for a batch of
+// any one operation (charges, peeks, refunds, reservations, concurrency
+// leases): KEYS are the requests' states, ARGV[1] their packed requests one after another (each as
 // [core.Script] packs one), ARGV[2] one byte a request, its algorithm's
 // [MultiIndex]; the reply is each decision's six integers in turn, and
 // the states are written only if every request was admitted. Redis

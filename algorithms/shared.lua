@@ -1,6 +1,6 @@
 -- shared.lua: the start of every script: what all its decisions share.
 -- A decision is prelude.lua, an algorithm's file and conclude.lua, run as
--- the script's own code in a script of one decision and as a function in
+-- the script's own code in a script of one decision and in a loop in
 -- MultiScript (see scripts.go).
 --
 -- Redis runs a script's code afresh on every call: each local function it
