@@ -67,3 +67,29 @@ func forget(d core.Decision, now, e int64) core.Decision {
 	}
 	return d
 }
+
+// MaxBatch returns the token bucket's largest batch under l: its burst.
+func (tokenBucket) MaxBatch(l core.Limit) int64 { return l.Burst() }
+
+// MaxBatch returns GCRA's largest batch under l: its burst.
+func (gcra) MaxBatch(l core.Limit) int64 { return l.Burst() }
+
+// MaxBatch returns the fixed window's largest batch under l: its rate,
+// what one window admits.
+func (fixedWindow) MaxBatch(l core.Limit) int64 { return l.Rate() }
+
+// Windowed reports false: the token bucket refills continuously.
+func (tokenBucket) Windowed() bool { return false }
+
+// Windowed reports false: GCRA's capacity comes back continuously.
+func (gcra) Windowed() bool { return false }
+
+// Windowed reports true: the fixed window's capacity comes back at each
+// window's start.
+func (fixedWindow) Windowed() bool { return true }
+
+var (
+	_ core.Batcher = tokenBucket{}
+	_ core.Batcher = gcra{}
+	_ core.Batcher = fixedWindow{}
+)

@@ -45,7 +45,7 @@ func TestUnsatisfiable(t *testing.T) {
 					for _, peek := range []bool{false, true} {
 						s := clone(c.s)
 						st := step{at: 100 * time.Millisecond, cost: cost, peek: peek}
-						d := apply(tc.alg, &s, t0+st.at.Microseconds(), core.Request{Limit: lim, Cost: cost, Peek: peek})
+						d := apply(tc.alg, &s, t0+st.at.Microseconds(), core.Request{Limit: lim, Cost: cost, Op: peekIf(peek)})
 						want := core.Decision{Limit: 10, Remaining: c.remaining, RetryAfter: core.RetryNever, ResetAfter: c.reset}
 						if d != want {
 							t.Errorf("%s key: %s = %+v, want %+v", c.name, st.name(), d, want)
@@ -90,7 +90,7 @@ func TestZeroCost(t *testing.T) {
 			for i, c := range trace {
 				now := t0 + c.at.Microseconds()
 				before := clone(probed)
-				peek := apply(alg, &before, now, core.Request{Limit: lim, Cost: 0, Peek: true})
+				peek := apply(alg, &before, now, core.Request{Limit: lim, Cost: 0, Op: core.OpPeek})
 				zero := apply(alg, &probed, now, core.Request{Limit: lim, Cost: 0})
 				name := step{at: c.at}.name()
 				if !zero.Allowed || zero.RetryAfter != 0 {
@@ -176,7 +176,7 @@ func TestZeroCostAfterLimitLowered(t *testing.T) {
 				for _, peek := range []bool{false, true} {
 					before := clone(s)
 					st := step{at: last, peek: peek, lim: h.lower}
-					d := apply(alg, &s, t0+last.Microseconds(), core.Request{Limit: h.lower, Peek: peek})
+					d := apply(alg, &s, t0+last.Microseconds(), core.Request{Limit: h.lower, Op: peekIf(peek)})
 					if !d.Allowed || d.RetryAfter != 0 {
 						t.Errorf("history %d: %s = %+v, want allowed", i, st.name(), d)
 					}
@@ -210,7 +210,7 @@ func TestPeek(t *testing.T) {
 			for i, c := range trace {
 				now := t0 + c.at.Microseconds()
 				before := clone(s)
-				peeked := apply(alg, &s, now, core.Request{Limit: lim, Cost: c.cost, Peek: true})
+				peeked := apply(alg, &s, now, core.Request{Limit: lim, Cost: c.cost, Op: core.OpPeek})
 				name := step{at: c.at, cost: c.cost, peek: true}.name()
 				if !sameState(s, before) {
 					t.Fatalf("step %d: %s changed the state from %s to %s", i, name, relState(before), relState(s))

@@ -54,13 +54,13 @@ func TestTokenBucketGCRAAgree(t *testing.T) {
 				default:
 					cost = lim.Burst() + rng.Int64N(3)
 				}
-				req := core.Request{Limit: lim, Cost: cost, Peek: rng.IntN(8) == 0}
+				req := core.Request{Limit: lim, Cost: cost, Op: peekIf(rng.IntN(8) == 0)}
 				want := apply(algorithms.TokenBucket, &tb, now, req)
 				got := apply(algorithms.GCRA, &gc, now, req)
 				if got != want {
-					t.Fatalf("step %d: %s = %+v, want as the token bucket: %+v", i, step{at: time.Duration(now-t0) * time.Microsecond, cost: cost, peek: req.Peek}.name(), got, want)
+					t.Fatalf("step %d: %s = %+v, want as the token bucket: %+v", i, step{at: time.Duration(now-t0) * time.Microsecond, cost: cost, peek: req.Op == core.OpPeek}.name(), got, want)
 				}
-				if got.Allowed && !req.Peek && cost > 0 {
+				if got.Allowed && req.Op != core.OpPeek && cost > 0 {
 					admitted++
 				}
 			}
@@ -128,7 +128,7 @@ func TestExtremeLimits(t *testing.T) {
 					// Instants stay where Request.Validate lets them.
 					now = min(max(now+o.gap, 0), core.MaxUnits-1)
 					before := clone(s)
-					d := apply(alg, &s, now, core.Request{Limit: lim, Cost: o.cost, Peek: o.peek})
+					d := apply(alg, &s, now, core.Request{Limit: lim, Cost: o.cost, Op: peekIf(o.peek)})
 					if _, msg := checkCall(alg, before, s, now, o, d); msg != "" {
 						t.Fatalf("op %d: %s, state %s: %s", i, callName(o, now, before, d), relState(before), msg)
 					}

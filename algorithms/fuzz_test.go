@@ -219,7 +219,7 @@ func runTrace(t *testing.T, alg core.Algorithm, lim core.Limit, data []byte, m m
 		now += o.gap
 		before := clone(s)
 		eff := max(now, before.T)
-		d := apply(alg, &s, now, core.Request{Limit: lim, Cost: o.cost, Peek: o.peek})
+		d := apply(alg, &s, now, core.Request{Limit: lim, Cost: o.cost, Op: peekIf(o.peek)})
 		fail := func(format string, args ...any) {
 			t.Helper()
 			t.Fatalf("%v: op %d: %s: %s", lim, i, callName(o, now, before, d), fmt.Sprintf(format, args...))
@@ -285,7 +285,7 @@ func runSwitchingTrace(t *testing.T, alg core.Algorithm, data []byte) {
 	for i, o := range decodeOps(data, alg, switchLimits...) {
 		now += o.gap
 		before := clone(s)
-		d := apply(alg, &s, now, core.Request{Limit: o.lim, Cost: o.cost, Peek: o.peek})
+		d := apply(alg, &s, now, core.Request{Limit: o.lim, Cost: o.cost, Op: peekIf(o.peek)})
 		if _, msg := checkCall(alg, before, s, now, o, d); msg != "" {
 			t.Fatalf("op %d: %s under %v, state %s: %s", i, callName(o, now, before, d), o.lim, relState(before), msg)
 		}

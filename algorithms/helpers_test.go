@@ -71,7 +71,7 @@ func runSteps(t *testing.T, alg core.Algorithm, lim core.Limit, s *core.State, s
 		if st.lim != (core.Limit{}) {
 			l = st.lim
 		}
-		req := core.Request{Algorithm: alg, Limit: l, Cost: st.cost, Peek: st.peek}
+		req := core.Request{Algorithm: alg, Limit: l, Cost: st.cost, Op: peekIf(st.peek)}
 		d := apply(alg, s, t0+st.at.Microseconds(), req)
 		if d.Allowed != st.allowed {
 			t.Errorf("step %d: %s = %t, want %t", i, st.name(), d.Allowed, st.allowed)
@@ -99,6 +99,14 @@ func runSteps(t *testing.T, alg core.Algorithm, lim core.Limit, s *core.State, s
 // it; req.Algorithm and req.Key are not consulted.
 func apply(alg core.Algorithm, s *core.State, now int64, req core.Request) core.Decision {
 	return alg.Transition(s, req.Step(now))
+}
+
+// peekIf returns [core.OpPeek] if peek is set, else [core.OpCharge].
+func peekIf(peek bool) core.Op {
+	if peek {
+		return core.OpPeek
+	}
+	return core.OpCharge
 }
 
 // admitN makes n calls of the given cost at t0+at and returns how many

@@ -214,7 +214,7 @@ func TestBackwardsClock(t *testing.T) {
 				for _, cost := range []int64{0, 1, 3, 4, 11} {
 					for _, peek := range []bool{false, true} {
 						past, present := clone(s), clone(s)
-						req := core.Request{Algorithm: alg, Limit: lim, Cost: cost, Peek: peek}
+						req := core.Request{Algorithm: alg, Limit: lim, Cost: cost, Op: peekIf(peek)}
 						got := apply(alg, &past, at-back.Microseconds(), req)
 						want := apply(alg, &present, at, req)
 						if got != want {

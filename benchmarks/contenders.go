@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"sync"
 	"time"
@@ -110,12 +109,10 @@ func startAll(n int, start func(i int) (Contender, error)) ([]Contender, error) 
 
 // sluiceContender decides with a core.Limiter over store: the API a user
 // calls, not the store's Apply.
-func sluiceContender(name string, store interface {
-	core.Store
-	io.Closer
-}, lim Limit, closeClient func()) (Contender, error) {
+func sluiceContender(name string, store core.Store, lim Limit, closeClient func()) (Contender, error) {
 	limiter, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(int64(lim.Rate)).WithBurst(int64(lim.Burst)))
 	if err != nil {
+		store.Close()
 		closeClient()
 		return Contender{}, err
 	}

@@ -25,12 +25,13 @@ var (
 	// ErrInvalidTime reports a request whose Now is before the Unix epoch
 	// or too far after it to count in exact microseconds (see [MaxExact]).
 	ErrInvalidTime = errors.New("sluice: invalid time")
-	// ErrUnsupported reports an optional operation the store does not
-	// implement, such as Reset on a store that is not a [Resetter], or a
+	// ErrUnsupported reports an operation a store or an algorithm cannot
+	// do, such as Reset on a store that keeps no state of its own, or a
 	// reservation under an algorithm that cannot reserve.
 	ErrUnsupported = errors.New("sluice: not supported by this store")
-	// ErrInvalidRequest reports a request whose options contradict each
-	// other, such as a peek that is also a refund.
+	// ErrInvalidRequest reports a request or batch that cannot be decided
+	// as asked, such as a MaxWait on a request that is not a reservation,
+	// or a batch naming one key and algorithm twice.
 	ErrInvalidRequest = errors.New("sluice: invalid request")
 )
 
@@ -126,27 +127,20 @@ type Request struct {
 	// year 2112 (see [MaxUnits]). The zero value means the store's own
 	// clock (the server's clock for Redis).
 	Now time.Time
-	// Peek asks for the decision the request would get, without charging
-	// it or changing any state.
-	Peek bool
-	// Refund gives Cost back to the key instead of charging it: it undoes
-	// an admission of that cost, such as one half of a multi-limit request
-	// another limit denied, or a reservation cancelled before it was used.
-	// The bucket algorithms return the units exactly, never above a fresh
-	// key's capacity; the window algorithms return the cost to the window
-	// of the key's last charge while that window still counts (each
-	// algorithm documents it). A refund's decision is allowed and reports
-	// the key after it.
-	Refund bool
-	// MaxWait, when positive, makes the request a reservation: if it would
-	// be admitted within MaxWait (counting every charge made before it,
-	// reservations included), it is charged now, the key going into debt,
-	// and the decision is allowed with a [Decision.Delay] the caller must
-	// wait before acting. A reservation that would need longer is denied
-	// and charges nothing. Only algorithms that implement [Reserver] can
-	// reserve; for others the request fails with [ErrUnsupported]. A key's
-	// debt never exceeds [MaxUnits] units (see [Limit.Units]), which for
-	// any practical limit is far beyond a deadline.
+	// Op is what the request does: charge (the zero value), peek, refund
+	// or reserve. See [Op].
+	Op Op
+	// MaxWait is how far ahead a reservation ([OpReserve]) may be
+	// admitted; it must be positive for a reservation and zero for every
+	// other operation. If the request would be admitted within MaxWait
+	// (counting every charge made before it, reservations included), it
+	// is charged now, the key going into debt, and the decision is
+	// allowed with a [Decision.Delay] the caller must wait before acting.
+	// A reservation that would need longer is denied and charges nothing.
+	// Only algorithms that implement [Reserver] can reserve; for others
+	// the request fails with [ErrUnsupported]. A key's debt never exceeds
+	// [MaxUnits] units (see [Limit.Units]), which for any practical limit
+	// is far beyond a deadline.
 	MaxWait time.Duration
 	// Lease names a lease of the concurrency algorithm
 	// (algorithms.Concurrency), 1 to [MaxUnits]: a charge acquires Cost
@@ -156,8 +150,8 @@ type Request struct {
 	Lease int64
 }
 
-// Validate checks the request's key, algorithm, cost and limit, returning an
-// error that wraps one of the sentinel errors.
+// Validate checks the request's key, algorithm, cost, operation and
+// limit, returning an error that wraps one of the sentinel errors.
 func (r *Request) Validate() error {
 	if err := ValidateKey(r.Key); err != nil {
 		return err
@@ -171,14 +165,14 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: %d exceeds 2^52", ErrInvalidCost, r.Cost)
 	case !r.Now.IsZero() && (r.Now.Before(epoch) || !r.Now.Before(maxTime)):
 		return fmt.Errorf("%w: %v is outside 1970 to %v", ErrInvalidTime, r.Now, maxTime)
-	case r.Peek && r.Refund:
-		return fmt.Errorf("%w: a refund cannot be a peek", ErrInvalidRequest)
+	case r.Op > OpReserve:
+		return fmt.Errorf("%w: unknown operation %d", ErrInvalidRequest, r.Op)
 	case r.Lease < 0 || r.Lease > MaxUnits:
 		return fmt.Errorf("%w: lease %d is outside 0 to 2^52", ErrInvalidRequest, r.Lease)
-	case r.MaxWait < 0:
-		return fmt.Errorf("%w: MaxWait %v is negative", ErrInvalidRequest, r.MaxWait)
-	case r.MaxWait > 0 && (r.Peek || r.Refund):
-		return fmt.Errorf("%w: a reservation (MaxWait) cannot be a peek or a refund", ErrInvalidRequest)
+	case r.Op == OpReserve && r.MaxWait <= 0:
+		return fmt.Errorf("%w: a reservation needs a positive MaxWait, not %v", ErrInvalidRequest, r.MaxWait)
+	case r.Op != OpReserve && r.MaxWait != 0:
+		return fmt.Errorf("%w: MaxWait belongs to reservations, not to a %v", ErrInvalidRequest, r.Op)
 	}
 	if err := r.Limit.Validate(); err != nil {
 		return err
@@ -186,27 +180,26 @@ func (r *Request) Validate() error {
 	if r.Limit.inf {
 		return nil
 	}
-	if r.MaxWait > 0 {
-		if rs, ok := r.Algorithm.(Reserver); !ok || !rs.Reserves() {
-			return fmt.Errorf("%w: algorithm %q cannot reserve (MaxWait)", ErrUnsupported, r.Algorithm.Name())
-		}
+	if r.Op == OpReserve && !Reserves(r.Algorithm) {
+		return fmt.Errorf("%w: algorithm %q cannot reserve", ErrUnsupported, r.Algorithm.Name())
 	}
 	return r.Algorithm.Validate(r.Limit)
 }
+
+// Changes reports whether the request may change its key's state: a
+// charge, refund or reservation of a positive cost. Peeks and zero costs
+// never do.
+func (r *Request) Changes() bool { return r.Op != OpPeek && r.Cost > 0 }
 
 // Step returns what the request asks of its algorithm at now, in µs since
 // the Unix epoch: the arguments of [Algorithm.Transition]. Its limit must
 // not be [Inf].
 func (r *Request) Step(now int64) Step {
-	st := Step{Now: now, Cost: r.Cost, Limit: r.Limit, Lease: r.Lease}
-	switch {
-	case r.Peek:
-		st.Op = OpPeek
-	case r.Refund:
-		st.Op = OpRefund
-	case r.MaxWait > 0:
+	st := Step{Now: now, Cost: r.Cost, Limit: r.Limit, Op: r.Op, Lease: r.Lease}
+	if r.Op == OpReserve {
 		// A key may owe at most 2^52 units less its capacity, so that the
 		// time to refill it stays within 2^52 µs.
+		st.Op = OpCharge
 		st.Debt = MaxUnits - r.Limit.burst*r.Limit.unit
 		if w, per := r.MaxWait.Microseconds(), r.Limit.refill; w < st.Debt/per {
 			st.Debt = w * per
@@ -215,17 +208,41 @@ func (r *Request) Step(now int64) Step {
 	return st
 }
 
-// Op is what a [Step] does to a key: charge its cost, only look, or give
-// the cost back.
+// Op is what a request does to its key: the verbs of [Limiter] and
+// [Stack] as a store receives them.
 type Op uint8
 
-// The operations of a step. Lua twins receive them as the numbers 0, 1
-// and 2.
+// The operations. An algorithm's [Step] carries only the first three (a
+// reservation reaches it as a charge with [Step.Debt]); Lua twins receive
+// them as the numbers 0, 1 and 2.
 const (
-	OpCharge Op = iota // charge the cost if admitted ([Request] default)
-	OpPeek             // decide without changing anything ([Request.Peek])
-	OpRefund           // give the cost back ([Request.Refund])
+	// OpCharge charges the cost if the limit admits it now (Allow).
+	OpCharge Op = iota
+	// OpPeek decides as a charge would, without changing anything (Peek).
+	OpPeek
+	// OpRefund gives the cost back: it undoes an admission of that cost,
+	// such as a reservation cancelled before it was used, or releases a
+	// concurrency lease. The bucket algorithms return the units exactly,
+	// never above a fresh key's capacity; the window algorithms return
+	// the cost to the window of the key's last charge while that window
+	// still counts (each algorithm documents it). A refund's decision is
+	// allowed and reports the key after it.
+	OpRefund
+	// OpReserve charges the cost if the limit admits it within
+	// [Request.MaxWait], letting the key go into debt (Reserve, Wait).
+	OpReserve
 )
+
+var opNames = [...]string{"charge", "peek", "refund", "reserve"}
+
+// String returns the operation's name: "charge", "peek", "refund" or
+// "reserve".
+func (o Op) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
 
 // Step is one request as an algorithm sees it, in integer microseconds.
 // [Request.Step] makes one.
@@ -237,7 +254,8 @@ type Step struct {
 	Cost int64
 	// Limit is the limit to decide under; never [Inf].
 	Limit Limit
-	// Op says whether to charge, peek or refund.
+	// Op is [OpCharge], [OpPeek] or [OpRefund]; never [OpReserve],
+	// which reaches an algorithm as a charge with a Debt.
 	Op Op
 	// Debt is how far, in units (see [Limit.Units]), an admission may take
 	// the key below empty: MaxWait × units per µs for a reservation, at
@@ -329,28 +347,97 @@ type Reserver interface {
 	Reserves() bool
 }
 
-// Store runs an algorithm's transition atomically for a key: two calls for
-// the same key never interleave. Implementations must be safe for
-// concurrent use, and must return a denial as a Decision, keeping errors
-// for failures of the store itself.
+// Reserves reports whether alg can reserve: it implements [Reserver] and
+// says it does.
+func Reserves(alg Algorithm) bool {
+	r, ok := alg.(Reserver)
+	return ok && r.Reserves()
+}
+
+// Batcher is implemented by algorithms whose capacity a caching store may
+// take from a remote store in batches and spend locally (package
+// layered's leases) within an exact bound: the token bucket, GCRA and the
+// fixed window. The sliding windows are not: a batch charged at one
+// instant and spent later weighs differently in them.
+type Batcher interface {
+	Algorithm
+	// MaxBatch returns the largest batch, in units of cost, that may be
+	// taken at once under l (its capacity); 0 if none may.
+	MaxBatch(l Limit) int64
+	// Windowed reports whether capacity comes back all at once at the
+	// end of an epoch-aligned window (the fixed window), so that a batch
+	// must not be spent after the window it was taken in ends; a bucket's
+	// capacity comes back continuously.
+	Windowed() bool
+}
+
+// Windowed reports whether alg is a [Batcher] whose capacity comes back
+// at window boundaries ([Batcher.Windowed]).
+func Windowed(alg Algorithm) bool {
+	b, ok := alg.(Batcher)
+	return ok && b.Windowed()
+}
+
+// MaxBatch returns alg's [Batcher.MaxBatch] for l, or 0 when alg is not a
+// Batcher.
+func MaxBatch(alg Algorithm, l Limit) int64 {
+	if b, ok := alg.(Batcher); ok {
+		return b.MaxBatch(l)
+	}
+	return 0
+}
+
+// Store keeps limiter state and runs algorithms' transitions on it
+// atomically. Every method is required, so that an ability cannot be lost
+// on the way through a chain of decorators: a decorator that does not say
+// what it does with a batch, a reset or a close does not compile.
 //
-// Optional abilities are further interfaces a store may implement:
-// [Resetter] to forget a key, and [io.Closer] to release resources (a store
-// returns [ErrClosed] from Apply after Close). Peeking needs no interface:
-// every store honours [Request.Peek].
+// Implementations must be safe for concurrent use, must return a denial
+// as a Decision, keeping errors for invalid requests and failures of the
+// store itself, and must fail with [ErrClosed] after Close.
 type Store interface {
+	// Apply decides one request atomically for its key: two calls for the
+	// same key never interleave.
 	Apply(ctx context.Context, req Request) (Decision, error)
+	// ApplyAll decides reqs together, writing each request's decision to
+	// out (as long as reqs): if every request is admitted, all take
+	// effect; if any is denied, none does, and out holds what each would
+	// have got. It rejects what [ValidateAll] rejects before touching any
+	// state. A store that decides a batch in one atomic step says so in
+	// its documentation; one that cannot calls [ApplyInTurn], which
+	// charges in turn and refunds, by name.
+	ApplyAll(ctx context.Context, reqs []Request, out []Decision) error
+	// Reset forgets key's state under alg, as if it had never been
+	// charged. A store that cannot forget returns an error wrapping
+	// [ErrUnsupported].
+	Reset(ctx context.Context, key string, alg Algorithm) error
+	// Close releases what the store holds and, for a decorator, closes
+	// the store it wraps, so that a chain closes as one. Later calls fail
+	// with [ErrClosed].
+	Close() error
 }
 
 // StoreFunc adapts a function to a [Store], as [net/http.HandlerFunc] does
-// for handlers. It suits tests and small decorators.
+// for handlers. It suits tests and small decorators. Its ApplyAll decides
+// in turn ([ApplyInTurn]), its Reset fails with [ErrUnsupported], and its
+// Close does nothing.
 type StoreFunc func(ctx context.Context, req Request) (Decision, error)
 
 // Apply calls f(ctx, req).
 func (f StoreFunc) Apply(ctx context.Context, req Request) (Decision, error) { return f(ctx, req) }
 
-// Resetter is implemented by stores that can forget a key's state, as if it
-// had never been charged.
-type Resetter interface {
-	Reset(ctx context.Context, key string, alg Algorithm) error
+// ApplyAll decides reqs in turn through f (see [ApplyInTurn]).
+func (f StoreFunc) ApplyAll(ctx context.Context, reqs []Request, out []Decision) error {
+	if err := ValidateAll(reqs, out); err != nil {
+		return err
+	}
+	return ApplyInTurn(ctx, f, reqs, out)
 }
+
+// Reset fails with [ErrUnsupported]: a function has no state to forget.
+func (f StoreFunc) Reset(context.Context, string, Algorithm) error {
+	return fmt.Errorf("%w: a StoreFunc has no Reset", ErrUnsupported)
+}
+
+// Close does nothing.
+func (f StoreFunc) Close() error { return nil }

@@ -1,42 +1,65 @@
-// Package core holds sluice's contracts: the [Limit] a key is held to, the
-// [Request] a store is asked to decide and the [Decision] it answers, the
-// [Algorithm] that decides, the [Store] that keeps state, and the
-// [Limiter] that most code holds.
+// Package core holds what a program holds to limit rates, and the
+// contracts that stores and algorithms implement.
 //
-// An algorithm is a pure transition over a small per-key [State], in
-// integer microseconds; a store runs it atomically for a key, in process
-// (package memstore) or inside Redis. Because every store runs the same
-// transition with the same integer arithmetic, a decision never depends on
-// the backend, and the conformance suite in package storetest proves it.
+// # Using sluice
 //
-// A denial is a value, not an error: [Decision.Allowed] is false and the
+// A [Limiter] applies one algorithm and one [Limit] to many keys:
+// [Limiter.Allow] and [Limiter.AllowN] charge a key if the limit admits
+// it now, [Limiter.Peek] looks without charging, [Limiter.Wait] and
+// [Limiter.Reserve] queue a caller until its turn, [Limiter.Acquire]
+// takes a concurrency slot that [Lease.Release] gives back, and
+// [Limiter.Reset] forgets a key.
+//
+// A [Stack] applies several named rules to one request, all or nothing:
+// a per-user, a per-tenant and a global limit, or a burst limit and a
+// daily quota. It has the same verbs (Allow, Peek, Reserve, Wait,
+// Acquire, Reset) and answers with a [Verdict]: the binding rule's
+// decision and each rule's own. On every sluice store, through every
+// sluice decorator, a stack's decision is one atomic store call.
+//
+// Limits read as English: core.PerSecond(10).WithBurst(50),
+// core.PerDay(1000), core.Every(time.Minute); [Inf] admits everything.
+// A [Decision] says whether a request was admitted, what is left, when to
+// retry and what produced it ([Source]: the store, a cache, or an outage
+// policy). A denial is a value, not an error: Allowed is false and the
 // error nil. An error means the request was invalid (the sentinels
 // [ErrInvalidLimit], [ErrInvalidCost], [ErrInvalidKey], [ErrInvalidTime],
-// [ErrNoAlgorithm]) or the store failed; wrappers keep the sentinel for
-// [errors.Is]. A cost above a limit's capacity can never be admitted: its
-// decision is [Decision.Unsatisfiable], with a RetryAfter of [RetryNever].
+// [ErrNoAlgorithm], [ErrInvalidRequest]) or the store failed; wrappers
+// keep the sentinel for [errors.Is]. A cost above a limit's capacity can
+// never be admitted: its decision is [Decision.Unsatisfiable].
 //
-// A [Store] has one required method, Apply. Stores may also implement
-// these optional interfaces, found by type assertion:
+// The algorithms are in package algorithms; stores in stores/memstore,
+// stores/redisstore, stores/rueidisstore and stores/layered; the outage
+// breaker and per-key policy in package policy; tracing and metrics in
+// package telemetry.
 //
-//   - [Resetter], to forget a key's state;
-//   - [io.Closer], to release resources; calls after Close fail with
-//     [ErrClosed].
+// # Writing a store or a decorator
 //
-// Peeking needs no optional interface: [Request.Peek] asks any store for a
-// decision without charging it. [StoreFunc] turns a function into a Store,
-// for tests and small decorators.
+// A [Store] has four required methods: Apply decides one [Request],
+// ApplyAll decides several together (all admitted and charged, or none),
+// Reset forgets a key, and Close releases what the store holds. Because
+// every method is required, a decorator (the breaker, telemetry, the
+// layered cache) cannot lose an ability on the way through a chain: one
+// that does not say what it does with a batch does not compile. A store
+// that cannot decide a batch atomically calls [ApplyInTurn] from its
+// ApplyAll, by name. A request's [Op] is its verb: [OpCharge],
+// [OpPeek], [OpRefund] or [OpReserve]. [StoreFunc] turns a function
+// into a Store, for tests. docs/architecture.md explains the contract
+// and what each decorator does with a batch; package storetest is the
+// conformance suite every store runs.
 //
-// A decorator is a Store that wraps another (the breaker in package
-// policy, the telemetry and layered stores). Each of sluice's decorators
-// keeps its inner store's abilities: it implements Reset by forwarding to
-// the inner store (failing with [ErrUnsupported] when that is no
-// [Resetter]), Close by releasing what it owns and then closing the inner
-// store if that is an [io.Closer], so a chain closes as one, and
-// Unwrap() Store, which returns the inner store so that code can find a
-// layer of the chain by type.
+// # Writing an algorithm
+//
+// An [Algorithm] is a pure transition over a small per-key [State], in
+// integer microseconds ([Step]); a store runs it atomically for a key.
+// Because every store runs the same transition with the same integer
+// arithmetic, a decision never depends on the backend. What an algorithm
+// can do beyond deciding is asked of it through interfaces, which [Named]
+// passes on: [Reserver] (it can hold debt, for reservations), [Leaser]
+// (it holds concurrency leases), [Batcher] (a cache may take its capacity
+// in batches) and [Scripted] (it has a Lua twin, for the Redis stores).
 //
 // Every request carries its limit, so a key's limit can change between
-// calls (per-key tiers, live reconfiguration); each algorithm documents what
-// it does with state written under another limit.
+// calls (per-key tiers, live reconfiguration); each algorithm documents
+// what it does with state written under another limit.
 package core

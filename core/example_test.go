@@ -61,7 +61,7 @@ func ExampleRequest() {
 	d, _ := store.Apply(context.Background(), req)
 	fmt.Println(d.Allowed, d.Remaining, d.ResetAfter)
 
-	req.Now, req.Peek = t0.Add(30*time.Second), true
+	req.Now, req.Op = t0.Add(30*time.Second), core.OpPeek
 	d, _ = store.Apply(context.Background(), req)
 	fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
 

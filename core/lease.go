@@ -16,19 +16,25 @@ type Leaser interface {
 	Leases() bool
 }
 
-// Lease is a share of a key's concurrency, acquired by [Limiter.Acquire]
-// and held until [Lease.Release] or until the limit's Period passes since
-// it was acquired or last renewed ([Lease.Renew]): a holder that crashes
-// never keeps its slots for longer than that. A Lease is safe for
-// concurrent use.
+// Leases reports whether alg holds leases: it implements [Leaser] and
+// says it does.
+func Leases(alg Algorithm) bool {
+	l, ok := alg.(Leaser)
+	return ok && l.Leases()
+}
+
+// Lease is a share of concurrency, acquired by [Limiter.Acquire] or
+// [Stack.AcquireN] and held until [Lease.Release] or until the limit's
+// Period passes since it was acquired or last renewed ([Lease.Renew]): a
+// holder that crashes never keeps its slots for longer than that. A
+// Lease is safe for concurrent use.
 type Lease struct {
-	// Decision is the store's answer to the acquisition: Allowed reports
-	// whether the slots were acquired, Remaining how many are left.
-	Decision
-	lim  *Limiter
-	key  string
-	id   int64
-	cost int64
+	// Verdict is the store's answer to the acquisition: Allowed reports
+	// whether the slots were acquired (and, for a stack, every other rule
+	// admitted the request), Remaining how many are left.
+	Verdict
+	store Store
+	held  []Request // the concurrency rules' requests
 
 	mu       sync.Mutex // held across a release, so concurrent calls agree
 	released bool
@@ -37,21 +43,27 @@ type Lease struct {
 // OK reports whether the lease was acquired.
 func (l *Lease) OK() bool { return l.Allowed }
 
-// ID returns the lease's identifier: a random number from 1 to 2^52, which
-// is what the store keeps (see [Request.Lease]).
-func (l *Lease) ID() int64 { return l.id }
+// ID returns the lease's identifier under its first concurrency rule: a
+// random number from 1 to 2^52, which is what the store keeps (see
+// [Request.Lease]); 0 if the lease holds none.
+func (l *Lease) ID() int64 {
+	if len(l.held) == 0 {
+		return 0
+	}
+	return l.held[0].Lease
+}
 
-// Release gives the lease's slots back. Calls after the first succeeding
-// one, and on a lease that was not acquired, do nothing. It is a store
-// call, made even if ctx is done (with ctx's values, without its
+// Release gives the lease's slots back, in one store call. Calls after
+// the first succeeding one, and on a lease that was not acquired, do
+// nothing. It is made even if ctx is done (with ctx's values, without its
 // cancellation).
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.Allowed || l.released {
+	if !l.Allowed || l.released || len(l.held) == 0 {
 		return nil
 	}
-	if _, err := l.lim.store.Apply(context.WithoutCancel(ctx), l.request(true)); err != nil {
+	if _, err := apply(context.WithoutCancel(ctx), l.store, l.requests(OpRefund)); err != nil {
 		return fmt.Errorf("sluice: release lease: %w", err)
 	}
 	l.released = true
@@ -60,18 +72,39 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // Renew extends the lease by the limit's Period from now, for work that
 // runs longer than one. If the lease has expired meanwhile, Renew acquires
-// it again if the key has room, and the decision says whether it did.
-func (l *Lease) Renew(ctx context.Context) (Decision, error) {
+// it again if the key has room, and the verdict says whether it did.
+func (l *Lease) Renew(ctx context.Context) (Verdict, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.Allowed || l.released {
-		return Decision{}, fmt.Errorf("%w: renewing a lease that is not held", ErrInvalidRequest)
+	if !l.Allowed || l.released || len(l.held) == 0 {
+		return Verdict{}, fmt.Errorf("%w: renewing a lease that is not held", ErrInvalidRequest)
 	}
-	return l.lim.store.Apply(ctx, l.request(false))
+	return apply(ctx, l.store, l.requests(OpCharge))
 }
 
-func (l *Lease) request(release bool) Request {
-	return Request{Key: l.key, Algorithm: l.lim.alg, Limit: l.lim.limit, Cost: l.cost, Lease: l.id, Refund: release}
+// requests returns the lease's requests with operation op, in a new slice.
+func (l *Lease) requests(op Op) []Request {
+	reqs := append([]Request(nil), l.held...)
+	for i := range reqs {
+		reqs[i].Op = op
+	}
+	return reqs
+}
+
+// acquire charges reqs on store, all or none, and returns the lease of
+// those that hold leases.
+func acquire(ctx context.Context, store Store, reqs []Request) (*Lease, error) {
+	v, err := apply(ctx, store, reqs)
+	if err != nil {
+		return nil, err
+	}
+	ls := &Lease{Verdict: v, store: store}
+	for _, r := range reqs {
+		if r.Lease != 0 {
+			ls.held = append(ls.held, r)
+		}
+	}
+	return ls, nil
 }
 
 // Acquire is shorthand for AcquireN(ctx, key, 1).
@@ -87,14 +120,8 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Lease, error) {
 // The limiter's algorithm must hold leases ([Leaser], such as
 // algorithms.Concurrency); otherwise AcquireN fails with [ErrUnsupported].
 func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Lease, error) {
-	if a, ok := l.alg.(Leaser); !ok || !a.Leases() {
+	if !Leases(l.alg) {
 		return nil, fmt.Errorf("%w: algorithm %q holds no leases", ErrUnsupported, l.alg.Name())
 	}
-	ls := &Lease{lim: l, key: key, id: rand.Int64N(MaxUnits) + 1, cost: n}
-	d, err := l.store.Apply(ctx, ls.request(false))
-	if err != nil {
-		return nil, err
-	}
-	ls.Decision = d
-	return ls, nil
+	return acquire(ctx, l.store, []Request{{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Lease: rand.Int64N(MaxUnits) + 1}})
 }

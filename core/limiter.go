@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"fmt"
 	"math"
 )
 
@@ -66,21 +65,16 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 // Peek reports the decision Allow would return now, without charging the
 // key or changing its state.
 func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
-	return l.store.Apply(ctx, Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: 1, Peek: true})
+	return l.store.Apply(ctx, Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: 1, Op: OpPeek})
 }
 
 // Reset forgets key's state under the limiter's algorithm, as if it had
-// never been charged. It fails with [ErrUnsupported] when the store is not
-// a [Resetter].
+// never been charged.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	r, ok := l.store.(Resetter)
-	if !ok {
-		return fmt.Errorf("%w: %T has no Reset", ErrUnsupported, l.store)
-	}
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	return r.Reset(ctx, key, l.alg)
+	return l.store.Reset(ctx, key, l.alg)
 }
 
 // Unlimited returns the decision for a request under [Inf]: allowed, with

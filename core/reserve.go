@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Errors of [Limiter.Wait] and [Limiter.Reserve].
+// Errors of Wait and Reserve.
 var (
 	// ErrUnsatisfiable reports a wait for a cost above the limit's
 	// capacity: it would never end.
@@ -19,18 +19,17 @@ var (
 	ErrWaitTooLong = errors.New("sluice: wait would outlast the context's deadline")
 )
 
-// Reservation is capacity charged to a key ahead of its use by
-// [Limiter.Reserve]: the caller may act once [Reservation.Delay] has passed
-// since the reservation was made, or give the capacity back with
+// Reservation is capacity charged ahead of its use by [Limiter.Reserve]
+// or [Stack.ReserveN]: the caller may act once [Reservation.Delay] has
+// passed since the reservation was made, or give the capacity back with
 // [Reservation.Cancel]. It is safe for concurrent use.
 type Reservation struct {
-	// Decision is the store's answer. Allowed reports whether the
-	// capacity was reserved; when it was not, RetryAfter says when the
-	// same cost would be admitted at once.
-	Decision
-	lim  *Limiter
-	key  string
-	cost int64
+	// Verdict is the store's answer. Allowed reports whether the capacity
+	// was reserved (under every rule, for a stack); when it was not,
+	// RetryAfter says when the same cost would be admitted at once.
+	Verdict
+	store   Store
+	refunds []Request // what was charged, as refunds
 
 	mu        sync.Mutex // held across the refund, so concurrent Cancels agree
 	cancelled bool
@@ -39,24 +38,40 @@ type Reservation struct {
 // OK reports whether the capacity was reserved.
 func (r *Reservation) OK() bool { return r.Allowed }
 
-// Cancel gives the reserved capacity back to the key, for a caller that
-// gave up or whose work failed before it started; calls after the first,
-// and on a reservation that was not OK, do nothing. Cancelling after acting
-// returns capacity that was used: the limit is then exceeded by the
-// reservation's cost. The refund is a store call; it is made even if ctx
-// is already done (but with ctx's values and without its cancellation).
+// Cancel gives the reserved capacity back, to every rule, for a caller
+// that gave up or whose work failed before it started; calls after the
+// first, and on a reservation that was not OK, do nothing. Cancelling
+// after acting returns capacity that was used: the limit is then exceeded
+// by the reservation's cost. The refund is one store call; it is made even
+// if ctx is already done (with ctx's values, without its cancellation).
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.Allowed || r.cancelled {
 		return nil
 	}
-	_, err := r.lim.store.Apply(context.WithoutCancel(ctx), Request{Key: r.key, Algorithm: r.lim.alg, Limit: r.lim.limit, Cost: r.cost, Refund: true})
-	if err != nil {
+	if _, err := apply(context.WithoutCancel(ctx), r.store, r.refunds); err != nil {
 		return fmt.Errorf("sluice: cancel reservation: %w", err) // nothing was given back: a retry may
 	}
 	r.cancelled = true
 	return nil
+}
+
+// reserve makes the reservations reqs on store, all or none.
+func reserve(ctx context.Context, store Store, reqs []Request) (*Reservation, error) {
+	v, err := apply(ctx, store, reqs)
+	if err != nil {
+		return nil, err
+	}
+	return &Reservation{Verdict: v, store: store, refunds: asRefunds(reqs)}, nil
+}
+
+// asRefunds turns reqs into the refunds that undo them, in place.
+func asRefunds(reqs []Request) []Request {
+	for i := range reqs {
+		reqs[i].Op, reqs[i].MaxWait = OpRefund, 0
+	}
+	return reqs
 }
 
 // Reserve is shorthand for ReserveN(ctx, key, 1, maxWait).
@@ -75,11 +90,7 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 	if maxWait <= 0 {
 		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
 	}
-	d, err := l.store.Apply(ctx, Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, MaxWait: maxWait})
-	if err != nil {
-		return nil, err
-	}
-	return &Reservation{Decision: d, lim: l, key: key, cost: n}, nil
+	return reserve(ctx, l.store, []Request{{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Op: OpReserve, MaxWait: maxWait}})
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -96,38 +107,50 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // when ctx is done while it sleeps. Without a deadline it waits as long as
 // the key's debt needs.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return Decision{}, err
-	}
 	if l.limit.inf {
+		if err := ctx.Err(); err != nil {
+			return Decision{}, err
+		}
 		return Unlimited(), nil
+	}
+	v, err := wait(ctx, n, func(maxWait time.Duration) (*Reservation, error) {
+		return l.ReserveN(ctx, key, n, maxWait)
+	})
+	return v.Decision, err
+}
+
+// wait reserves cost n for as long as ctx allows, through reserve, and
+// sleeps the reservation's delay, cancelling it if ctx ends first.
+func wait(ctx context.Context, n int64, reserve func(maxWait time.Duration) (*Reservation, error)) (Verdict, error) {
+	if err := ctx.Err(); err != nil {
+		return Verdict{}, err
 	}
 	maxWait := time.Duration(math.MaxInt64)
 	if deadline, ok := ctx.Deadline(); ok {
 		if maxWait = time.Until(deadline); maxWait <= 0 {
-			return Decision{}, context.DeadlineExceeded
+			return Verdict{}, context.DeadlineExceeded
 		}
 	}
-	r, err := l.ReserveN(ctx, key, n, maxWait)
+	r, err := reserve(maxWait)
 	switch {
 	case err != nil:
-		return Decision{}, err
+		return Verdict{}, err
 	case r.Unsatisfiable():
-		return r.Decision, fmt.Errorf("%w: cost %d, %v", ErrUnsatisfiable, n, l.limit)
+		return r.Verdict, fmt.Errorf("%w: cost %d, limit %d", ErrUnsatisfiable, n, r.Limit)
 	case !r.Allowed:
-		return r.Decision, fmt.Errorf("%w: cost %d needs %v more", ErrWaitTooLong, n, r.RetryAfter)
+		return r.Verdict, fmt.Errorf("%w: cost %d needs %v more", ErrWaitTooLong, n, r.RetryAfter)
 	case r.Delay == 0:
-		return r.Decision, nil
+		return r.Verdict, nil
 	}
 	t := time.NewTimer(r.Delay)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return r.Decision, nil
+		return r.Verdict, nil
 	case <-ctx.Done():
 		if err := r.Cancel(ctx); err != nil {
-			return Decision{}, errors.Join(ctx.Err(), err)
+			return Verdict{}, errors.Join(ctx.Err(), err)
 		}
-		return Decision{}, ctx.Err()
+		return Verdict{}, ctx.Err()
 	}
 }

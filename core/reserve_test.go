@@ -14,15 +14,22 @@ import (
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
-// counting wraps a store and counts its calls.
+// counting wraps a store and counts its calls: calls counts every call
+// that decides (Apply and ApplyAll), batches the ApplyAll calls alone.
 type counting struct {
 	core.Store
-	calls atomic.Int64
+	calls, batches atomic.Int64
 }
 
 func (c *counting) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	c.calls.Add(1)
 	return c.Store.Apply(ctx, req)
+}
+
+func (c *counting) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	c.calls.Add(1)
+	c.batches.Add(1)
+	return c.Store.ApplyAll(ctx, reqs, out)
 }
 
 func newLimiter(t *testing.T, now func() time.Time, alg core.Algorithm, l core.Limit) (*core.Limiter, *counting) {

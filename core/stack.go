@@ -4,109 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 )
-
-// MultiStore is implemented by stores that decide several requests as one
-// atomic step: every request is charged, or none is. [ApplyAll] uses it
-// when a store has it, and otherwise charges in turn and refunds.
-type MultiStore interface {
-	Store
-	// ApplyAll decides reqs together, writing each request's decision to
-	// out (as long as reqs). If every request is admitted all are charged;
-	// otherwise none is, and out holds what each would have got. It
-	// rejects what [ValidateAll] rejects, before touching any state.
-	ApplyAll(ctx context.Context, reqs []Request, out []Decision) error
-}
-
-// ApplyAll decides reqs as one: if every request would be admitted, all
-// are charged; if any is denied, none is charged, and out holds each
-// request's decision as if it alone had been asked. out must be as long as
-// reqs. The requests must be plain charges (no Peek, Refund or MaxWait)
-// naming distinct key and algorithm pairs.
-//
-// On a [MultiStore] that is one atomic step. On any other store ApplyAll
-// charges the requests in order and, at the first denial, refunds the
-// charges made (see [Request.Refund]) and peeks at the requests not yet
-// asked, so that out is complete. Until the refunds land, other callers
-// see those charges: a request may be denied that a moment later would
-// pass. Each refund is made at once, in the same call, so the window is a
-// few store round trips. A store failure part way also refunds what was
-// charged, as far as the store lets it.
-func ApplyAll(ctx context.Context, s Store, reqs []Request, out []Decision) error {
-	if m, ok := s.(MultiStore); ok {
-		return m.ApplyAll(ctx, reqs, out) // which validates
-	}
-	if err := ValidateAll(reqs, out); err != nil {
-		return err
-	}
-	return ApplyInTurn(ctx, s, reqs, out)
-}
-
-// ValidateAll checks requests to be decided together ([ApplyAll],
-// [MultiStore]): each must be valid and a plain charge, no two may name
-// the same key and algorithm, and out must be as long as reqs.
-func ValidateAll(reqs []Request, out []Decision) error {
-	if len(out) != len(reqs) {
-		return fmt.Errorf("%w: %d decisions for %d requests", ErrInvalidRequest, len(out), len(reqs))
-	}
-	for i := range reqs {
-		r := &reqs[i]
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("request %d: %w", i, err)
-		}
-		if r.Peek || r.Refund || r.MaxWait > 0 {
-			return fmt.Errorf("%w: request %d: only charges are decided together", ErrInvalidRequest, i)
-		}
-		for j := range i {
-			if reqs[j].Key == r.Key && reqs[j].Algorithm.Name() == r.Algorithm.Name() {
-				return fmt.Errorf("%w: requests %d and %d name the same key and algorithm", ErrInvalidRequest, j, i)
-			}
-		}
-	}
-	return nil
-}
-
-// ApplyInTurn is [ApplyAll] for a store that cannot decide the requests as
-// one step: it charges them in order and, at the first denial, refunds the
-// charges made and peeks at the requests not yet asked; a failure part way
-// also refunds what was charged. A [MultiStore] that cannot decide some
-// requests at once (keys in different Redis Cluster slots) falls back to
-// it. The requests must have passed [ValidateAll].
-func ApplyInTurn(ctx context.Context, s Store, reqs []Request, out []Decision) error {
-	refund := func(n int) error {
-		var errs []error
-		for j := n - 1; j >= 0; j-- {
-			r := reqs[j]
-			r.Refund = true
-			if _, err := s.Apply(context.WithoutCancel(ctx), r); err != nil {
-				errs = append(errs, fmt.Errorf("refund of request %d: %w", j, err))
-			}
-		}
-		return errors.Join(errs...)
-	}
-	for i := range reqs {
-		d, err := s.Apply(ctx, reqs[i])
-		if err != nil {
-			return errors.Join(err, refund(i))
-		}
-		out[i] = d
-		if d.Allowed {
-			continue
-		}
-		if err := refund(i); err != nil {
-			return err
-		}
-		for j := i + 1; j < len(reqs); j++ {
-			r := reqs[j]
-			r.Peek = true
-			if out[j], err = s.Apply(ctx, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return nil
-}
 
 // Rule is one limit of a [Stack]: a name, which headers and telemetry
 // show and which keeps the rule's state apart from every other rule's, an
@@ -129,9 +29,10 @@ type Rule struct {
 // Make one with [NewStack]. A Stack is safe for concurrent use and keeps
 // no state of its own.
 type Stack struct {
-	store Store
-	rules []Rule
-	algs  []Algorithm // each rule's algorithm, named after the rule
+	store  Store
+	rules  []Rule
+	algs   []Algorithm // each rule's algorithm, named after the rule
+	leases bool        // a rule holds concurrency leases
 }
 
 // NewStack returns a stack of rules over store. It fails with
@@ -166,6 +67,7 @@ func NewStack(store Store, rules ...Rule) (*Stack, error) {
 			}
 		}
 		s.algs = append(s.algs, Named(r.Algorithm, r.Name))
+		s.leases = s.leases || Leases(r.Algorithm)
 	}
 	return s, nil
 }
@@ -187,20 +89,8 @@ func validRuleName(name string) error {
 // Rules returns the stack's rules, in order.
 func (s *Stack) Rules() []Rule { return append([]Rule(nil), s.rules...) }
 
-// Verdict is a [Stack]'s answer: the binding rule's decision, and each
-// rule's own.
-type Verdict struct {
-	// Decision is the binding rule's decision, with Allowed true only if
-	// every rule admitted the request. The binding rule is, after a
-	// denial, the denying rule with the longest wait; after an admission,
-	// the rule closest to exhaustion (the least Remaining for its Limit).
-	Decision
-	// Binding is the index of the binding rule.
-	Binding int
-	// Rules holds each rule's decision, in the stack's order. After a
-	// denial, the rules that admitted report what they would have left.
-	Rules []Decision
-}
+// Store returns the stack's store.
+func (s *Stack) Store() Store { return s.store }
 
 // Allow is shorthand for AllowN(ctx, keys, 1).
 func (s *Stack) Allow(ctx context.Context, keys ...string) (Verdict, error) {
@@ -208,67 +98,154 @@ func (s *Stack) Allow(ctx context.Context, keys ...string) (Verdict, error) {
 }
 
 // AllowN charges cost n to every rule, rule i on keys[i], if every rule
-// admits it; otherwise it charges none (see [ApplyAll] for how, on each
-// kind of store). keys must hold one key per rule; a rule that limits
-// everyone together takes a constant key.
+// admits it; otherwise it charges none. keys must hold one key per rule; a
+// rule that limits everyone together takes a constant key. On every
+// sluice store this is one atomic store call (see docs/architecture.md
+// for the one exception, rules in different slots of a Redis Cluster). A
+// stack with a concurrency rule fails with [ErrUnsupported]: its slots
+// are taken with [Stack.AcquireN], which returns the lease that gives them
+// back.
 func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (Verdict, error) {
+	if s.leases {
+		return Verdict{}, fmt.Errorf("%w: the stack has a concurrency rule: use Acquire, and Release the lease", ErrUnsupported)
+	}
+	if len(s.rules) == 1 {
+		// One rule: no batch, and no slice of requests to allocate.
+		if err := s.checkKeys(keys); err != nil {
+			return Verdict{}, err
+		}
+		return applyOne(ctx, s.store, Request{Key: keys[0], Algorithm: s.algs[0], Limit: s.rules[0].Limit, Cost: n})
+	}
+	reqs, err := s.requests(keys, n, OpCharge)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return apply(ctx, s.store, reqs)
+}
+
+// Peek reports the verdict Allow would return now, without charging any
+// rule or changing any state.
+func (s *Stack) Peek(ctx context.Context, keys ...string) (Verdict, error) {
+	reqs, err := s.requests(keys, 1, OpPeek)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return apply(ctx, s.store, reqs)
+}
+
+// Reset forgets every rule's state for its key, rule i's for keys[i].
+// It resets every rule even when one fails, and returns the failures
+// joined.
+func (s *Stack) Reset(ctx context.Context, keys ...string) error {
+	if err := s.checkKeys(keys); err != nil {
+		return err
+	}
+	var errs []error
+	for i, alg := range s.algs {
+		if err := s.store.Reset(ctx, keys[i], alg); err != nil {
+			errs = append(errs, fmt.Errorf("rule %q: %w", s.rules[i].Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ReserveN charges cost n to every rule now if every rule admits it within
+// maxWait, letting keys go into debt, and returns the reservation, whose
+// Delay is the longest any rule needs; if any rule would need longer, none
+// is charged (OK is false). It is one atomic store call, as AllowN is.
+// Every rule's algorithm must reserve ([Reserver]); otherwise ReserveN
+// fails with [ErrUnsupported] naming the rule.
+func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait time.Duration) (*Reservation, error) {
+	if maxWait <= 0 {
+		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
+	}
+	reqs, err := s.requests(keys, n, OpReserve)
+	if err != nil {
+		return nil, err
+	}
+	for i := range reqs {
+		reqs[i].MaxWait = maxWait
+	}
+	return reserve(ctx, s.store, reqs)
+}
+
+// Wait is shorthand for WaitN(ctx, keys, 1).
+func (s *Stack) Wait(ctx context.Context, keys ...string) (Verdict, error) {
+	return s.WaitN(ctx, keys, 1)
+}
+
+// WaitN blocks until cost n may be spent under every rule, then returns
+// the verdict. It makes one store call, a reservation of every rule (see
+// [Stack.ReserveN]) for as long as ctx allows, then sleeps the longest
+// delay; it fails as [Limiter.WaitN] does, and gives every rule its
+// capacity back when ctx ends while it sleeps.
+func (s *Stack) WaitN(ctx context.Context, keys []string, n int64) (Verdict, error) {
+	return wait(ctx, n, func(maxWait time.Duration) (*Reservation, error) {
+		return s.ReserveN(ctx, keys, n, maxWait)
+	})
+}
+
+// AcquireN charges cost n to every rule, all or nothing, acquiring n
+// slots of each concurrency rule under a new lease; the returned lease's
+// Release gives the slots back (the other rules' charges stay, as the
+// request was made). A stack without a concurrency rule acquires nothing
+// to release, and AcquireN is AllowN with a lease whose Release does
+// nothing.
+func (s *Stack) AcquireN(ctx context.Context, keys []string, n int64) (*Lease, error) {
+	reqs, err := s.requests(keys, n, OpCharge)
+	if err != nil {
+		return nil, err
+	}
+	return acquire(ctx, s.store, reqs)
+}
+
+// Acquire is shorthand for AcquireN(ctx, keys, 1).
+func (s *Stack) Acquire(ctx context.Context, keys ...string) (*Lease, error) {
+	return s.AcquireN(ctx, keys, 1)
+}
+
+// checkKeys reports a key count other than the rules', or an invalid key,
+// naming its rule.
+func (s *Stack) checkKeys(keys []string) error {
 	if len(keys) != len(s.rules) {
-		return Verdict{}, fmt.Errorf("%w: %d keys for %d rules", ErrInvalidRequest, len(keys), len(s.rules))
+		return fmt.Errorf("%w: %d keys for %d rules", ErrInvalidRequest, len(keys), len(s.rules))
+	}
+	for i, k := range keys {
+		if err := ValidateKey(k); err != nil {
+			return fmt.Errorf("rule %q: %w", s.rules[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// requests returns the stack's requests for keys, cost n and op. It checks
+// what a store's validation would name by index, to name the rule.
+func (s *Stack) requests(keys []string, n int64, op Op) ([]Request, error) {
+	if err := s.checkKeys(keys); err != nil {
+		return nil, err
+	}
+	if n < 0 || n > MaxUnits {
+		return nil, fmt.Errorf("%w: %d is outside 0 to 2^52", ErrInvalidCost, n)
 	}
 	reqs := make([]Request, len(s.rules))
 	for i, r := range s.rules {
-		reqs[i] = Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n}
-	}
-	v := Verdict{Rules: make([]Decision, len(reqs))}
-	if err := ApplyAll(ctx, s.store, reqs, v.Rules); err != nil {
-		return Verdict{}, err
-	}
-	v.Binding = Binding(v.Rules)
-	v.Decision = v.Rules[v.Binding]
-	for _, d := range v.Rules {
-		v.Allowed = v.Allowed && d.Allowed
-	}
-	return v, nil
-}
-
-// Binding returns the index of the decision that binds a set of
-// decisions made together: among denials, the one with the longest wait;
-// if all were admitted, the one closest to exhaustion (least Remaining in
-// proportion to its Limit). It returns 0 for an empty set.
-func Binding(ds []Decision) int {
-	best := 0
-	for i := 1; i < len(ds); i++ {
-		a, b := ds[i], ds[best]
-		switch {
-		case !a.Allowed && b.Allowed:
-			best = i
-		case !a.Allowed && !b.Allowed:
-			if a.RetryAfter > b.RetryAfter {
-				best = i
-			}
-		case a.Allowed && b.Allowed:
-			if fraction(a) < fraction(b) {
-				best = i
-			}
+		reqs[i] = Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op}
+		if op == OpReserve && !r.Limit.inf && !Reserves(r.Algorithm) {
+			return nil, fmt.Errorf("rule %q: %w: algorithm %q cannot reserve", r.Name, ErrUnsupported, r.Algorithm.Name())
+		}
+		if Leases(r.Algorithm) && op == OpCharge {
+			reqs[i].Lease = rand.Int64N(MaxUnits) + 1
 		}
 	}
-	return best
-}
-
-// fraction is how much of its limit a decision has left, 0 to 1.
-func fraction(d Decision) float64 {
-	if d.Limit <= 0 {
-		return 1
-	}
-	return float64(d.Remaining) / float64(d.Limit)
+	return reqs, nil
 }
 
 // Named returns alg under another name, alg's own followed by "/" and
 // name, so that a rule's state is kept apart from every other state of
 // the same key (two token buckets on one key: a burst and a daily quota).
 // It decides exactly as alg, and keeps alg's abilities: its Lua twin
-// ([Scripted]), whether it reserves ([Reserver]) and whether it holds
-// leases ([Leaser]).
+// ([Scripted]), whether it reserves ([Reserver]), whether it holds leases
+// ([Leaser]) and how it may be batched ([Batcher]).
 func Named(alg Algorithm, name string) Algorithm {
 	return named{Algorithm: alg, name: alg.Name() + "/" + name}
 }
@@ -289,13 +266,14 @@ func (n named) Script() *Script {
 }
 
 // Leases reports whether the named algorithm holds leases.
-func (n named) Leases() bool {
-	l, ok := n.Algorithm.(Leaser)
-	return ok && l.Leases()
-}
+func (n named) Leases() bool { return Leases(n.Algorithm) }
 
 // Reserves reports whether the named algorithm reserves.
-func (n named) Reserves() bool {
-	r, ok := n.Algorithm.(Reserver)
-	return ok && r.Reserves()
-}
+func (n named) Reserves() bool { return Reserves(n.Algorithm) }
+
+// MaxBatch returns the named algorithm's largest batch under l.
+func (n named) MaxBatch(l Limit) int64 { return MaxBatch(n.Algorithm, l) }
+
+// Windowed reports whether the named algorithm's capacity comes back at
+// window boundaries.
+func (n named) Windowed() bool { return Windowed(n.Algorithm) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,15 +67,17 @@ type Counts struct {
 	ConsecutiveFailures  uint32
 }
 
-// Stats are a breaker's totals since it was made.
+// Stats are a breaker's totals since it was made. A batch
+// ([Breaker.ApplyAll]) is one call, and counts once in each.
 type Stats struct {
 	// Calls counts the calls sent to the store.
 	Calls uint64
 	// Failures counts the calls that failed as the store's failure (see
 	// [IsStoreFailure]), each answered by the mode.
 	Failures uint64
-	// Rejected counts the decisions the mode answered without a call:
-	// the circuit was open, or half-open with its probes under way.
+	// Rejected counts the calls the mode answered without asking the
+	// store: the circuit was open, half-open with its probes under way,
+	// or in its slow start with the calls in flight at their cap.
 	Rejected uint64
 	// Changes counts the changes of state.
 	Changes uint64
@@ -122,6 +123,12 @@ var (
 // within a tenth of the window after closing, or after [NewBreaker] (see
 // [WithTrip]).
 //
+// A batch ([Breaker.ApplyAll], which a [core.Stack] of several rules
+// calls) is one call of the store and of the circuit, and is answered
+// as a whole: while the store cannot decide, the mode answers every
+// request of the batch alike, so that a stack's verdict never mixes the
+// store's answers with the mode's.
+//
 // What never counts, and is returned to the caller as an error: a request
 // that is invalid or unsupported (the store's error, or
 // [core.Request.Validate]'s), a call whose caller's context ended (the
@@ -158,11 +165,8 @@ type Breaker struct {
 }
 
 var (
-	_ core.Store    = (*Breaker)(nil)
-	_ core.Resetter = (*Breaker)(nil)
-	_ io.Closer     = (*Breaker)(nil)
-	_ core.Store    = (*View)(nil)
-	_ core.Resetter = (*View)(nil)
+	_ core.Store = (*Breaker)(nil)
+	_ core.Store = (*View)(nil)
 )
 
 // NewBreaker returns a breaker in front of remote, closed, configured by
@@ -226,51 +230,87 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 // answers by the breaker's mode when the store cannot decide (see
 // [Breaker]). Requests under [core.Inf] are allowed at once.
 func (b *Breaker) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	return b.apply(ctx, &req, b.cfg.mode)
+	var d [1]core.Decision
+	err := b.apply(ctx, []core.Request{req}, d[:], b.cfg.mode)
+	return d[0], err
 }
 
-func (b *Breaker) apply(ctx context.Context, req *core.Request, mode Mode) (core.Decision, error) {
+// ApplyAll decides reqs together (see [core.Store]) in one call of the
+// store's ApplyAll, which is one call of the circuit: it counts once,
+// success or failure, and takes one probe or one place in the slow start.
+// When the store cannot decide, the mode answers the whole batch (see
+// [Mode]): every request allowed, every request denied, or the batch
+// decided atomically on the local store, each request under the
+// instance's share of its own limit. Requests under [core.Inf] are
+// always answered with [core.Unlimited]; a batch of nothing else is
+// answered at once. A batch of one request goes to the store's Apply.
+// The store's call works on copies: out is written only before ApplyAll
+// returns, even when the call goes on without its caller.
+func (b *Breaker) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	return b.apply(ctx, reqs, out, b.cfg.mode)
+}
+
+// apply decides reqs, one request or a batch, writing their decisions to
+// out.
+func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode) error {
 	if b.closed.Load() {
-		return core.Decision{}, core.ErrClosed
+		return core.ErrClosed
 	}
-	if err := req.Validate(); err != nil {
-		return core.Decision{}, err
+	if len(reqs) == 1 && len(out) == 1 {
+		if err := reqs[0].Validate(); err != nil {
+			return err
+		}
+	} else if err := core.ValidateAll(reqs, out); err != nil {
+		return err
 	}
-	if req.Limit.IsInf() {
-		return core.Unlimited(), nil
+	if unlimited(reqs, out) {
+		return nil
 	}
 	if b.open() || !b.admit() {
 		b.rejected.Add(1)
-		return b.answer(req, mode)
+		return b.answer(reqs, out, mode)
 	}
-	d, err, answered := b.call(ctx, req, mode)
+	err, answered := b.call(ctx, reqs, out, mode)
 	b.release(answered)
-	return d, err
+	return err
+}
+
+// unlimited answers reqs with [core.Unlimited] and reports true if every
+// one is under [core.Inf]: nothing to ask the store.
+func unlimited(reqs []core.Request, out []core.Decision) bool {
+	for i := range reqs {
+		if !reqs[i].Limit.IsInf() {
+			return false
+		}
+	}
+	for i := range out {
+		out[i] = core.Unlimited()
+	}
+	return true
 }
 
 // call asks the store through gobreaker, answering by mode when it may
 // not or cannot. It reports whether the store answered.
-func (b *Breaker) call(ctx context.Context, req *core.Request, mode Mode) (core.Decision, error, bool) {
+func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode) (error, bool) {
 	if err := ctx.Err(); err != nil {
-		return core.Decision{}, err, false // the caller has gone: nothing to ask
+		return err, false // the caller has gone: nothing to ask
 	}
 	done, err := b.cb.Allow()
 	b.settle() // Allow may have moved an open circuit to half-open
 	if err != nil {
 		b.rejected.Add(1)
-		d, err := b.answer(req, mode)
-		return d, err, false
+		return b.answer(reqs, out, mode), false
 	}
 	b.calls.Add(1)
 	deadline := time.Now().Add(b.cfg.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	d, err, expired := b.remoteApply(ctx, req)
+	err, expired := b.remoteApply(ctx, reqs, out)
 	if err == nil {
 		done(nil)
 		b.settle()
-		return d, nil, true
+		return nil, true
 	}
 	// A client may report a timeout as soon as the deadline passes, before
 	// the context's timer has fired: go by the deadline too.
@@ -284,26 +324,27 @@ func (b *Breaker) call(ctx context.Context, req *core.Request, mode Mode) (core.
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("policy: %w: %w", cerr, err)
 		}
-		return core.Decision{}, err, false
+		return err, false
 	case isRequestError(err):
 		done(errExcluded)
 		b.settle()
-		return core.Decision{}, err, true
+		return err, true
 	case expired || IsStoreFailure(err):
 		done(errFailure)
 		b.failures.Add(1)
 		b.settle()
-		d, err := b.answer(req, mode)
-		return d, err, false
+		return b.answer(reqs, out, mode), false
 	}
 	done(errExcluded)
 	b.settle()
-	return core.Decision{}, err, true
+	return err, true
 }
 
-// outcome is a store call's result.
+// outcome is a store call's result: a single request's decision, or a
+// batch's.
 type outcome struct {
 	d   core.Decision
+	out []core.Decision
 	err error
 }
 
@@ -317,35 +358,60 @@ const callGrace = 4
 
 // remoteApply calls the remote store on a goroutine of its own, under a
 // context of callGrace deadlines, and waits for its answer for one
-// deadline, or until ctx ends. It reports whether it stopped waiting at
-// the deadline. The caller thus returns by the deadline even when the
-// client does not (rueidis holds callers while it reconnects; a CPU-starved
-// client answers late), and a call the client holds longer goes on
-// without its caller, until the client returns it: by the grace, by the
-// client's own timeouts, or at its Close.
-func (b *Breaker) remoteApply(ctx context.Context, req *core.Request) (core.Decision, error, bool) {
+// deadline, or until ctx ends; it copies the decisions to out only if it
+// has them in time. It reports whether it stopped waiting at the deadline.
+// The caller thus returns by the deadline even when the client does not
+// (rueidis holds callers while it reconnects; a CPU-starved client
+// answers late), and a call the client holds longer goes on without its
+// caller, until the client returns it: by the grace, by the client's own
+// timeouts, or at its Close.
+func (b *Breaker) remoteApply(ctx context.Context, reqs []core.Request, out []core.Decision) (error, bool) {
 	ch := make(chan outcome, 1)
-	r := *req
+	// The call may outlive its caller: it works on its own copies, and
+	// writes its decisions to its own outcome.
+	var one core.Request
+	var rs []core.Request
+	if len(reqs) == 1 {
+		one = reqs[0]
+	} else {
+		rs = append(rs, reqs...)
+	}
 	cctx, cancel := context.WithTimeout(ctx, callGrace*b.cfg.timeout)
 	go func() {
 		defer cancel()
-		d, err := b.remote.Apply(cctx, r)
-		ch <- outcome{d, err}
+		var o outcome
+		if rs == nil {
+			o.d, o.err = b.remote.Apply(cctx, one)
+		} else {
+			o.out = make([]core.Decision, len(rs))
+			o.err = b.remote.ApplyAll(cctx, rs, o.out)
+		}
+		ch <- o
 	}()
 	t := time.NewTimer(b.cfg.timeout)
 	defer t.Stop()
+	take := func(o outcome) (error, bool) {
+		switch {
+		case o.err != nil:
+		case o.out == nil:
+			out[0] = o.d
+		default:
+			copy(out, o.out)
+		}
+		return o.err, false
+	}
 	select {
 	case o := <-ch:
-		return o.d, o.err, false
+		return take(o)
 	case <-t.C:
 		select {
 		case o := <-ch: // it answered as the deadline passed
-			return o.d, o.err, false
+			return take(o)
 		default:
 		}
-		return core.Decision{}, fmt.Errorf("policy: the store did not answer within %v: %w", b.cfg.timeout, context.DeadlineExceeded), true
+		return fmt.Errorf("policy: the store did not answer within %v: %w", b.cfg.timeout, context.DeadlineExceeded), true
 	case <-ctx.Done():
-		return core.Decision{}, fmt.Errorf("policy: the store did not answer: %w", ctx.Err()), false
+		return fmt.Errorf("policy: the store did not answer: %w", ctx.Err()), false
 	}
 }
 
@@ -416,15 +482,25 @@ func (b *Breaker) settle() {
 	b.notes.flush()
 }
 
-// answer is the mode's decision for req.
-func (b *Breaker) answer(req *core.Request, mode Mode) (core.Decision, error) {
-	switch mode {
-	case FailOpen:
-		return core.Decision{Allowed: true, Source: core.SourceFailOpen}, nil
-	case Degrade:
-		return b.degrade(req)
+// answer writes the mode's decisions for reqs to out: the whole batch is
+// answered alike. Requests under [core.Inf] are allowed as ever.
+func (b *Breaker) answer(reqs []core.Request, out []core.Decision, mode Mode) error {
+	if mode == Degrade {
+		if ok, err := b.degrade(reqs, out); ok || err != nil {
+			return err
+		}
 	}
-	return b.failClosed(), nil
+	for i := range reqs {
+		switch {
+		case reqs[i].Limit.IsInf():
+			out[i] = core.Unlimited()
+		case mode == FailOpen:
+			out[i] = core.Decision{Allowed: true, Source: core.SourceFailOpen}
+		default:
+			out[i] = b.failClosed()
+		}
+	}
+	return nil
 }
 
 func (b *Breaker) failClosed() core.Decision {
@@ -442,32 +518,51 @@ func (b *Breaker) retryAfter() time.Duration {
 	return b.cfg.timeout
 }
 
-// degrade decides req on the local store under the instance's share of
-// its limit.
-func (b *Breaker) degrade(req *core.Request) (core.Decision, error) {
-	lim, ok := share(req.Limit, int64(b.cfg.instances), req.Algorithm)
-	if !ok {
-		return b.failClosed(), nil
+// degrade decides reqs together on the local store, each under the
+// instance's share of its limit, and reports whether it did; it does not
+// when a share cannot be expressed, and the batch is then answered as
+// fail-closed.
+func (b *Breaker) degrade(reqs []core.Request, out []core.Decision) (bool, error) {
+	var one [1]core.Request // a single decision allocates nothing
+	rs := one[:]
+	if len(reqs) > 1 {
+		rs = make([]core.Request, len(reqs))
 	}
-	r := *req
-	r.Limit = lim
+	for i, r := range reqs {
+		if !r.Limit.IsInf() {
+			lim, ok := share(r.Limit, int64(b.cfg.instances), r.Algorithm)
+			if !ok {
+				return false, nil
+			}
+			r.Limit = lim
+		}
+		rs[i] = r
+	}
 	// A local store discarded under the call (the circuit closed) fails
 	// with ErrClosed: take the next one.
 	for range 3 {
 		s, err := b.localStore()
 		if err != nil {
-			return core.Decision{}, err
+			return false, err
 		}
-		d, err := s.Apply(context.Background(), r)
+		if len(rs) == 1 {
+			out[0], err = s.Apply(context.Background(), rs[0])
+		} else {
+			err = s.ApplyAll(context.Background(), rs, out)
+		}
 		if err == nil {
-			d.Source = core.SourceDegraded
-			return d, nil
+			for i := range out {
+				if !rs[i].Limit.IsInf() {
+					out[i].Source = core.SourceDegraded
+				}
+			}
+			return true, nil
 		}
 		if !errors.Is(err, core.ErrClosed) {
-			return core.Decision{}, fmt.Errorf("policy: degrade: %w", err)
+			return false, fmt.Errorf("policy: degrade: %w", err)
 		}
 	}
-	return b.failClosed(), nil
+	return false, nil
 }
 
 // localStore returns the degrade mode's store, making it on first use. It
@@ -507,28 +602,23 @@ func (b *Breaker) discardLocal() {
 }
 
 // Reset forgets key's state under alg in the remote store and in the
-// degrade mode's local store. It fails with [core.ErrUnsupported] if the
-// remote store is not a [core.Resetter], and with the remote store's error
-// if it fails (after the local state is forgotten). Reset is not guarded
+// degrade mode's local store. It fails with the remote store's error if
+// that fails (after the local state is forgotten). Reset is not guarded
 // by the circuit: it runs under the caller's context alone.
 func (b *Breaker) Reset(ctx context.Context, key string, alg core.Algorithm) error {
 	if b.closed.Load() {
 		return core.ErrClosed
-	}
-	r, ok := b.remote.(core.Resetter)
-	if !ok {
-		return fmt.Errorf("%w: %T has no Reset", core.ErrUnsupported, b.remote)
 	}
 	if s := b.local.Load(); s != nil {
 		if err := s.Reset(ctx, key, alg); err != nil && !errors.Is(err, core.ErrClosed) {
 			return err
 		}
 	}
-	return r.Reset(ctx, key, alg)
+	return b.remote.Reset(ctx, key, alg)
 }
 
-// Close closes the local store, then the remote store if it is an
-// [io.Closer], and returns the remote's error. It does not wait for calls
+// Close closes the local store, then the remote store, and returns the
+// remote's error. It does not wait for calls
 // in flight (their callers return by the per-call deadline), so it returns
 // promptly even while Redis is down; a call the client still holds ends
 // when the client returns it, at the latest when the client is closed.
@@ -543,9 +633,7 @@ func (b *Breaker) Close() error {
 		if s != nil {
 			s.Close()
 		}
-		if c, ok := b.remote.(io.Closer); ok {
-			b.closeErr = c.Close()
-		}
+		b.closeErr = b.remote.Close()
 	})
 	return b.closeErr
 }
@@ -607,9 +695,9 @@ func (b *Breaker) WithMode(m Mode) (*View, error) {
 }
 
 // View is a [Breaker] answering with a mode of its own; make one with
-// [Breaker.WithMode]. A View is safe for concurrent use. It owns nothing,
-// so it has no Close: close the Breaker, after which the View's calls fail
-// with [core.ErrClosed].
+// [Breaker.WithMode]. A View is safe for concurrent use. It owns nothing:
+// its Close does nothing, and the View's calls fail with [core.ErrClosed]
+// once the Breaker is closed.
 type View struct {
 	b    *Breaker
 	mode Mode
@@ -617,8 +705,19 @@ type View struct {
 
 // Apply is [Breaker.Apply], answering by the view's mode.
 func (v *View) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	return v.b.apply(ctx, &req, v.mode)
+	var d [1]core.Decision
+	err := v.b.apply(ctx, []core.Request{req}, d[:], v.mode)
+	return d[0], err
 }
+
+// ApplyAll is [Breaker.ApplyAll], answering by the view's mode.
+func (v *View) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	return v.b.apply(ctx, reqs, out, v.mode)
+}
+
+// Close does nothing: the view shares the breaker, which its owner
+// closes.
+func (v *View) Close() error { return nil }
 
 // Reset is [Breaker.Reset].
 func (v *View) Reset(ctx context.Context, key string, alg core.Algorithm) error {

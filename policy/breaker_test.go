@@ -22,21 +22,23 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// fake is a remote store whose answers a test sets: a decision from
-// answer, or err, optionally after waiting for the call's context to end.
+// fake is a remote store whose answers a test sets: every request
+// allowed, or err, optionally after waiting for the call's context to end.
+// A batch is one call, answered as a whole.
 type fake struct {
-	mu     sync.Mutex
-	err    error
-	hang   bool // wait until the context ends, then fail with its error
-	calls  atomic.Int64
-	ended  atomic.Int64 // hanging calls whose context ended
-	resets atomic.Int64
-	closes atomic.Int64
+	mu      sync.Mutex
+	err     error
+	hang    bool         // wait until the context ends, then fail with its error
+	calls   atomic.Int64 // calls of Apply and ApplyAll
+	batches atomic.Int64 // calls of ApplyAll
+	ended   atomic.Int64 // hanging calls whose context ended
+	resets  atomic.Int64
+	closes  atomic.Int64
 }
 
 var (
-	_       core.Resetter = (*fake)(nil)
-	refused               = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	_       core.Store = (*fake)(nil)
+	refused            = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 )
 
 func (f *fake) set(err error, hang bool) {
@@ -46,6 +48,30 @@ func (f *fake) set(err error, hang bool) {
 }
 
 func (f *fake) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	if err := f.call(ctx); err != nil {
+		return core.Decision{}, err
+	}
+	return core.Decision{Allowed: true, Limit: req.Limit.Burst(), Remaining: 1}, nil
+}
+
+// ApplyAll answers the whole batch as one call: every request allowed,
+// or the call's error.
+func (f *fake) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	if err := core.ValidateAll(reqs, out); err != nil {
+		return err
+	}
+	f.batches.Add(1)
+	if err := f.call(ctx); err != nil {
+		return err
+	}
+	for i := range reqs {
+		out[i] = core.Decision{Allowed: true, Limit: reqs[i].Limit.Burst(), Remaining: 1}
+	}
+	return nil
+}
+
+// call counts a call and returns its error, if the test set one.
+func (f *fake) call(ctx context.Context) error {
 	f.calls.Add(1)
 	f.mu.Lock()
 	err, hang := f.err, f.hang
@@ -53,12 +79,12 @@ func (f *fake) Apply(ctx context.Context, req core.Request) (core.Decision, erro
 	if hang {
 		<-ctx.Done()
 		f.ended.Add(1)
-		return core.Decision{}, fmt.Errorf("fake: %w", ctx.Err())
+		return fmt.Errorf("fake: %w", ctx.Err())
 	}
 	if err != nil {
-		return core.Decision{}, fmt.Errorf("fake: %w", err)
+		return fmt.Errorf("fake: %w", err)
 	}
-	return core.Decision{Allowed: true, Limit: req.Limit.Burst(), Remaining: 1}, nil
+	return nil
 }
 
 func (f *fake) Reset(context.Context, string, core.Algorithm) error {
@@ -682,12 +708,12 @@ func TestCloseResetUnwrap(t *testing.T) {
 		if _, err := s.Apply(ctx, req("k")); !errors.Is(err, core.ErrClosed) {
 			t.Errorf("%s: Apply after Close = %v, want core.ErrClosed", name, err)
 		}
-		if err := s.(core.Resetter).Reset(ctx, "k", algorithms.TokenBucket); !errors.Is(err, core.ErrClosed) {
+		if err := s.Reset(ctx, "k", algorithms.TokenBucket); !errors.Is(err, core.ErrClosed) {
 			t.Errorf("%s: Reset after Close = %v, want core.ErrClosed", name, err)
 		}
 	}
 
-	// A remote store without Reset.
+	// A remote store that cannot reset.
 	plain := newBreaker(t, core.StoreFunc(f.Apply))
 	if err := plain.Reset(ctx, "k", algorithms.TokenBucket); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("Reset over a store without Reset = %v, want core.ErrUnsupported", err)
@@ -723,7 +749,9 @@ func TestBreakerConcurrentSafe(t *testing.T) {
 		wg.Go(func() {
 			for i := range 3000 {
 				r := req(fmt.Sprint("k", i%10))
-				r.Peek = i%13 == 0
+				if i%13 == 0 {
+					r.Op = core.OpPeek
+				}
 				if _, err := stores[(g+i)%3].Apply(context.Background(), r); err != nil {
 					t.Errorf("Apply: %v", err)
 					return
@@ -778,6 +806,7 @@ func TestIsStoreFailure(t *testing.T) {
 		{wrap(core.ErrClosed), false},
 		{wrap(core.ErrUnsupported), false},
 		{fmt.Errorf("%w: %w", core.ErrInvalidKey, refused), false}, // a refused request never counts
+		{fmt.Errorf("request 1: %w: %w", core.ErrInvalidRequest, refused), false},
 	}
 	for _, tt := range tests {
 		if got := IsStoreFailure(tt.err); got != tt.want {

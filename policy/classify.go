@@ -75,7 +75,7 @@ func IsStoreFailure(err error) bool {
 func isRequestError(err error) bool {
 	for _, e := range [...]error{
 		core.ErrInvalidLimit, core.ErrInvalidCost, core.ErrInvalidKey, core.ErrInvalidTime,
-		core.ErrNoAlgorithm, core.ErrUnsupported, core.ErrClosed,
+		core.ErrInvalidRequest, core.ErrNoAlgorithm, core.ErrUnsupported, core.ErrClosed,
 	} {
 		if errors.Is(err, e) {
 			return true

@@ -25,6 +25,16 @@
 //     [core.SourceDegraded]; the local state is discarded when the
 //     circuit closes.
 //
+// A [core.Stack] of several rules reaches a decorator as one batch
+// ([core.Store].ApplyAll), and each decorator of this package keeps it
+// one. The breaker makes one call of the store, and of the circuit, per
+// decision; while the store cannot decide, its mode answers the whole
+// stack: every rule allowed, every rule denied, or the stack decided
+// atomically on the local store, each rule under the instance's share of
+// its own limit. A [Policy] applies its lists, overrides, near-limit
+// signal and shadow mode rule by rule, and sends the rules it does not
+// answer itself to the store in one call.
+//
 // A caller that gives up (its context is cancelled or its deadline passes)
 // never counts against the store, and gets its context's error; a denial
 // is a success. Invalid requests and errors that are not the store's

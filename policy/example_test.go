@@ -67,6 +67,48 @@ func Example() {
 	// login: allowed false, source fail-closed
 }
 
+// A stack of two rules, a per-user limit and a global one, over a
+// breaker in degrade mode while Redis is down: the whole stack is decided
+// on the local store, each rule under its share among 4 instances (25 of
+// 100 a minute per user, 10 of 40 a minute in all), and a request either
+// rule denies charges neither.
+func Example_stack() {
+	down := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+		return core.Decision{}, fmt.Errorf("dial tcp 10.0.0.7:6379: %w", syscall.ECONNREFUSED)
+	})
+	breaker, err := policy.NewBreaker(down, policy.WithMode(policy.Degrade), policy.WithInstances(4))
+	if err != nil {
+		panic(err)
+	}
+	defer breaker.Close()
+	stack, err := core.NewStack(breaker,
+		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)},
+		core.Rule{Name: "global", Algorithm: algorithms.GCRA, Limit: core.PerMinute(40)},
+	)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	admitted := 0
+	var last core.Verdict
+	for range 30 {
+		v, err := stack.Allow(ctx, "user:42", "all")
+		if err != nil {
+			panic(err) // never: the store's failures are answered by the mode
+		}
+		if v.Allowed {
+			admitted++
+		}
+		last = v
+	}
+	fmt.Printf("%d of 30 admitted\n", admitted)
+	fmt.Printf("last: allowed %v, bound by %q; user: %v, %d left; global: %v, %d left\n", last.Allowed,
+		stack.Rules()[last.Binding].Name, last.Rules[0].Source, last.Rules[0].Remaining, last.Rules[1].Source, last.Rules[1].Remaining)
+	// Output:
+	// 10 of 30 admitted
+	// last: allowed false, bound by "global"; user: degraded, 14 left; global: degraded, 0 left
+}
+
 // IsStoreFailure tells a store's failure from a caller who gave up.
 func ExampleIsStoreFailure() {
 	for _, err := range []error{

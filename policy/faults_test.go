@@ -461,8 +461,9 @@ func TestCancellations(t *testing.T) {
 	}
 }
 
-// TestFailClosedIs503 serves HTTP through httplimit over a fail-closed
-// breaker on a killed Redis: the answer is 503, not 429.
+// TestFailClosedIs503 serves HTTP through httplimit, a per-client and a
+// global rule, over a fail-closed breaker on a killed Redis: the answer
+// is 503, not 429.
 func TestFailClosedIs503(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -470,11 +471,14 @@ func TestFailClosedIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := settled(newBreaker(t, goRedis.store(t, srv.Addr(), nil), WithMode(FailClosed)))
-	lim, err := core.NewLimiter(b, algorithms.GCRA, core.PerMinute(5))
+	stack, err := core.NewStack(b,
+		core.Rule{Name: "per-client", Algorithm: algorithms.GCRA, Limit: core.PerMinute(5)},
+		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1000)},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := httplimit.New(lim)
+	m, err := httplimit.New(stack, httplimit.WithKey("global", httplimit.GlobalKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +560,7 @@ func TestCloseNoLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.degrade(&core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1})
+	b.degrade([]core.Request{{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1}}, make([]core.Decision, 1))
 	if left := leakedNow(before); len(left) == 0 {
 		t.Errorf("the leak check missed the local store's sweeper")
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -19,6 +18,12 @@ import (
 // override, if any, picks the limit, and the inner store decides. A
 // near-limit admission is then signalled, and in shadow mode a denial is
 // reported as allowed.
+//
+// A batch ([Policy.ApplyAll], which a [core.Stack] of several rules calls)
+// is treated per rule, and stays one call of the inner store: a rule whose
+// key is on the deny list denies the whole batch without asking the store,
+// rules on the allow list are left out of the store's batch, and the rest
+// go to the store together, each under its own override.
 type Policy struct {
 	inner    core.Store
 	limit    func(core.Request) core.Limit
@@ -26,15 +31,11 @@ type Policy struct {
 	deny     func(key string) bool
 	shadow   bool
 	onShadow func(core.Request, core.Decision)
-	near     float64
+	nearFrac float64
 	onNear   func(core.Request, core.Decision)
 }
 
-var (
-	_ core.Store    = (*Policy)(nil)
-	_ core.Resetter = (*Policy)(nil)
-	_ io.Closer     = (*Policy)(nil)
-)
+var _ core.Store = (*Policy)(nil)
 
 // Option configures a [Policy].
 type Option interface{ apply(*Policy) error }
@@ -108,7 +109,7 @@ func WithNearLimit(fraction float64, signal func(req core.Request, d core.Decisi
 		if !(fraction > 0 && fraction <= 1) || signal == nil {
 			return fmt.Errorf("%w: WithNearLimit(%v, %p): want a fraction in (0, 1] and a function", ErrInvalidOption, fraction, signal)
 		}
-		p.near, p.onNear = fraction, signal
+		p.nearFrac, p.onNear = fraction, signal
 		return nil
 	})
 }
@@ -133,57 +134,133 @@ func New(inner core.Store, opts ...Option) (*Policy, error) {
 
 // Apply decides req under the policy (see [Policy]).
 func (p *Policy) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	var d core.Decision
-	switch {
-	case p.deny != nil && p.deny(req.Key):
-		if err := req.Validate(); err != nil {
-			return core.Decision{}, err
-		}
-		d = core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}
-	case p.allow != nil && p.allow(req.Key):
-		if err := req.Validate(); err != nil {
-			return core.Decision{}, err
-		}
-		d = core.Unlimited()
-		d.Source = core.SourceAllowList
-		return d, nil
-	default:
-		if p.limit != nil {
-			req.Limit = p.limit(req)
-		}
-		var err error
+	d, decided, err := p.before(&req)
+	if err != nil {
+		return core.Decision{}, err
+	}
+	if !decided {
 		if d, err = p.inner.Apply(ctx, req); err != nil {
 			return d, err
 		}
-		if p.onNear != nil && d.Allowed && d.Limit > 0 && float64(d.Remaining) < p.near*float64(d.Limit) {
-			p.onNear(req, d)
-		}
+		p.near(&req, d)
 	}
-	if p.shadow && !d.Allowed {
-		if p.onShadow != nil {
-			p.onShadow(req, d)
-		}
-		d = core.Decision{Allowed: true, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: d.ResetAfter, Source: core.SourceShadow}
-	}
-	return d, nil
+	return p.after(&req, d), nil
 }
 
-// Reset forwards to the inner store (see [core.Resetter]).
-func (p *Policy) Reset(ctx context.Context, key string, alg core.Algorithm) error {
-	r, ok := p.inner.(core.Resetter)
-	if !ok {
-		return fmt.Errorf("%w: %T has no Reset", core.ErrUnsupported, p.inner)
+// ApplyAll decides reqs together under the policy, each request as Apply
+// would: a key on the deny list denies the whole batch without asking the
+// store (the requests it did not ask about are reported allowed, with
+// [core.SourceDenyList] and no Limit known); keys on the allow list are
+// allowed and left out of the store's batch; the others go to the store
+// in one call (ApplyAll, or Apply for one request), under their
+// overrides. The near-limit signal is given for each rule of a batch the
+// store admitted, as no rule of a denied batch was charged; in shadow
+// mode every denial is reported as allowed.
+func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	if err := core.ValidateAll(reqs, out); err != nil {
+		return err
 	}
-	return r.Reset(ctx, key, alg)
-}
-
-// Close closes the inner store if it is an [io.Closer]; the policy holds
-// nothing of its own.
-func (p *Policy) Close() error {
-	if c, ok := p.inner.(io.Closer); ok {
-		if err := c.Close(); err != nil && !errors.Is(err, core.ErrClosed) {
+	all := append([]core.Request(nil), reqs...) // under their overrides
+	rs := make([]core.Request, 0, len(reqs))
+	at := make([]int, 0, len(reqs))
+	denied := false
+	for i := range all {
+		d, decided, err := p.before(&all[i])
+		if err != nil {
 			return err
 		}
+		out[i] = d
+		if !decided {
+			rs, at = append(rs, all[i]), append(at, i)
+		} else if !d.Allowed {
+			denied = true
+		}
+	}
+	switch {
+	case denied:
+		for _, i := range at {
+			out[i] = core.Decision{Allowed: true, Source: core.SourceDenyList}
+		}
+	case len(rs) == 1:
+		d, err := p.inner.Apply(ctx, rs[0])
+		if err != nil {
+			return err
+		}
+		out[at[0]] = d
+	case len(rs) > 1:
+		ds := make([]core.Decision, len(rs))
+		if err := p.inner.ApplyAll(ctx, rs, ds); err != nil {
+			return err
+		}
+		for j, i := range at {
+			out[i] = ds[j]
+		}
+	}
+	admitted := !denied
+	for _, i := range at {
+		admitted = admitted && out[i].Allowed
+	}
+	if admitted {
+		for j, i := range at {
+			p.near(&rs[j], out[i])
+		}
+	}
+	for i := range all {
+		out[i] = p.after(&all[i], out[i])
+	}
+	return nil
+}
+
+// before answers req from the deny and allow lists, reporting whether it
+// did, and otherwise applies the override to req.
+func (p *Policy) before(req *core.Request) (core.Decision, bool, error) {
+	switch {
+	case p.deny != nil && p.deny(req.Key):
+		if err := req.Validate(); err != nil {
+			return core.Decision{}, false, err
+		}
+		return core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}, true, nil
+	case p.allow != nil && p.allow(req.Key):
+		if err := req.Validate(); err != nil {
+			return core.Decision{}, false, err
+		}
+		d := core.Unlimited()
+		d.Source = core.SourceAllowList
+		return d, true, nil
+	}
+	if p.limit != nil {
+		req.Limit = p.limit(*req)
+	}
+	return core.Decision{}, false, nil
+}
+
+// near signals a near-limit admission.
+func (p *Policy) near(req *core.Request, d core.Decision) {
+	if p.onNear != nil && d.Allowed && d.Limit > 0 && float64(d.Remaining) < p.nearFrac*float64(d.Limit) {
+		p.onNear(*req, d)
+	}
+}
+
+// after reports a denial as allowed in shadow mode.
+func (p *Policy) after(req *core.Request, d core.Decision) core.Decision {
+	if !p.shadow || d.Allowed {
+		return d
+	}
+	if p.onShadow != nil {
+		p.onShadow(*req, d)
+	}
+	return core.Decision{Allowed: true, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: d.ResetAfter, Source: core.SourceShadow}
+}
+
+// Reset forwards to the inner store.
+func (p *Policy) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return p.inner.Reset(ctx, key, alg)
+}
+
+// Close closes the inner store; the policy holds nothing of its own.
+func (p *Policy) Close() error {
+	if err := p.inner.Close(); err != nil && !errors.Is(err, core.ErrClosed) {
+		return err
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -239,6 +238,20 @@ func newRecorder(s core.Store, t0 time.Time) *recorder {
 func (r *recorder) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	at := time.Since(r.t0)
 	d, err := r.Store.Apply(ctx, req)
+	r.record(ctx, at, err)
+	return d, err
+}
+
+// ApplyAll records the batch as one call.
+func (r *recorder) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	at := time.Since(r.t0)
+	err := r.Store.ApplyAll(ctx, reqs, out)
+	r.record(ctx, at, err)
+	return err
+}
+
+// record records a call that began at at and ended with err.
+func (r *recorder) record(ctx context.Context, at time.Duration, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.starts = append(r.starts, at)
@@ -257,18 +270,6 @@ func (r *recorder) Apply(ctx context.Context, req core.Request) (core.Decision, 
 			r.errs[err.Error()]++
 		}
 	}
-	return d, err
-}
-
-func (r *recorder) Reset(ctx context.Context, key string, alg core.Algorithm) error {
-	return r.Store.(core.Resetter).Reset(ctx, key, alg)
-}
-
-func (r *recorder) Close() error {
-	if c, ok := r.Store.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
 }
 
 // callsBetween counts the calls that began in [from, to).

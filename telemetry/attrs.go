@@ -26,11 +26,11 @@ const (
 	StoreKey = attribute.Key("ratelimit.store")
 	// CostKey is the request's cost; int.
 	CostKey = attribute.Key("ratelimit.cost")
-	// OperationKey is what the request asks: "charge" (the usual
-	// request), "peek" ([core.Request].Peek: decide, charge nothing),
-	// "refund" ([core.Request].Refund: give the cost back) or "reserve"
-	// ([core.Request].MaxWait: admit now, act after the decision's
-	// Delay); string.
+	// OperationKey is what the request asks, its [core.Request].Op:
+	// "charge" ([core.OpCharge], the usual request), "peek" ([core.OpPeek]:
+	// decide, charge nothing), "refund" ([core.OpRefund]: give the cost
+	// back) or "reserve" ([core.OpReserve]: admit now, act after the
+	// decision's Delay); string.
 	OperationKey = attribute.Key("ratelimit.operation")
 	// MaxWaitKey is a reservation's [core.Request].MaxWait in seconds;
 	// double, absent for other operations.
@@ -75,6 +75,30 @@ const (
 	// ErrorTypeKey is the class of a failure, OpenTelemetry's error.type
 	// (see [ErrorType]); string.
 	ErrorTypeKey = semconv.ErrorTypeKey
+
+	// BatchSizeKey is the number of requests decided together on a
+	// batch's span ([Store.ApplyAll]), a stack's rules; int, absent from
+	// a single decision's span. The span's other decision attributes
+	// ([AlgorithmKey], [AllowedKey], [RemainingKey], ...) describe the
+	// batch's binding request ([core.Binding]).
+	BatchSizeKey = attribute.Key("ratelimit.batch.size")
+	// BindingKey is the index, from 0, of a batch's binding request, the
+	// one whose decision the span's decision attributes describe (the
+	// rule [core.Verdict].Binding names): an index into
+	// [BatchAlgorithmsKey], [BatchAllowedKey] and [BatchRemainingKey];
+	// int, absent when the batch failed.
+	BindingKey = attribute.Key("ratelimit.binding")
+	// BatchAlgorithmsKey is every request's algorithm in a batch, in
+	// order; for a stack's rule the algorithm named after the rule, such
+	// as "token-bucket/per-user" ([core.Named]); string slice.
+	BatchAlgorithmsKey = attribute.Key("ratelimit.batch.algorithms")
+	// BatchAllowedKey is every request's decision in a batch, in order
+	// (after a denial, the rules that admitted report what they would
+	// have allowed); bool slice, absent when the batch failed.
+	BatchAllowedKey = attribute.Key("ratelimit.batch.allowed")
+	// BatchRemainingKey is every request's [core.Decision].Remaining in a
+	// batch, in order; int slice, absent when the batch failed.
+	BatchRemainingKey = attribute.Key("ratelimit.batch.remaining")
 )
 
 // The values of [OperationKey].
@@ -92,13 +116,8 @@ var operations = [numOps]string{OperationCharge, OperationPeek, OperationRefund,
 
 // operation returns the index in operations of what req asks.
 func operation(req *core.Request) int {
-	switch {
-	case req.Peek:
-		return 1
-	case req.Refund:
-		return 2
-	case req.MaxWait > 0:
-		return 3
+	if int(req.Op) < numOps {
+		return int(req.Op)
 	}
 	return 0
 }

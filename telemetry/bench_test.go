@@ -52,65 +52,153 @@ var benchKeys = func() []string {
 //
 // Compare the providers with: benchstat -col /provider.
 func BenchmarkTelemetry(b *testing.B) {
-	providers := []struct {
-		name string
-		opts func(b *testing.B) []telemetry.Option // nil: no decorator
-	}{
-		{"bare", nil},
-		{"noop", func(*testing.B) []telemetry.Option {
-			return []telemetry.Option{
-				telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
-				telemetry.WithMeterProvider(metricnoop.NewMeterProvider()),
-			}
-		}},
-		{"global", func(*testing.B) []telemetry.Option { return nil }},
-		{"sdk-metrics", func(b *testing.B) []telemetry.Option {
-			return []telemetry.Option{
-				telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
-				telemetry.WithMeterProvider(benchMeterProvider(b)),
-			}
-		}},
-		{"sdk-unsampled", func(b *testing.B) []telemetry.Option {
-			return []telemetry.Option{
-				telemetry.WithTracerProvider(benchTracerProvider(b, sdktrace.NeverSample())),
-				telemetry.WithMeterProvider(benchMeterProvider(b)),
-			}
-		}},
-		{"sdk", func(b *testing.B) []telemetry.Option {
-			return []telemetry.Option{
-				telemetry.WithTracerProvider(benchTracerProvider(b, sdktrace.AlwaysSample())),
-				telemetry.WithMeterProvider(benchMeterProvider(b)),
-				telemetry.WithKeyHash([]byte("0123456789abcdef0123456789abcdef")),
-			}
-		}},
-	}
 	fixed := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
 		return core.Decision{Allowed: true, Limit: 1_000_000, Remaining: 999_999}, nil
 	})
 	for _, backend := range []string{"memstore", "fixed"} {
 		for _, mode := range []string{"serial", "parallel"} {
-			for _, p := range providers {
+			for _, p := range benchProviders {
 				b.Run("store="+backend+"/mode="+mode+"/provider="+p.name, func(b *testing.B) {
 					var store core.Store = fixed
 					if backend == "memstore" {
-						mem, err := memstore.New(memstore.Config{})
-						if err != nil {
-							b.Fatal(err)
-						}
-						b.Cleanup(func() { mem.Close() })
-						store = mem
+						store = benchMem(b)
 					}
-					if p.opts != nil {
-						var err error
-						if store, err = telemetry.New(store, append(p.opts(b), telemetry.WithName("bench"))...); err != nil {
-							b.Fatal(err)
-						}
-					}
-					benchDecisions(b, store, mode == "parallel")
+					benchDecisions(b, p.wrap(b, store), mode == "parallel")
 				})
 			}
 		}
 	}
+}
+
+// benchProvider is a way of providing the decorator's tracer and meter.
+type benchProvider struct {
+	name string
+	opts func(b *testing.B) []telemetry.Option // nil: no decorator
+}
+
+// benchProviders are the providers BenchmarkTelemetry and
+// BenchmarkApplyAll compare; see BenchmarkTelemetry.
+var benchProviders = []benchProvider{
+	{"bare", nil},
+	{"noop", func(*testing.B) []telemetry.Option {
+		return []telemetry.Option{
+			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
+			telemetry.WithMeterProvider(metricnoop.NewMeterProvider()),
+		}
+	}},
+	{"global", func(*testing.B) []telemetry.Option { return nil }},
+	{"sdk-metrics", func(b *testing.B) []telemetry.Option {
+		return []telemetry.Option{
+			telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
+			telemetry.WithMeterProvider(benchMeterProvider(b)),
+		}
+	}},
+	{"sdk-unsampled", func(b *testing.B) []telemetry.Option {
+		return []telemetry.Option{
+			telemetry.WithTracerProvider(benchTracerProvider(b, sdktrace.NeverSample())),
+			telemetry.WithMeterProvider(benchMeterProvider(b)),
+		}
+	}},
+	{"sdk", func(b *testing.B) []telemetry.Option {
+		return []telemetry.Option{
+			telemetry.WithTracerProvider(benchTracerProvider(b, sdktrace.AlwaysSample())),
+			telemetry.WithMeterProvider(benchMeterProvider(b)),
+			telemetry.WithKeyHash([]byte("0123456789abcdef0123456789abcdef")),
+		}
+	}},
+}
+
+// benchMem returns a memory store closed when the benchmark ends.
+func benchMem(b *testing.B) *memstore.Store {
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { mem.Close() })
+	return mem
+}
+
+// fixedStore answers every request at once with a fixed admission, batches
+// included, so that a benchmark over it measures only what is in front.
+type fixedStore struct{}
+
+func (fixedStore) Apply(context.Context, core.Request) (core.Decision, error) {
+	return core.Decision{Allowed: true, Limit: 1_000_000, Remaining: 999_999}, nil
+}
+
+func (fixedStore) ApplyAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
+	for i := range reqs {
+		out[i] = core.Decision{Allowed: true, Limit: 1_000_000, Remaining: 999_999 - int64(i)}
+	}
+	return nil
+}
+
+func (fixedStore) Reset(context.Context, string, core.Algorithm) error { return nil }
+func (fixedStore) Close() error                                        { return nil }
+
+// BenchmarkApplyAll measures a batch of three rules (a token bucket per
+// user, a GCRA per tenant and a fixed window for everyone, as a Stack of
+// three rules sends them) decided with ApplyAll, bare and through the
+// decorator under the providers of BenchmarkTelemetry, on memstore and on
+// a store that answers at once. It calls ApplyAll directly, with slices
+// made once, so that allocs/op is the store's and the decorator's alone
+// (a Stack adds its own request and decision slices).
+//
+// Compare the providers with: benchstat -col /provider.
+func BenchmarkApplyAll(b *testing.B) {
+	for _, backend := range []string{"memstore", "fixed"} {
+		for _, mode := range []string{"serial", "parallel"} {
+			for _, p := range benchProviders {
+				b.Run("store="+backend+"/mode="+mode+"/provider="+p.name, func(b *testing.B) {
+					var store core.Store = fixedStore{}
+					if backend == "memstore" {
+						store = benchMem(b)
+					}
+					benchBatches(b, p.wrap(b, store), mode == "parallel")
+				})
+			}
+		}
+	}
+}
+
+func benchBatches(b *testing.B, store core.Store, parallel bool) {
+	limit := core.PerSecond(1_000_000_000)
+	user := core.Named(algorithms.TokenBucket, "user")
+	tenant := core.Named(algorithms.GCRA, "tenant")
+	global := core.Named(algorithms.FixedWindow, "global")
+	batch := func(i int) []core.Request {
+		return []core.Request{
+			{Key: benchKeys[i%len(benchKeys)], Algorithm: user, Limit: limit, Cost: 1},
+			{Key: benchKeys[i%len(benchKeys)/16], Algorithm: tenant, Limit: limit, Cost: 1},
+			{Key: "all", Algorithm: global, Limit: limit, Cost: 1},
+		}
+	}
+	batches := make([][]core.Request, len(benchKeys))
+	ctx := context.Background()
+	out := make([]core.Decision, 3)
+	for i := range batches {
+		batches[i] = batch(i)
+		if err := store.ApplyAll(ctx, batches[i], out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if !parallel {
+		for i := 0; b.Loop(); i++ {
+			store.ApplyAll(ctx, batches[i%len(batches)], out)
+		}
+		return
+	}
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(97))
+		out := make([]core.Decision, 3)
+		for pb.Next() {
+			store.ApplyAll(ctx, batches[i%len(batches)], out)
+			i++
+		}
+	})
 }
 
 func benchDecisions(b *testing.B, store core.Store, parallel bool) {
@@ -140,6 +228,18 @@ func benchDecisions(b *testing.B, store core.Store, parallel bool) {
 			i++
 		}
 	})
+}
+
+// wrap returns store in the provider's decorator, or bare.
+func (p benchProvider) wrap(b *testing.B, store core.Store) core.Store {
+	if p.opts == nil {
+		return store
+	}
+	s, err := telemetry.New(store, append(p.opts(b), telemetry.WithName("bench"))...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
 
 func benchTracerProvider(b *testing.B, sampler sdktrace.Sampler) *sdktrace.TracerProvider {

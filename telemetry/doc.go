@@ -1,6 +1,8 @@
 // Package telemetry traces and measures rate-limit decisions with
 // OpenTelemetry: [New] wraps any [core.Store] in a decorator that opens
-// one span per decision and records metrics an operator can alert on.
+// one span per decision (one for all the rules of a [core.Stack]'s
+// decision, see [Store.ApplyAll]) and records metrics an operator can
+// alert on.
 //
 // The span, named [SpanName] ("ratelimit.decide"), is INTERNAL, starts
 // from the caller's context and is passed down, so the spans of a Redis

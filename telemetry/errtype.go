@@ -54,7 +54,9 @@ var redisPrefixes = map[string]bool{
 //     and unexpected EOFs;
 //   - otherwise OpenTelemetry's convention: the value of an ErrorType()
 //     string method found in the chain, else the error's Go type, such as
-//     "*net.OpError" or "github.com/acme/store.BackendError".
+//     "*net.OpError" or "github.com/acme/store.BackendError"; for errors
+//     joined together (errors.Join, as a batch decided in turn may fail),
+//     the class of the first.
 //
 // The result is empty for a nil error. A decorator counts at most 16
 // values per algorithm; further ones are counted as "_OTHER".
@@ -89,6 +91,18 @@ func ErrorType(err error) string {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) {
 		return ErrorTypeConnection
+	}
+	// A batch decided in turn may fail with several errors joined
+	// (errors.Join): classify the first rather than report
+	// "*errors.joinError".
+	var typed interface{ ErrorType() string }
+	var multi interface{ Unwrap() []error }
+	if !errors.As(err, &typed) && errors.As(err, &multi) {
+		for _, e := range multi.Unwrap() {
+			if e != nil {
+				return ErrorType(e)
+			}
+		}
 	}
 	return semconv.ErrorType(err).Value.AsString()
 }

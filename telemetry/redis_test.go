@@ -176,6 +176,20 @@ func (f failOpen) Apply(ctx context.Context, req core.Request) (core.Decision, e
 	}
 	return d, err
 }
+func (f failOpen) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	err := f.inner.ApplyAll(ctx, reqs, out)
+	if err != nil && !errors.Is(err, core.ErrInvalidKey) {
+		for i, r := range reqs {
+			out[i] = core.Decision{Allowed: true, Limit: r.Limit.Burst(), Source: core.SourceFailOpen}
+		}
+		return nil
+	}
+	return err
+}
+func (f failOpen) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return f.inner.Reset(ctx, key, alg)
+}
+func (f failOpen) Close() error       { return f.inner.Close() }
 func (f failOpen) Unwrap() core.Store { return f.inner }
 
 // TestRedisDown kills a Redis server and checks both views of the outage:
@@ -275,6 +289,10 @@ func TestErrorType(t *testing.T) {
 		{core.ErrUnsupported, "unsupported"},
 		{typedErr{}, "quota_exhausted"},
 		{fmt.Errorf("x: %w", errors.New("plain")), "*errors.errorString"},
+		{errors.Join(fmt.Errorf("request 1: %w", errors.New("plain")), nil), "*errors.errorString"},
+		{fmt.Errorf("x: %w", errors.Join(nil, typedErr{}, errors.New("plain"))), "quota_exhausted"},
+		{errors.Join(errors.New("plain"), typedErr{}), "quota_exhausted"},
+		{errors.Join(fmt.Errorf("request 0: %w", refused), errors.New("plain")), "connection"},
 	}
 	for _, c := range cases {
 		if got := telemetry.ErrorType(c.err); got != c.want {

@@ -10,6 +10,7 @@ import (
 	"hash"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,9 @@ const Version = "0.1.0"
 // The names of the decorator's spans.
 const (
 	// SpanName names the span of every decision ([Store.Apply]), peeks,
-	// refunds and reservations included.
+	// refunds and reservations included, and of every batch of requests
+	// decided together ([Store.ApplyAll], a [core.Stack] of several rules):
+	// one span per batch.
 	SpanName = "ratelimit.decide"
 	// ResetSpanName names the span of [Store.Reset].
 	ResetSpanName = "ratelimit.reset"
@@ -57,7 +60,8 @@ var durationBounds = []float64{
 }
 
 // Store is a decorator that traces and measures every decision of the
-// store it wraps: one span per decision, started from the caller's
+// store it wraps: one span per decision (one per batch of requests
+// decided together, see [Store.ApplyAll]), started from the caller's
 // context and passed down, so that the spans of a Redis client's own
 // instrumentation (redisotel, rueidisotel) are its children; and the
 // metrics of docs/telemetry.md. A denial is a decision, recorded in
@@ -101,11 +105,7 @@ type Store struct {
 	algs      entries
 }
 
-var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Resetter = (*Store)(nil)
-	_ io.Closer     = (*Store)(nil)
-)
+var _ core.Store = (*Store)(nil)
 
 // New returns a decorator that traces and measures the decisions of
 // inner. It fails with an error wrapping [core.ErrNoStore] for a nil inner
@@ -304,13 +304,145 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		elapsed = time.Since(start).Seconds()
 	}
 	counted := s.decisions.Enabled(ctx)
-	near := err == nil && d.Allowed && !req.Peek && !req.Refund && s.nearLimit > 0 &&
-		float64(d.Remaining) < s.nearLimit*float64(d.Limit)
+	near := err == nil && s.isNear(&req, d)
 	if !traced && !timed && !counted && !near && err == nil {
 		return d, nil
 	}
 	s.record(ctx, span, &req, d, err, elapsed, timed, counted, near)
 	return d, err
+}
+
+// ApplyAll decides reqs together with the inner store, as a [core.Stack]
+// of several rules asks, in one span named [SpanName]. The span's
+// decision attributes are those of the batch's binding request
+// ([core.Binding]), whose outcome is the batch's; for an admitted
+// reservation, its delay is the longest of any request's. [BatchSizeKey],
+// [BindingKey], [BatchAlgorithmsKey], [BatchAllowedKey] and
+// [BatchRemainingKey] say what each request got.
+//
+// Each request's decision is counted in ratelimit.decisions as Apply
+// counts one, by what that request decided: after a denial, the requests
+// that would have been admitted count as allowed. Those of an admitted
+// batch are counted in ratelimit.near_limit as Apply counts them. The
+// batch's duration is recorded once, under the binding request's
+// attributes, so the histogram counts calls by their outcome. A failed
+// batch is one failure: one decision counted as an error and one store
+// error, under the first request's attributes, and the span's status
+// Error, with every request's key redacted from the error's message.
+//
+// ApplyAll returns exactly what the inner store returns; after
+// [Store.Close] it fails with [core.ErrClosed].
+func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	if s.closed.Load() {
+		return core.ErrClosed
+	}
+	var span trace.Span
+	traced := s.tracing()
+	if traced {
+		ctx, span = s.tracer.Start(ctx, SpanName, s.startOpts...)
+	}
+	timed := s.duration.Enabled(ctx)
+	var start time.Time
+	if timed {
+		start = time.Now()
+	}
+	err := s.inner.ApplyAll(ctx, reqs, out)
+	var elapsed float64
+	if timed {
+		elapsed = time.Since(start).Seconds()
+	}
+	counted := s.decisions.Enabled(ctx)
+	if err != nil {
+		var req core.Request
+		if len(reqs) > 0 {
+			req = reqs[0]
+		}
+		s.record(ctx, nil, &req, core.Decision{}, err, elapsed, timed, counted, false)
+		if span != nil {
+			if span.IsRecording() {
+				// The error may quote any request's key, not only the
+				// first's.
+				s.annotate(span, &req, core.Decision{}, s.redactAll(err, reqs), ErrorType(err))
+				s.annotateBatch(span, reqs, nil, 0)
+			}
+			span.End()
+		}
+		return err
+	}
+	if len(reqs) == 0 || len(out) < len(reqs) {
+		// An inner store that does not validate its batches answered
+		// none with no decision to report: nothing to record.
+		if span != nil {
+			span.End()
+		}
+		return nil
+	}
+	out = out[:len(reqs)]
+	near := s.nearLimit > 0 && s.near.Enabled(ctx)
+	if !traced && !timed && !counted && !near {
+		return nil
+	}
+	b := core.Binding(out)
+	// A denied batch charged nothing: its rules that would have admitted
+	// are counted as allowed, as each decided, but none is near its
+	// limit.
+	near = near && out[b].Allowed
+	if timed || counted || near {
+		for i := range reqs {
+			req, d := &reqs[i], out[i]
+			s.record(ctx, nil, req, d, nil, elapsed, timed && i == b, counted, near && s.isNear(req, d))
+		}
+	}
+	if span == nil {
+		return nil
+	}
+	if span.IsRecording() {
+		// An admitted reservation waits as long as its slowest rule; a
+		// denied batch waits for nothing.
+		d := out[b]
+		if d.Allowed {
+			for i := range out {
+				d.Delay = max(d.Delay, out[i].Delay)
+			}
+		}
+		s.annotate(span, &reqs[b], d, nil, "")
+		s.annotateBatch(span, reqs, out, b)
+	}
+	span.End()
+	return nil
+}
+
+// isNear reports whether an admitted charge or reservation left less than
+// the near-limit fraction of its limit.
+func (s *Store) isNear(req *core.Request, d core.Decision) bool {
+	return d.Allowed && req.Op != core.OpPeek && req.Op != core.OpRefund && s.nearLimit > 0 &&
+		float64(d.Remaining) < s.nearLimit*float64(d.Limit)
+}
+
+// annotateBatch sets a recording span's batch attributes: the batch's
+// size and each request's algorithm and, when out holds the decisions,
+// the binding request's index b and each request's outcome and remaining.
+func (s *Store) annotateBatch(span trace.Span, reqs []core.Request, out []core.Decision, b int) {
+	algs := make([]string, len(reqs))
+	for i := range reqs {
+		algs[i] = algorithmName(reqs[i].Algorithm)
+	}
+	if out == nil {
+		span.SetAttributes(BatchSizeKey.Int(len(reqs)), BatchAlgorithmsKey.StringSlice(algs))
+		return
+	}
+	allowed := make([]bool, len(reqs))
+	remaining := make([]int64, len(reqs))
+	for i := range reqs {
+		allowed[i], remaining[i] = out[i].Allowed, out[i].Remaining
+	}
+	span.SetAttributes(
+		BatchSizeKey.Int(len(reqs)),
+		BindingKey.Int(b),
+		BatchAlgorithmsKey.StringSlice(algs),
+		BatchAllowedKey.BoolSlice(allowed),
+		BatchRemainingKey.Int64Slice(remaining),
+	)
 }
 
 // record records a decision's metrics, and its span's attributes and
@@ -381,7 +513,7 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 		CostKey.Int64(req.Cost),
 		OperationKey.String(operations[operation(req)]),
 	)
-	if req.MaxWait > 0 {
+	if req.Op == core.OpReserve {
 		kv = append(kv, MaxWaitKey.Float64(seconds(req.MaxWait)))
 	}
 	if req.Algorithm != nil {
@@ -465,6 +597,24 @@ func (s *Store) redact(err error, key string) error {
 	return redactedError(strings.ReplaceAll(msg, key, "[key]"))
 }
 
+// redactAll returns err with the key of every request of a batch
+// replaced by "[key]" (see [Store.redact]), the longest keys first, so
+// that a key that is part of another is not replaced inside it.
+func (s *Store) redactAll(err error, reqs []core.Request) error {
+	if s.keys == keyRaw {
+		return err
+	}
+	keys := make([]string, len(reqs))
+	for i := range reqs {
+		keys[i] = reqs[i].Key
+	}
+	slices.SortFunc(keys, func(a, b string) int { return len(b) - len(a) })
+	for _, k := range keys {
+		err = s.redact(err, k)
+	}
+	return err
+}
+
 // redactedError is a store's error whose message quoted the request's
 // key.
 type redactedError string
@@ -472,23 +622,17 @@ type redactedError string
 func (e redactedError) Error() string { return string(e) }
 
 // Reset forwards to the inner store's Reset, in a span named
-// [ResetSpanName]. It fails with an error wrapping [core.ErrUnsupported]
-// when the inner store is not a [core.Resetter], and with
-// [core.ErrClosed] after Close.
+// [ResetSpanName]. It fails with [core.ErrClosed] after Close.
 func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
-	r, ok := s.inner.(core.Resetter)
-	if !ok {
-		return fmt.Errorf("%w: %T has no Reset", core.ErrUnsupported, s.inner)
-	}
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
 	if !s.tracing() {
-		return r.Reset(ctx, key, alg)
+		return s.inner.Reset(ctx, key, alg)
 	}
 	ctx, span := s.tracer.Start(ctx, ResetSpanName, s.startOpts...)
 	defer span.End()
-	err := r.Reset(ctx, key, alg)
+	err := s.inner.Reset(ctx, key, alg)
 	if span.IsRecording() {
 		var buf [maxAttrs]attribute.KeyValue
 		kv := append(append(buf[:0], s.base...), AlgorithmKey.String(algorithmName(alg)))
@@ -507,8 +651,8 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 }
 
 // Close unregisters the breaker's instruments, if any, and closes the
-// inner store if it is an [io.Closer]. Later calls to Apply and Reset fail
-// with [core.ErrClosed]; a second Close does nothing and returns nil.
+// inner store. Later calls to Apply, ApplyAll and Reset fail with
+// [core.ErrClosed]; a second Close does nothing and returns nil.
 func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
@@ -519,9 +663,7 @@ func (s *Store) Close() error {
 			errs = append(errs, fmt.Errorf("telemetry: unregister: %w", err))
 		}
 	}
-	if c, ok := s.inner.(io.Closer); ok {
-		errs = append(errs, c.Close())
-	}
+	errs = append(errs, s.inner.Close())
 	return errors.Join(errs...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func wantDecision(limiter, store string, req core.Request, d core.Decision) map[
 		telemetry.ResetAfterKey.Float64(float64(d.ResetAfter)/float64(time.Second)),
 		telemetry.SourceKey.String(d.Source.String()),
 	)
-	if req.MaxWait > 0 {
+	if req.Op == core.OpReserve {
 		want[telemetry.MaxWaitKey] = attribute.Float64Value(float64(req.MaxWait) / float64(time.Second))
 	}
 	if d.Delay > 0 {
@@ -66,11 +67,11 @@ func wantDecision(limiter, store string, req core.Request, d core.Decision) map[
 // opName is the ratelimit.operation of req.
 func opName(req core.Request) string {
 	switch {
-	case req.Peek:
+	case req.Op == core.OpPeek:
 		return "peek"
-	case req.Refund:
+	case req.Op == core.OpRefund:
 		return "refund"
-	case req.MaxWait > 0:
+	case req.Op == core.OpReserve:
 		return "reserve"
 	}
 	return "charge"
@@ -106,12 +107,16 @@ func TestDecisionSpans(t *testing.T) {
 	ctx := context.Background()
 	limit := core.PerSecond(1).WithBurst(3)
 	req := func(cost int64, peek bool) core.Request {
-		return core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: cost, Now: t0, Peek: peek}
+		r := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: cost, Now: t0}
+		if peek {
+			r.Op = core.OpPeek
+		}
+		return r
 	}
 	refund := req(1, false)
-	refund.Refund = true
+	refund.Op = core.OpRefund
 	reserve := req(2, false)
-	reserve.MaxWait = 5 * time.Second
+	reserve.Op, reserve.MaxWait = core.OpReserve, 5*time.Second
 	steps := []struct {
 		name      string
 		req       core.Request
@@ -136,7 +141,7 @@ func TestDecisionSpans(t *testing.T) {
 		if d.Allowed != st.allowed || d.Remaining != st.remaining {
 			t.Errorf("%s: allowed %v remaining %d, want %v %d", what, d.Allowed, d.Remaining, st.allowed, st.remaining)
 		}
-		if st.req.MaxWait > 0 && d.Delay != time.Second {
+		if st.req.Op == core.OpReserve && d.Delay != time.Second {
 			t.Errorf("%s: delay %v, want 1s", what, d.Delay)
 		}
 		s := h.onlySpan(t)
@@ -285,8 +290,9 @@ func TestFailures(t *testing.T) {
 		{"negative cost", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}, nil, "invalid_request"},
 		{"no algorithm", nil, core.Request{Key: "user:1", Limit: core.PerSecond(1), Cost: 1}, nil, "invalid_request"},
 		{"invalid limit", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Cost: 1}, nil, "invalid_request"},
-		{"peek and refund", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Peek: true, Refund: true}, nil, "invalid_request"},
-		{"reservation unsupported", nil, core.Request{Key: "user:1", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(1), Cost: 1, MaxWait: time.Second}, nil, "unsupported"},
+		{"unknown operation", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve + 1}, nil, "invalid_request"},
+		{"max wait on a charge", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, MaxWait: time.Second}, nil, "invalid_request"},
+		{"reservation unsupported", nil, core.Request{Key: "user:1", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second}, nil, "unsupported"},
 		{"store error", core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
 			return core.Decision{}, fmt.Errorf("fake: %w", dead)
 		}), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}, nil, "*errors.errorString"},
@@ -457,7 +463,7 @@ func TestNearLimit(t *testing.T) {
 				h.store.Apply(context.Background(), core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10), Cost: 1, Now: t0})
 			}
 			// Peeks never count.
-			h.store.Apply(context.Background(), core.Request{Key: "user:2", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: t0, Peek: true})
+			h.store.Apply(context.Background(), core.Request{Key: "user:2", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: t0, Op: core.OpPeek})
 			if got := value(t, h.collect(t), "ratelimit.near_limit"); got != c.want {
 				t.Errorf("ratelimit.near_limit = %v, want %v", got, c.want)
 			}
@@ -477,6 +483,13 @@ type fakeBreaker struct {
 func (b *fakeBreaker) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	return b.inner.Apply(ctx, req)
 }
+func (b *fakeBreaker) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	return b.inner.ApplyAll(ctx, reqs, out)
+}
+func (b *fakeBreaker) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return b.inner.Reset(ctx, key, alg)
+}
+func (b *fakeBreaker) Close() error       { return b.inner.Close() }
 func (b *fakeBreaker) Unwrap() core.Store { return b.inner }
 func (b *fakeBreaker) BreakerState() string {
 	b.mu.Lock()
@@ -502,6 +515,13 @@ type passthrough struct{ inner core.Store }
 func (p passthrough) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	return p.inner.Apply(ctx, req)
 }
+func (p passthrough) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	return p.inner.ApplyAll(ctx, reqs, out)
+}
+func (p passthrough) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return p.inner.Reset(ctx, key, alg)
+}
+func (p passthrough) Close() error       { return p.inner.Close() }
 func (p passthrough) Unwrap() core.Store { return p.inner }
 
 // TestBreaker checks that a breaker found down the chain puts its state
@@ -630,7 +650,8 @@ func TestDecorator(t *testing.T) {
 }
 
 // TestConformance runs the store conformance suite through the decorator:
-// it changes no decision.
+// it changes no decision, batches included. The batch tests' spans show
+// that their batches went through the decorator's ApplyAll.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) core.Store {
@@ -638,7 +659,21 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return newHarness(t, m).store
+		h := newHarness(t, m)
+		if name := t.Name()[strings.LastIndexByte(t.Name(), '/')+1:]; strings.HasPrefix(name, "Multi") {
+			t.Cleanup(func() {
+				batches := 0
+				for _, s := range h.spans.Ended() {
+					if _, ok := attrs(t, s)[telemetry.BatchSizeKey]; ok {
+						batches++
+					}
+				}
+				if batches == 0 && !t.Failed() {
+					t.Errorf("%s: no batch span: the batches did not go through the decorator", name)
+				}
+			})
+		}
+		return h.store
 	})
 }
 
@@ -721,6 +756,14 @@ type renamed struct {
 
 func (r renamed) Name() string { return r.name }
 
+// peekIf returns OpPeek if peek is true, OpCharge otherwise.
+func peekIf(peek bool) core.Op {
+	if peek {
+		return core.OpPeek
+	}
+	return core.OpCharge
+}
+
 // TestConcurrentSafe decides from many goroutines, over more algorithm
 // names than the decorator keeps attribute sets for, and checks that every
 // decision is counted once and the series stay bounded.
@@ -733,7 +776,7 @@ func TestConcurrentSafe(t *testing.T) {
 		wg.Go(func() {
 			for i := range per {
 				alg := renamed{algorithms.GCRA, fmt.Sprintf("gcra-%d", (g+i)%names)}
-				h.store.Apply(context.Background(), core.Request{Key: fmt.Sprintf("user:%d", i), Algorithm: alg, Limit: core.PerSecond(1000), Cost: 1, Peek: i%5 == 0})
+				h.store.Apply(context.Background(), core.Request{Key: fmt.Sprintf("user:%d", i), Algorithm: alg, Limit: core.PerSecond(1000), Cost: 1, Op: peekIf(i%5 == 0)})
 			}
 		})
 	}
@@ -768,12 +811,34 @@ func TestNoopZeroAllocs(t *testing.T) {
 	checkZeroAllocs(t, s)
 }
 
-func checkZeroAllocs(t testing.TB, s core.Store) {
+// checkZeroAllocs checks that a decision through the decorator s
+// allocates nothing, and that a batch allocates no more than the inner
+// store's own ApplyAll does.
+func checkZeroAllocs(t testing.TB, s *telemetry.Store) {
 	t.Helper()
 	ctx := context.Background()
 	req := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1_000_000_000), Cost: 1}
 	s.Apply(ctx, req) // the key's first decision makes its state
 	if n := testing.AllocsPerRun(1000, func() { s.Apply(ctx, req) }); n != 0 {
 		t.Errorf("%v allocations per decision, want 0", n)
+	}
+
+	reqs := []core.Request{
+		{Key: "user:1", Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerSecond(1_000_000_000), Cost: 1},
+		{Key: "tenant:1", Algorithm: core.Named(algorithms.GCRA, "tenant"), Limit: core.PerSecond(1_000_000_000), Cost: 1},
+		{Key: "all", Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerSecond(1_000_000_000), Cost: 1},
+	}
+	out := make([]core.Decision, len(reqs))
+	batch := func(st core.Store) func() {
+		return func() {
+			if err := st.ApplyAll(ctx, reqs, out); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	batch(s)() // the keys' first decisions make their states
+	inner := testing.AllocsPerRun(1000, batch(s.Unwrap()))
+	if n := testing.AllocsPerRun(1000, batch(s)); n != inner {
+		t.Errorf("%v allocations per batch, want the inner store's %v", n, inner)
 	}
 }

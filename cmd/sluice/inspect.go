@@ -138,7 +138,7 @@ func inspect(ctx context.Context, client redis.UniversalClient, prefix, key stri
 		if err != nil {
 			return err
 		}
-		d, err := store.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Peek: true})
+		d, err := store.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Op: core.OpPeek})
 		if err != nil {
 			return err
 		}

@@ -680,7 +680,7 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 	level := func(off time.Duration) (core.Decision, error) {
 		d, err := store.Apply(ctx, core.Request{
 			Key: simKey, Algorithm: alg, Limit: cfg.limit,
-			Cost: 0, Peek: true, Now: cfg.start.Add(off),
+			Cost: 0, Op: core.OpPeek, Now: cfg.start.Add(off),
 		})
 		if err != nil {
 			return d, fmt.Errorf("peek at %v: %w", off, err)

@@ -13,23 +13,32 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-// A gRPC server whose calls are limited to 2 an hour per peer address;
-// the third call fails with ResourceExhausted, and the client reads how
-// long to wait from its RetryInfo.
+// A gRPC server whose calls are limited to 2 an hour per API key (the
+// "x-api-key" metadata) and 1000 an hour for everyone together, charged
+// all or nothing. The third call of one key fails with ResourceExhausted,
+// naming the rule that denied; the client reads how long to wait from its
+// RetryInfo.
 func Example() {
 	store, err := memstore.New(memstore.Config{})
 	if err != nil {
 		panic(err)
 	}
 	defer store.Close()
-	limiter, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerHour(2))
+	stack, err := core.NewStack(store,
+		core.Rule{Name: "per-key", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)},
+		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1000)},
+	)
 	if err != nil {
 		panic(err)
 	}
-	limit, err := grpclimit.New(limiter, grpclimit.WithPolicyName("hourly"))
+	limit, err := grpclimit.New(stack,
+		grpclimit.WithKey("per-key", grpclimit.MetadataKey("x-api-key")),
+		grpclimit.WithKey("global", grpclimit.GlobalKey),
+	)
 	if err != nil {
 		panic(err)
 	}
@@ -48,8 +57,9 @@ func Example() {
 	}
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k1")
 	for range 3 {
-		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
 		fmt.Println(status.Code(err))
 		if delay, ok := grpclimit.RetryDelay(err); ok {
 			fmt.Println("retry within the hour:", delay > 0)

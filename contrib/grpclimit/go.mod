@@ -3,6 +3,7 @@ module github.com/sluicehq/sluice/contrib/grpclimit
 go 1.26.0
 
 require (
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sluicehq/sluice v0.0.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
 	google.golang.org/grpc v1.85.0
@@ -10,6 +11,9 @@ require (
 )
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/sony/gobreaker/v2 v2.4.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

@@ -26,45 +26,38 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-type policy struct {
-	name string
-	lim  *core.Limiter
+// ruleKey is a key function given to one rule by [WithKey].
+type ruleKey struct {
+	rule string
+	key  KeyFunc
 }
 
 type config struct {
-	name   string
-	more   []policy
+	keys   []ruleKey // WithKey, in the order given
 	v4, v6 int
 	settings
 }
 
 // settings are the options an [Interceptor] keeps as they were given.
 type settings struct {
-	key      KeyFunc
-	cost     CostFunc
-	failOpen bool
-	shadow   bool
-	onError  ErrorFunc
+	key     KeyFunc // the default key function
+	cost    CostFunc
+	onError ErrorFunc
 }
 
-// WithPolicyName names the limiter given to [New] in status details
-// (QuotaFailure's quota_id and subject). The default is "default".
-func WithPolicyName(name string) Option {
-	return optionFunc(func(c *config) { c.name = name })
+// WithKey sets how a call's key is found for the stack's rule named rule:
+// per user from metadata ([MetadataKey]) or an authenticated identity (a
+// [KeyFunc] of your own), everyone together with [GlobalKey]. A rule
+// without WithKey is keyed by the default key function ([WithKeyFunc]).
+// [New] reports a rule the stack lacks, a rule given two key functions,
+// and a nil f.
+func WithKey(rule string, f KeyFunc) Option {
+	return optionFunc(func(c *config) { c.keys = append(c.keys, ruleKey{rule, f}) })
 }
 
-// WithLimiter adds a further limiter, applied after the one given to [New]
-// and any added before it, under the policy name name. Every limiter is
-// charged the same key and cost, in order, and the first denial answers.
-// Until sluice decides several limits atomically, a call denied by a
-// later limiter has already been charged by the earlier ones.
-func WithLimiter(name string, lim *core.Limiter) Option {
-	return optionFunc(func(c *config) { c.more = append(c.more, policy{name, lim}) })
-}
-
-// WithKeyFunc sets how a call's key is found. The default is the peer's
-// address ([PeerKey] with the prefix lengths of [WithIPv4Prefix] and
-// [WithIPv6Prefix]).
+// WithKeyFunc sets the default key function, which keys every rule not
+// given one by [WithKey]. The default is the peer's address ([PeerKey]
+// with the prefix lengths of [WithIPv4Prefix] and [WithIPv6Prefix]).
 func WithKeyFunc(f KeyFunc) Option {
 	return optionFunc(func(c *config) { c.key = f })
 }
@@ -81,9 +74,10 @@ func WithIPv6Prefix(bits int) Option {
 	return optionFunc(func(c *config) { c.v6 = bits })
 }
 
-// CostFunc returns how much of the limit a call to fullMethod uses. A cost
-// of 0 is free; a cost below zero or above [core.MaxUnits] is a bug, and
-// the call fails with codes.Unavailable like a store failure.
+// CostFunc returns how much of the limit a call to fullMethod uses, under
+// every rule of the stack. A cost of 0 is free; a cost below zero or
+// above [core.MaxUnits] is a bug, and the call fails with
+// codes.Unavailable like a store failure.
 type CostFunc func(ctx context.Context, fullMethod string) int64
 
 // WithCost sets the cost of each call. The default charges 1. A stream is
@@ -107,16 +101,14 @@ func CostByMethod(costs map[string]int64, def int64) CostFunc {
 	}
 }
 
-// WithFailOpen lets calls through when a store fails, instead of failing
-// them with codes.Unavailable. A decision a failure policy made
-// fail-closed ([core.SourceFailClosed]) still fails the call.
-func WithFailOpen() Option {
-	return optionFunc(func(c *config) { c.failOpen = true })
-}
-
-// ErrFailClosed is the error an [ErrorFunc] sees for a call a failure
-// policy denied because its store was down ([core.SourceFailClosed]).
+// ErrFailClosed is the error an [ErrorFunc] sees for a call the stack's
+// failure policy denied because its store was down
+// ([core.SourceFailClosed]).
 var ErrFailClosed = errors.New("grpclimit: the store is down and its policy failed closed")
+
+// ErrInvalidOption reports a configuration [New] cannot use; the error
+// says which and why.
+var ErrInvalidOption = errors.New("grpclimit: invalid option")
 
 // ErrorFunc observes a failure of the limiter for a call to method: a
 // store's error, [ErrFailClosed], or an invalid cost from a [CostFunc]
@@ -124,66 +116,102 @@ var ErrFailClosed = errors.New("grpclimit: the store is down and its policy fail
 type ErrorFunc func(ctx context.Context, method string, err error)
 
 // WithErrorHandler calls f with every failure of the limiter, before the
-// call is failed with codes.Unavailable (or served, under [WithFailOpen]
-// or [WithShadow]), so that a store outage can be logged and counted. The
-// client is never told the error. The default does nothing.
+// call is failed with codes.Unavailable, so that a store outage can be
+// logged and counted. The client is never told the error. The default
+// does nothing.
 func WithErrorHandler(f ErrorFunc) Option {
 	return optionFunc(func(c *config) { c.onError = f })
 }
 
-// WithShadow turns enforcement off: every call is passed to the handler,
-// whatever the limiters decide or however their stores fail.
-func WithShadow() Option {
-	return optionFunc(func(c *config) { c.shadow = true })
+// rule is one rule of the interceptor's stack.
+type rule struct {
+	name  string
+	limit string  // the limit, as QuotaFailure's description
+	key   KeyFunc // nil: the default key function
 }
 
-// Interceptor limits the calls a gRPC server serves: [Interceptor.Unary]
-// and [Interceptor.Stream] return its server interceptors. Make one with
-// [New]; it is safe for concurrent use.
+// Interceptor limits the calls a gRPC server serves with a [core.Stack]:
+// [Interceptor.Unary] and [Interceptor.Stream] return its server
+// interceptors. Make one with [New]; it is safe for concurrent use.
 type Interceptor struct {
-	policies []policy
+	stack  *core.Stack
+	rules  []rule
+	leases bool // a rule holds concurrency leases
 	settings
 }
 
-// New returns an interceptor that charges each call to lim, and to the
-// limiters of [WithLimiter] options after it. It reports a nil limiter, an
-// empty or repeated policy name and a prefix length out of range.
-func New(lim *core.Limiter, opts ...Option) (*Interceptor, error) {
-	c := config{name: "default", v4: 32, v6: 64}
+// New returns an interceptor that charges each call to every rule of
+// stack, all or nothing, each rule on the key its key function finds
+// ([WithKey]; the default key function, [WithKeyFunc], for the others).
+// If the stack has a concurrency rule ([core.Leases]), the call's slots
+// are held while its handler runs.
+//
+// New fails with an error wrapping [ErrInvalidOption] for a nil stack, a
+// [WithKey] naming a rule the stack lacks (or naming one twice, or with a
+// nil function), and a prefix length out of range.
+func New(stack *core.Stack, opts ...Option) (*Interceptor, error) {
+	if stack == nil {
+		return nil, fmt.Errorf("%w: nil stack", ErrInvalidOption)
+	}
+	c := config{v4: 32, v6: 64}
 	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
 		o.apply(&c)
 	}
-	in := &Interceptor{settings: c.settings}
+	in := &Interceptor{stack: stack, settings: c.settings}
 	peerKey, err := PeerKey(c.v4, c.v6)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if in.key == nil {
 		in.key = peerKey
 	}
-	for _, p := range append([]policy{{c.name, lim}}, c.more...) {
+	for _, r := range stack.Rules() {
+		in.rules = append(in.rules, rule{name: r.Name, limit: r.Limit.String()})
+		in.leases = in.leases || core.Leases(r.Algorithm)
+	}
+	for _, k := range c.keys {
+		i := in.rule(k.rule)
 		switch {
-		case p.lim == nil:
-			return nil, fmt.Errorf("grpclimit: policy %q has a nil limiter", p.name)
-		case p.name == "":
-			return nil, errors.New("grpclimit: empty policy name")
-		}
-		for _, q := range in.policies {
-			if q.name == p.name {
-				return nil, fmt.Errorf("grpclimit: two policies named %q", p.name)
+		case i < 0:
+			names := make([]string, len(in.rules))
+			for j := range in.rules {
+				names[j] = strconv.Quote(in.rules[j].name)
 			}
+			return nil, fmt.Errorf("%w: WithKey(%q): the stack has no such rule (its rules: %s)", ErrInvalidOption, k.rule, strings.Join(names, ", "))
+		case k.key == nil:
+			return nil, fmt.Errorf("%w: WithKey(%q): nil key function", ErrInvalidOption, k.rule)
+		case in.rules[i].key != nil:
+			return nil, fmt.Errorf("%w: WithKey(%q) is given twice", ErrInvalidOption, k.rule)
 		}
-		in.policies = append(in.policies, p)
+		in.rules[i].key = k.key
 	}
 	return in, nil
 }
 
+// rule returns the index of the rule named name, or -1.
+func (in *Interceptor) rule(name string) int {
+	for i := range in.rules {
+		if in.rules[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
 // Unary returns the unary server interceptor, for [grpc.UnaryInterceptor]
-// or [grpc.ChainUnaryInterceptor].
+// or [grpc.ChainUnaryInterceptor]. A concurrency rule's slots are held
+// until the handler returns or panics (the panic goes on).
 func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := in.decide(ctx, info.FullMethod); err != nil {
+		lease, err := in.decide(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
+		}
+		if lease != nil {
+			defer lease.Release(ctx)
 		}
 		return handler(ctx, req)
 	}
@@ -191,30 +219,66 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 
 // Stream returns the stream server interceptor, for
 // [grpc.StreamInterceptor] or [grpc.ChainStreamInterceptor]. A stream is
-// charged once, when it starts; its messages are not counted.
+// charged once, when it starts; its messages are not counted. A
+// concurrency rule's slots are held until the stream's handler returns or
+// panics (the panic goes on).
 func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := in.decide(ss.Context(), info.FullMethod); err != nil {
+		ctx := ss.Context()
+		lease, err := in.decide(ctx, info.FullMethod)
+		if err != nil {
 			return err
+		}
+		if lease != nil {
+			defer lease.Release(ctx)
 		}
 		return handler(srv, ss)
 	}
 }
 
-// decide charges a call and returns nil to serve it, or the status error
-// to fail it with.
-func (in *Interceptor) decide(ctx context.Context, method string) error {
-	key, err := in.key(ctx, method)
-	if err == nil {
-		if err = core.ValidateKey(key); err != nil {
-			err = fmt.Errorf("%w: %w", ErrNoKey, err)
-		}
+// keys returns the call's key under each rule in buf, grown if need be,
+// calling the default key function at most once.
+func (in *Interceptor) keys(ctx context.Context, method string, buf []string) ([]string, error) {
+	keys := buf[:0]
+	if cap(keys) < len(in.rules) {
+		keys = make([]string, 0, len(in.rules))
 	}
-	if err != nil {
-		if in.shadow {
-			return nil
+	keys = keys[:len(in.rules)]
+	var dflt string
+	for i := range in.rules {
+		f := in.rules[i].key
+		if f == nil && dflt != "" {
+			keys[i] = dflt
+			continue
 		}
-		return status.Error(codes.InvalidArgument, "grpclimit: the call carries nothing to rate-limit it by")
+		if f == nil {
+			f = in.key
+		}
+		k, err := f(ctx, method)
+		if err == nil {
+			if err = core.ValidateKey(k); err != nil {
+				err = fmt.Errorf("%w: %w", ErrNoKey, err)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", in.rules[i].name, err)
+		}
+		if in.rules[i].key == nil {
+			dflt = k
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// decide charges a call and returns nil to serve it, with the lease to
+// release when it ends if the stack holds leases, or the status error to
+// fail it with.
+func (in *Interceptor) decide(ctx context.Context, method string) (*core.Lease, error) {
+	var buf [4]string // the keys of a stack of up to 4 rules, without allocating
+	keys, err := in.keys(ctx, method, buf[:])
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, "grpclimit: the call carries nothing to rate-limit it by")
 	}
 	cost := int64(1)
 	if in.cost != nil {
@@ -222,29 +286,33 @@ func (in *Interceptor) decide(ctx context.Context, method string) error {
 	}
 	if cost < 0 || cost > core.MaxUnits {
 		in.report(ctx, method, fmt.Errorf("%w: the cost function gave %d", core.ErrInvalidCost, cost))
-		return in.unavailable()
+		return nil, unavailable()
 	}
-	for i := range in.policies {
-		p := &in.policies[i]
-		d, err := p.lim.AllowN(ctx, key, cost)
-		switch {
-		case err != nil:
-			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: %w", p.name, err))
-			if in.failOpen {
-				continue
-			}
-			return in.unavailable()
-		case !d.Allowed && d.Source == core.SourceFailClosed:
-			in.report(ctx, method, fmt.Errorf("policy %q: %w", p.name, ErrFailClosed))
-			return in.unavailable()
-		case !d.Allowed:
-			if in.shadow {
-				return nil
-			}
-			return denied(p, d, cost)
+	var (
+		v     core.Verdict
+		lease *core.Lease
+	)
+	if in.leases {
+		if lease, err = in.stack.AcquireN(ctx, keys, cost); err == nil {
+			v = lease.Verdict
+		}
+	} else {
+		v, err = in.stack.AllowN(ctx, keys, cost)
+	}
+	if err != nil {
+		in.report(ctx, method, fmt.Errorf("grpclimit: %w", err))
+		return nil, unavailable()
+	}
+	if v.Allowed {
+		return lease, nil
+	}
+	for i, d := range v.Rules {
+		if !d.Allowed && d.Source == core.SourceFailClosed {
+			in.report(ctx, method, fmt.Errorf("rule %q: %w", in.rules[i].name, ErrFailClosed))
+			return nil, unavailable()
 		}
 	}
-	return nil
+	return nil, in.denied(v, cost)
 }
 
 // report passes a failure to the error handler, if there is one.
@@ -254,31 +322,41 @@ func (in *Interceptor) report(ctx context.Context, method string, err error) {
 	}
 }
 
-func (in *Interceptor) unavailable() error {
-	if in.shadow {
-		return nil
-	}
+func unavailable() error {
 	return status.Error(codes.Unavailable, "grpclimit: the rate limiter's store is unavailable")
 }
 
-// denied returns the status of a call p denied with d:
-// codes.ResourceExhausted with a RetryInfo (the wait rounded up to the
-// millisecond, at least 1ms; none when the cost can never be admitted)
-// and a QuotaFailure naming the policy.
-func denied(p *policy, d core.Decision, cost int64) error {
+// denied returns the status of a call the stack denied with v:
+// codes.ResourceExhausted with a RetryInfo (the binding rule's wait
+// rounded up to the millisecond, at least 1ms; none when the cost can
+// never be admitted) and a QuotaFailure with a violation for every rule
+// that denied.
+func (in *Interceptor) denied(v core.Verdict, cost int64) error {
+	qf := &errdetails.QuotaFailure{}
+	for i, d := range v.Rules {
+		if d.Allowed {
+			continue
+		}
+		r := &in.rules[i]
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+			Subject:     "policy:" + r.name,
+			Description: r.limit,
+			QuotaId:     r.name,
+			QuotaValue:  d.Limit,
+		})
+	}
 	var msg strings.Builder
 	msg.WriteString("grpclimit: rate limit ")
-	msg.WriteString(strconv.Quote(p.name))
-	v := &errdetails.QuotaFailure_Violation{
-		Subject:     "policy:" + p.name,
-		Description: p.lim.Limit().String(),
-		QuotaId:     p.name,
-		QuotaValue:  d.Limit,
+	msg.WriteString(strconv.Quote(in.rules[v.Binding].name))
+	switch {
+	case v.Source == core.SourceDenyList:
+		msg.WriteString(" does not admit this caller")
+	case v.Unsatisfiable():
+		fmt.Fprintf(&msg, " admits at most %d at once; this call costs %d and will never be admitted", v.Limit, cost)
 	}
-	if d.Unsatisfiable() {
-		fmt.Fprintf(&msg, " admits at most %d at once; this call costs %d and will never be admitted", d.Limit, cost)
+	if v.Unsatisfiable() {
 		st := status.New(codes.ResourceExhausted, msg.String())
-		if s, err := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{v}}); err == nil {
+		if s, err := st.WithDetails(qf); err == nil {
 			st = s
 		}
 		return st.Err()
@@ -286,17 +364,14 @@ func denied(p *policy, d core.Decision, cost int64) error {
 	// A denial's wait is positive; one that says nothing (a decorator's
 	// denial) falls back to the wait until the key is full again, and
 	// never to "retry now".
-	wait := d.RetryAfter
+	wait := v.RetryAfter
 	if wait <= 0 {
-		wait = d.ResetAfter
+		wait = v.ResetAfter
 	}
 	wait = max(ceilMillis(wait), time.Millisecond)
 	fmt.Fprintf(&msg, " exceeded: retry in %v", wait)
 	st := status.New(codes.ResourceExhausted, msg.String())
-	if s, err := st.WithDetails(
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)},
-		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{v}},
-	); err == nil {
+	if s, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}, qf); err == nil {
 		st = s
 	}
 	return st.Err()

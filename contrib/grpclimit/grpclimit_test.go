@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/grpclimit"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -37,29 +40,42 @@ func newStore(t testing.TB) *memstore.Store {
 	return s
 }
 
-func newLimiter(t testing.TB, s core.Store, alg core.Algorithm, l core.Limit) *core.Limiter {
+func newStack(t testing.TB, s core.Store, rules ...core.Rule) *core.Stack {
 	t.Helper()
-	lim, err := core.NewLimiter(s, alg, l)
+	st, err := core.NewStack(s, rules...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lim
+	return st
+}
+
+// oneRule returns a stack of one rule, "default", over s.
+func oneRule(t testing.TB, s core.Store, alg core.Algorithm, l core.Limit) *core.Stack {
+	t.Helper()
+	return newStack(t, s, core.Rule{Name: "default", Algorithm: alg, Limit: l})
 }
 
 // serve starts a gRPC server with the health service behind an
-// interceptor made of lim and opts, on a loopback TCP port, and returns a
-// client connected to it.
-func serve(t testing.TB, lim *core.Limiter, opts ...grpclimit.Option) healthpb.HealthClient {
+// interceptor made of stack and opts, on a loopback TCP port, and returns
+// a client connected to it.
+func serve(t testing.TB, stack *core.Stack, opts ...grpclimit.Option) healthpb.HealthClient {
 	t.Helper()
-	in, err := grpclimit.New(lim, opts...)
+	in, err := grpclimit.New(stack, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return start(t, grpc.ChainUnaryInterceptor(in.Unary()), grpc.ChainStreamInterceptor(in.Stream()))
+}
+
+// start starts a gRPC server with the health service and opts on a
+// loopback TCP port, and returns a client connected to it.
+func start(t testing.TB, opts ...grpc.ServerOption) healthpb.HealthClient {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()), grpc.StreamInterceptor(in.Stream()))
+	srv := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
@@ -95,10 +111,21 @@ func details(t *testing.T, err error) (*errdetails.RetryInfo, *errdetails.QuotaF
 	return ri, qf
 }
 
+// violated returns the quota ids of err's QuotaFailure, in order.
+func violated(t *testing.T, err error) []string {
+	t.Helper()
+	_, qf := details(t, err)
+	var ids []string
+	for _, v := range qf.GetViolations() {
+		ids = append(ids, v.GetQuotaId())
+	}
+	return ids
+}
+
 func TestUnaryDenied(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(2))
-	c := serve(t, lim, grpclimit.WithPolicyName("hourly"))
+	stack := newStack(t, newStore(t), core.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)})
+	c := serve(t, stack)
 	ctx := context.Background()
 	for i := range 2 {
 		if err := check(ctx, c); err != nil {
@@ -120,6 +147,9 @@ func TestUnaryDenied(t *testing.T) {
 	if v.GetSubject() != "policy:hourly" || v.GetQuotaId() != "hourly" || v.GetQuotaValue() != 2 || v.GetDescription() != "2 req/h (burst 2)" {
 		t.Errorf("violation %v", v)
 	}
+	if msg := status.Convert(err).Message(); msg != `grpclimit: rate limit "hourly" exceeded: retry in 30m0s` {
+		t.Errorf("message %q", msg)
+	}
 	if d, ok := grpclimit.RetryDelay(err); !ok || d != 30*time.Minute {
 		t.Errorf("RetryDelay = %v, %v; want 30m, true", d, ok)
 	}
@@ -129,8 +159,7 @@ func TestUnaryDenied(t *testing.T) {
 // once, when it starts.
 func TestStreamDenied(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(1))
-	c := serve(t, lim)
+	c := serve(t, oneRule(t, newStore(t), algorithms.TokenBucket, core.PerHour(1)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
@@ -160,7 +189,7 @@ func answering(d core.Decision, err error) core.Store {
 }
 
 // TestErrorHandler checks that every failure of the limiter reaches the
-// error handler, with its cause, whatever the call is then answered.
+// error handler, with its cause, and nothing else does.
 func TestErrorHandler(t *testing.T) {
 	t.Parallel()
 	down := errors.New("connection refused")
@@ -172,10 +201,11 @@ func TestErrorHandler(t *testing.T) {
 		code  codes.Code
 	}{
 		{"store error", answering(core.Decision{}, down), nil, down, codes.Unavailable},
-		{"store error, fail open", answering(core.Decision{}, down), []grpclimit.Option{grpclimit.WithFailOpen()}, down, codes.OK},
 		{"fail-closed", answering(core.Decision{Source: core.SourceFailClosed}, nil), nil, grpclimit.ErrFailClosed, codes.Unavailable},
+		{"fail-open: served, no failure to report", answering(core.Decision{Allowed: true, Source: core.SourceFailOpen}, nil), nil, nil, codes.OK},
 		{"invalid cost", answering(core.Decision{Allowed: true}, nil), []grpclimit.Option{grpclimit.WithCost(func(context.Context, string) int64 { return -1 })}, core.ErrInvalidCost, codes.Unavailable},
 		{"allowed", answering(core.Decision{Allowed: true, Limit: 10}, nil), nil, nil, codes.OK},
+		{"denied", answering(core.Decision{Limit: 10, RetryAfter: time.Second}, nil), nil, nil, codes.ResourceExhausted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -184,13 +214,13 @@ func TestErrorHandler(t *testing.T) {
 			opts := append(tc.opts, grpclimit.WithErrorHandler(func(_ context.Context, method string, err error) {
 				mu.Lock()
 				defer mu.Unlock()
-				if method == "" {
-					t.Error("the error handler was given no method")
+				if method != "/grpc.health.v1.Health/Check" {
+					t.Errorf("the error handler was given method %q", method)
 				}
 				got = append(got, err)
 			}))
-			lim := newLimiter(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
-			if err := check(context.Background(), serve(t, lim, opts...)); status.Code(err) != tc.code {
+			stack := oneRule(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
+			if err := check(context.Background(), serve(t, stack, opts...)); status.Code(err) != tc.code {
 				t.Fatalf("got %v, want %v", err, tc.code)
 			}
 			mu.Lock()
@@ -205,6 +235,9 @@ func TestErrorHandler(t *testing.T) {
 	}
 }
 
+// TestOutcomes checks the status of every outcome, each from a store that
+// answers it: the interceptors read the decision's source and nothing
+// else.
 func TestOutcomes(t *testing.T) {
 	t.Parallel()
 	down := errors.New("connection refused")
@@ -220,20 +253,19 @@ func TestOutcomes(t *testing.T) {
 		{"denied without a wait: until the key is full", answering(core.Decision{Limit: 10, ResetAfter: 2500 * time.Millisecond}, nil), nil, codes.ResourceExhausted, 2500 * time.Millisecond},
 		{"denied with no wait at all: never retry now", answering(core.Decision{Limit: 10}, nil), nil, codes.ResourceExhausted, time.Millisecond},
 		{"unsatisfiable: no RetryInfo", answering(core.Decision{Limit: 10, RetryAfter: core.RetryNever}, nil), nil, codes.ResourceExhausted, -1},
+		{"deny list: no RetryInfo", answering(core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}, nil), nil, codes.ResourceExhausted, -1},
+		{"degraded denial", answering(core.Decision{Limit: 5, RetryAfter: time.Second, Source: core.SourceDegraded}, nil), nil, codes.ResourceExhausted, time.Second},
 		{"store error", answering(core.Decision{}, down), nil, codes.Unavailable, -1},
-		{"store error, fail open", answering(core.Decision{}, down), []grpclimit.Option{grpclimit.WithFailOpen()}, codes.OK, -1},
-		{"fail-closed", answering(core.Decision{Source: core.SourceFailClosed}, nil), nil, codes.Unavailable, -1},
-		{"fail-closed, fail open", answering(core.Decision{Source: core.SourceFailClosed}, nil), []grpclimit.Option{grpclimit.WithFailOpen()}, codes.Unavailable, -1},
-		{"shadow decision", answering(core.Decision{Allowed: true, Source: core.SourceShadow}, nil), nil, codes.OK, -1},
-		{"denied in shadow mode", answering(core.Decision{Limit: 10, RetryAfter: time.Second}, nil), []grpclimit.Option{grpclimit.WithShadow()}, codes.OK, -1},
-		{"store error in shadow mode", answering(core.Decision{}, down), []grpclimit.Option{grpclimit.WithShadow()}, codes.OK, -1},
+		{"fail-closed", answering(core.Decision{RetryAfter: time.Second, Source: core.SourceFailClosed}, nil), nil, codes.Unavailable, -1},
+		{"fail-open", answering(core.Decision{Allowed: true, Source: core.SourceFailOpen}, nil), nil, codes.OK, -1},
+		{"shadow", answering(core.Decision{Allowed: true, Limit: 10, Source: core.SourceShadow}, nil), nil, codes.OK, -1},
 		{"invalid cost", answering(core.Decision{Allowed: true}, nil), []grpclimit.Option{grpclimit.WithCost(func(context.Context, string) int64 { return -1 })}, codes.Unavailable, -1},
 		{"no key", answering(core.Decision{Allowed: true}, nil), []grpclimit.Option{grpclimit.WithKeyFunc(grpclimit.MetadataKey("x-api-key"))}, codes.InvalidArgument, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			lim := newLimiter(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
-			err := check(context.Background(), serve(t, lim, tc.opts...))
+			stack := oneRule(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
+			err := check(context.Background(), serve(t, stack, tc.opts...))
 			if status.Code(err) != tc.want {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -242,8 +274,8 @@ func TestOutcomes(t *testing.T) {
 				t.Errorf("RetryDelay = %v, %v; want %v", d, ok, tc.delay)
 			}
 			if tc.want == codes.ResourceExhausted {
-				if _, qf := details(t, err); qf == nil {
-					t.Error("no QuotaFailure")
+				if got := violated(t, err); !slices.Equal(got, []string{"default"}) {
+					t.Errorf("QuotaFailure names %q, want [default]", got)
 				}
 			}
 		})
@@ -252,8 +284,7 @@ func TestOutcomes(t *testing.T) {
 
 func TestMetadataKey(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(1))
-	c := serve(t, lim, grpclimit.WithKeyFunc(grpclimit.MetadataKey("X-API-Key")))
+	c := serve(t, oneRule(t, newStore(t), algorithms.TokenBucket, core.PerHour(1)), grpclimit.WithKeyFunc(grpclimit.MetadataKey("X-API-Key")))
 	ctx := context.Background()
 	with := func(k string) context.Context { return metadata.AppendToOutgoingContext(ctx, "x-api-key", k) }
 	for i, s := range []struct {
@@ -271,20 +302,141 @@ func TestMetadataKey(t *testing.T) {
 	}
 }
 
-// TestSeveralLimiters checks that the first denial answers, naming its
-// policy.
-func TestSeveralLimiters(t *testing.T) {
+// TestQuotaLeak is the bug the stack fixed: a per-minute limit of 10 in
+// front of a per-day limit of 1. The first call passes; every later one,
+// unary or stream, is denied by the daily rule and charges neither rule,
+// so the per-minute rule keeps 9 of its 10.
+func TestQuotaLeak(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
-	perMin := newLimiter(t, s, algorithms.FixedWindow, core.PerMinute(5))
-	perHour := newLimiter(t, s, algorithms.SlidingWindowLog, core.PerHour(2))
-	c := serve(t, perMin, grpclimit.WithPolicyName("minute"), grpclimit.WithLimiter("hour", perHour))
-	ctx := context.Background()
-	check(ctx, c)
-	check(ctx, c)
-	err := check(ctx, c)
-	if _, qf := details(t, err); qf == nil || qf.GetViolations()[0].GetQuotaId() != "hour" {
-		t.Errorf("third call: %v, want a denial by hour", err)
+	quotaLeak(t, newStore(t))
+}
+
+// quotaLeak runs TestQuotaLeak's calls on store.
+func quotaLeak(t *testing.T, store core.Store) {
+	stack := newStack(t, store,
+		core.Rule{Name: "per-minute", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10)},
+		core.Rule{Name: "per-day", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(1)})
+	c := serve(t, stack)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	peek := func(step int) {
+		t.Helper()
+		v, err := stack.Peek(ctx, "ip:127.0.0.1", "ip:127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A peek reports the decision a call would get: 9 left is
+		// Remaining 8.
+		if got := v.Rules[0].Remaining; got != 8 {
+			t.Errorf("step %d: per-minute peek says %d would remain, want 8 (9 left)", step, got)
+		}
+	}
+	if err := check(ctx, c); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	peek(0)
+	for i := 1; i <= 4; i++ {
+		var err error
+		if i%2 == 0 {
+			err = check(ctx, c)
+		} else {
+			w, werr := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+			if werr != nil {
+				t.Fatal(werr)
+			}
+			_, err = w.Recv()
+		}
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("step %d: %v, want ResourceExhausted", i, err)
+		}
+		if got := violated(t, err); !slices.Equal(got, []string{"per-day"}) {
+			t.Errorf("step %d: violations %q, want [per-day]", i, got)
+		}
+		peek(i)
+	}
+}
+
+// TestKeyPerRule checks that each rule is charged on its own key (a user
+// from metadata, a tenant from metadata, GlobalKey, and the peer for the
+// rest) and that the QuotaFailure names every rule that denied, the
+// binding one's wait in RetryInfo.
+func TestKeyPerRule(t *testing.T) {
+	t.Parallel()
+	stack := newStack(t, newStore(t),
+		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)},
+		core.Rule{Name: "tenant", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerHour(3)},
+		core.Rule{Name: "peer", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)},
+		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(5)})
+	c := serve(t, stack,
+		grpclimit.WithKey("user", grpclimit.MetadataKey("x-api-key")),
+		grpclimit.WithKey("tenant", grpclimit.MetadataKey("x-tenant")),
+		grpclimit.WithKey("global", grpclimit.GlobalKey))
+	for i, s := range []struct {
+		user, tenant string
+		violated     []string
+		delay        time.Duration
+	}{
+		{"alice", "acme", nil, 0},
+		{"alice", "acme", nil, 0},
+		{"alice", "acme", []string{"user"}, 30 * time.Minute},
+		{"bob", "acme", nil, 0},
+		{"bob", "acme", []string{"tenant"}, time.Hour},
+		{"bob", "initech", nil, 0},
+		{"carol", "initech", nil, 0},
+		{"dave", "globex", []string{"global"}, 12 * time.Minute},
+		// All three deny; the tenant's wait (its oldest call leaves the
+		// log in an hour) is the longest.
+		{"alice", "acme", []string{"user", "tenant", "global"}, time.Hour},
+	} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", s.user, "x-tenant", s.tenant)
+		err := check(ctx, c)
+		if s.violated == nil {
+			if err != nil {
+				t.Errorf("step %d (%s@%s): %v, want OK", i, s.user, s.tenant, err)
+			}
+			continue
+		}
+		if got := violated(t, err); !slices.Equal(got, s.violated) {
+			t.Errorf("step %d (%s@%s): violations %q, want %q", i, s.user, s.tenant, got, s.violated)
+		}
+		if d, ok := grpclimit.RetryDelay(err); !ok || d != s.delay {
+			t.Errorf("step %d (%s@%s): RetryDelay %v, %v; want %v", i, s.user, s.tenant, d, ok, s.delay)
+		}
+	}
+	// The denied calls charged nothing: 5 served, so "peer" has 95 left.
+	v, err := stack.Peek(context.Background(), "x-api-key:zed", "x-tenant:zed", "ip:127.0.0.1", "global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Rules[2].Remaining; got != 94 {
+		t.Errorf("peer: peek says %d would remain, want 94 (100 less 5 served, less one more)", got)
+	}
+}
+
+// TestShadowPolicy checks shadow mode as package policy decides it: a
+// denied call is served, and the record function sees the denial.
+func TestShadowPolicy(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	denials := 0
+	shadow, err := policy.New(newStore(t), policy.WithShadow(func(core.Request, core.Decision) {
+		mu.Lock()
+		defer mu.Unlock()
+		denials++
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, oneRule(t, shadow, algorithms.TokenBucket, core.PerHour(1)))
+	for i := range 3 {
+		if err := check(context.Background(), c); err != nil {
+			t.Errorf("call %d: %v, want OK", i, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if denials != 2 {
+		t.Errorf("the shadow record saw %d denials, want 2", denials)
 	}
 }
 
@@ -326,20 +478,28 @@ func TestPeerKey(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerSecond(1))
-	for i, tc := range []struct {
-		lim  *core.Limiter
-		opts []grpclimit.Option
+	stack := newStack(t, newStore(t),
+		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
+		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)})
+	for _, tc := range []struct {
+		name  string
+		stack *core.Stack
+		opts  []grpclimit.Option
 	}{
-		{nil, nil},
-		{lim, []grpclimit.Option{grpclimit.WithLimiter("b", nil)}},
-		{lim, []grpclimit.Option{grpclimit.WithPolicyName("")}},
-		{lim, []grpclimit.Option{grpclimit.WithLimiter("default", lim)}},
-		{lim, []grpclimit.Option{grpclimit.WithIPv6Prefix(0)}},
-		{lim, []grpclimit.Option{grpclimit.WithIPv4Prefix(40)}},
+		{"nil stack", nil, nil},
+		{"nil option", stack, []grpclimit.Option{nil}},
+		{"key for a rule the stack lacks", stack, []grpclimit.Option{grpclimit.WithKey("tenant", grpclimit.GlobalKey)}},
+		{"two keys for one rule", stack, []grpclimit.Option{grpclimit.WithKey("user", grpclimit.GlobalKey), grpclimit.WithKey("user", grpclimit.GlobalKey)}},
+		{"nil key function", stack, []grpclimit.Option{grpclimit.WithKey("user", nil)}},
+		{"IPv6 /0", stack, []grpclimit.Option{grpclimit.WithIPv6Prefix(0)}},
+		{"IPv4 /40", stack, []grpclimit.Option{grpclimit.WithIPv4Prefix(40)}},
 	} {
-		if _, err := grpclimit.New(tc.lim, tc.opts...); err == nil {
-			t.Errorf("case %d: New succeeded, want an error", i)
+		if _, err := grpclimit.New(tc.stack, tc.opts...); !errors.Is(err, grpclimit.ErrInvalidOption) {
+			t.Errorf("%s: New: %v, want an error wrapping ErrInvalidOption", tc.name, err)
 		}
+	}
+	_, err := grpclimit.New(stack, grpclimit.WithKey("tenant", grpclimit.GlobalKey))
+	if want := `the stack has no such rule (its rules: "user", "global")`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("unknown rule: %v, want it to say %s", err, want)
 	}
 }

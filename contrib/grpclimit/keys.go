@@ -23,9 +23,17 @@ import (
 var ErrNoKey = errors.New("grpclimit: call has no rate-limit key")
 
 // KeyFunc returns the key a call to fullMethod ("/package.Service/Method")
-// is charged to, or an error wrapping [ErrNoKey]. A key must be 1 to
-// [core.MaxKeyLen] bytes; the interceptors treat any other key as missing.
+// is charged to under one rule, or an error wrapping [ErrNoKey]. A key
+// must be 1 to [core.MaxKeyLen] bytes; the interceptors treat any other
+// key as missing. Each rule of a stack keeps its state apart from every
+// other rule's, so keys need only be distinct within a rule.
 type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
+
+// GlobalKey is a [KeyFunc] that keys every call alike, with the key
+// "global": for a rule that limits the whole service together, such as
+//
+//	grpclimit.WithKey("global", grpclimit.GlobalKey)
+func GlobalKey(context.Context, string) (string, error) { return "global", nil }
 
 // PeerKey returns a [KeyFunc] that keys a call by its peer's address:
 // "ip:" and the address for an IPv4 peer ("ip:192.0.2.7"), "ip:" and its

@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,10 +15,12 @@ import (
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
-// A server limited to 2 requests an hour per client, behind a reverse
-// proxy on the loopback network: the client is the address the proxy
-// appended to X-Forwarded-For. The store's clock is stuck, so that the
-// output does not depend on how fast the example runs.
+// A server behind a reverse proxy on the loopback network, limited to 2
+// requests an hour per client (the address the proxy appended to
+// X-Forwarded-For) and 1000 an hour for everyone together. Both rules are
+// charged all or nothing: the denied third request costs the global rule
+// nothing. The store's clock is stuck, so that the output does not depend
+// on how fast the example runs.
 func Example() {
 	stuck := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	store, err := memstore.New(memstore.Config{Now: func() time.Time { return stuck }})
@@ -25,12 +28,16 @@ func Example() {
 		panic(err)
 	}
 	defer store.Close()
-	limiter, err := core.NewLimiter(store, algorithms.SlidingWindowLog, core.PerHour(2))
+	stack, err := core.NewStack(store,
+		core.Rule{Name: "per-client", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerHour(2)},
+		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1000)},
+	)
 	if err != nil {
 		panic(err)
 	}
-	limit, err := httplimit.New(limiter,
-		httplimit.WithPolicyName("hourly"),
+	limit, err := httplimit.New(stack,
+		httplimit.WithKey("global", httplimit.GlobalKey),
+		// "per-client" has no WithKey: the client's address keys it.
 		httplimit.WithTrustedProxies([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}),
 	)
 	if err != nil {
@@ -55,16 +62,22 @@ func Example() {
 			}
 		}
 	}
+	v, err := stack.Peek(context.Background(), "ip:203.0.113.9", "global")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("global left after one more:", v.Rules[1].Remaining)
 	// Output:
 	// 200 OK
-	//   RateLimit-Policy: "hourly";q=2;w=3600
-	//   RateLimit: "hourly";r=1;t=3600
+	//   RateLimit-Policy: "per-client";q=2;w=3600, "global";q=1000;w=3600
+	//   RateLimit: "per-client";r=1;t=3600
 	// 200 OK
-	//   RateLimit-Policy: "hourly";q=2;w=3600
-	//   RateLimit: "hourly";r=0;t=3600
+	//   RateLimit-Policy: "per-client";q=2;w=3600, "global";q=1000;w=3600
+	//   RateLimit: "per-client";r=0;t=3600
 	// 429 Too Many Requests
-	//   RateLimit-Policy: "hourly";q=2;w=3600
-	//   RateLimit: "hourly";r=0;t=3600
+	//   RateLimit-Policy: "per-client";q=2;w=3600, "global";q=1000;w=3600
+	//   RateLimit: "per-client";r=0;t=3600
 	//   Retry-After: 3600
 	//   Content-Type: application/problem+json
+	// global left after one more: 997
 }

@@ -14,10 +14,12 @@ import (
 // sets may be combined with |, except [HeadersX] with [HeadersXEpoch].
 type Headers uint8
 
-// The header sets. Each describes one policy's decision: the one that
-// denied, or, when every policy allowed, the one closest to exhaustion
-// (least remaining, then longest wait). Only [HeadersDraft] also lists
-// every policy. A policy whose limit is [core.Inf] is never described.
+// The header sets. Each describes one rule's decision, the binding rule's
+// ([core.Verdict].Binding): after a denial, the denying rule with the
+// longest wait; when every rule admitted, the one closest to exhaustion.
+// Only [HeadersDraft] also lists every rule, as a policy. A rule whose
+// limit is [core.Inf] is never described, nor a decision that carries no
+// capacity (a fail-open one).
 const (
 	// HeadersNone sends no rate-limit header. Retry-After is still sent
 	// on 429s.
@@ -25,12 +27,13 @@ const (
 	// HeadersDraft sends the IETF fields of
 	// draft-ietf-httpapi-ratelimit-headers-10, structured field Lists:
 	//
-	//	RateLimit-Policy: "default";q=50;w=5
-	//	RateLimit: "default";r=49;t=1
+	//	RateLimit-Policy: "per-user";q=50;w=5, "global";q=1000;w=60
+	//	RateLimit: "per-user";r=49;t=1
 	//
-	// q is the policy's capacity (see [Middleware]), w the seconds it
-	// takes to earn it back; r is what remains, t the seconds until more
-	// is available. The default.
+	// RateLimit-Policy has an item per rule, named after it: q is the
+	// rule's capacity (see the package documentation), w the seconds it
+	// takes to earn it back. RateLimit has the binding rule's: r is what
+	// remains, t the seconds until more is available. The default.
 	HeadersDraft Headers = 1 << (iota - 1)
 	// HeadersLegacy sends the fields of the earlier drafts (-00 to -06),
 	// which Kong and Envoy send: RateLimit-Limit, RateLimit-Remaining and
@@ -61,11 +64,11 @@ const (
 	hRetryAfter = "Retry-After"
 )
 
-// setHeaders sets the selected rate-limit fields for p's decision d. The
+// setHeaders sets the selected rate-limit fields for rule p's decision d. The
 // draft's fields are Lists, which may be split over several field lines,
 // so they are added to any a handler earlier in the chain set; the others
 // hold one value and are replaced.
-func (m *Middleware) setHeaders(h http.Header, p *policy, d core.Decision) {
+func (m *Middleware) setHeaders(h http.Header, p *rule, d core.Decision) {
 	r := sfInt(d.Remaining)
 	t := resetSeconds(d)
 	if m.headers&HeadersDraft != 0 {

@@ -7,17 +7,22 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
 )
 
-// ErrFailClosed is what the error handler is given when a limiter's
+// ErrFailClosed is what the error handler is given when the stack's
 // failure policy answered fail-closed ([core.SourceFailClosed]): the store
 // is down and the policy chose to deny rather than guess.
 var ErrFailClosed = errors.New("httplimit: store unavailable, failing closed")
 
-// DeniedFunc answers a request a limiter denied. See [WithDeniedHandler].
+// ErrInvalidOption reports a configuration [New] cannot use; the error
+// says which and why.
+var ErrInvalidOption = errors.New("httplimit: invalid option")
+
+// DeniedFunc answers a request the stack denied. See [WithDeniedHandler].
 type DeniedFunc func(w http.ResponseWriter, r *http.Request, d Denial)
 
 // ErrorFunc answers a request the middleware could not decide. See
@@ -26,63 +31,81 @@ type ErrorFunc func(w http.ResponseWriter, r *http.Request, err error)
 
 // Denial describes a denied request to a [DeniedFunc].
 type Denial struct {
-	// Policy is the name of the policy whose limiter denied.
-	Policy string
-	// Decision is that limiter's decision.
-	Decision core.Decision
-	// Cost is what the request would have cost.
+	// Rule is the name of the binding rule: of the rules that denied, the
+	// one whose wait is longest (see [core.Binding]).
+	Rule string
+	// Violated names every rule that denied, in the stack's order.
+	Violated []string
+	// Verdict is the stack's answer: the binding rule's decision, and
+	// each rule's in Verdict.Rules. No rule was charged.
+	Verdict core.Verdict
+	// Cost is what the request would have cost under each rule.
 	Cost int64
-	// RetryAfter is the delay sent in the Retry-After header: the
+	// RetryAfter is the delay sent in the Retry-After header: the binding
 	// decision's RetryAfter rounded up to whole seconds, plus any jitter.
 	// It is zero when the request can never be admitted
 	// ([core.Decision.Unsatisfiable]); no Retry-After is sent then.
 	RetryAfter time.Duration
 }
 
-// policy is one limiter of a middleware.
-type policy struct {
+// rule is one rule of the middleware's stack.
+type rule struct {
 	name   string
-	lim    *core.Limiter
-	quoted string // name as a structured field String
-	item   string // the RateLimit-Policy item; "" for an Inf limit
+	quoted string  // name as a structured field String
+	item   string  // the RateLimit-Policy item; "" for an Inf limit
+	key    KeyFunc // nil: the default key function
 }
 
-// Middleware limits the requests an [http.Handler] serves. Make one with
-// [New] and wrap handlers with [Middleware.Handler]. It is safe for
-// concurrent use.
+// Middleware limits the requests an [http.Handler] serves with a
+// [core.Stack]. Make one with [New] and wrap handlers with
+// [Middleware.Handler]. It is safe for concurrent use.
 type Middleware struct {
-	policies []policy
-	policyH  string // RateLimit-Policy: every policy's item
+	stack   *core.Stack
+	rules   []rule
+	leases  bool   // a rule holds concurrency leases
+	policyH string // RateLimit-Policy: every rule's item
 	settings
 }
 
-// New returns a middleware that charges each request to lim, and to the
-// limiters of [WithLimiter] options after it. It reports a nil limiter, a
-// bad policy name, and a bad key configuration (a prefix length out of
-// range, an invalid trusted proxy prefix, an unknown forwarding header or
-// header set).
-func New(lim *core.Limiter, opts ...Option) (*Middleware, error) {
-	c := config{name: "default", settings: settings{headers: HeadersDraft}}
+// New returns a middleware that charges each request to every rule of
+// stack, all or nothing, each rule on the key its key function finds
+// ([WithKey]; the default key function, [WithKeyFunc], for the others).
+// If the stack has a concurrency rule ([core.Leases]), the request's
+// slots are held while the handler runs.
+//
+// New fails with an error wrapping [ErrInvalidOption] for a nil stack, a
+// [WithKey] naming a rule the stack lacks (or naming one twice, or with a
+// nil function), and a bad key or header configuration (a prefix length
+// out of range, an invalid trusted proxy prefix, an unknown forwarding
+// header or header set).
+func New(stack *core.Stack, opts ...Option) (*Middleware, error) {
+	if stack == nil {
+		return nil, fmt.Errorf("%w: nil stack", ErrInvalidOption)
+	}
+	c := config{settings: settings{headers: HeadersDraft}}
 	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
 		o.apply(&c)
 	}
-	m := &Middleware{settings: c.settings}
+	m := &Middleware{stack: stack, settings: c.settings}
 	switch {
 	case c.headers&^headersAll != 0:
-		return nil, fmt.Errorf("httplimit: unknown header set %#x", uint8(c.headers))
+		return nil, fmt.Errorf("%w: unknown header set %#x", ErrInvalidOption, uint8(c.headers))
 	case c.headers&HeadersX != 0 && c.headers&HeadersXEpoch != 0:
-		return nil, errors.New("httplimit: HeadersX and HeadersXEpoch both set X-RateLimit-Reset; choose one")
+		return nil, fmt.Errorf("%w: HeadersX and HeadersXEpoch both set X-RateLimit-Reset; choose one", ErrInvalidOption)
 	case c.jitter < 0:
-		return nil, fmt.Errorf("httplimit: negative retry jitter %v", c.jitter)
+		return nil, fmt.Errorf("%w: negative retry jitter %v", ErrInvalidOption, c.jitter)
 	case c.v4set && (c.v4 < 1 || c.v4 > 32):
-		return nil, fmt.Errorf("httplimit: IPv4 prefix length %d is outside 1 to 32", c.v4)
+		return nil, fmt.Errorf("%w: IPv4 prefix length %d is outside 1 to 32", ErrInvalidOption, c.v4)
 	case c.v6set && (c.v6 < 1 || c.v6 > 128):
-		return nil, fmt.Errorf("httplimit: IPv6 prefix length %d is outside 1 to 128", c.v6)
+		return nil, fmt.Errorf("%w: IPv6 prefix length %d is outside 1 to 128", ErrInvalidOption, c.v6)
 	}
 	c.ip.IPv4Prefix, c.ip.IPv6Prefix = c.v4, c.v6
 	ip, err := NewClientIP(c.ip)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if m.key == nil {
 		m.key = ip.Key
@@ -99,44 +122,58 @@ func New(lim *core.Limiter, opts ...Option) (*Middleware, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
-	all := append([]namedLimiter{{c.name, lim}}, c.more...)
-	for _, nl := range all {
-		if nl.lim == nil {
-			return nil, fmt.Errorf("httplimit: policy %q has a nil limiter", nl.name)
-		}
-		if err := validName(nl.name); err != nil {
+	var items []string
+	for _, r := range stack.Rules() {
+		if err := validName(r.Name); err != nil {
 			return nil, err
 		}
-		for _, p := range m.policies {
-			if p.name == nl.name {
-				return nil, fmt.Errorf("httplimit: two policies named %q", nl.name)
-			}
+		p := rule{name: r.Name, quoted: strconv.Quote(r.Name)}
+		if p.item = policyItem(p.quoted, r.Algorithm, r.Limit); p.item != "" {
+			items = append(items, p.item)
 		}
-		p := policy{name: nl.name, lim: nl.lim, quoted: strconv.Quote(nl.name)}
-		if item := policyItem(p.quoted, nl.lim); item != "" {
-			p.item = item
-			if m.policyH != "" {
-				m.policyH += ", "
+		m.rules = append(m.rules, p)
+		m.leases = m.leases || core.Leases(r.Algorithm)
+	}
+	m.policyH = strings.Join(items, ", ")
+	for _, k := range c.keys {
+		i := m.rule(k.rule)
+		switch {
+		case i < 0:
+			names := make([]string, len(m.rules))
+			for j := range m.rules {
+				names[j] = m.rules[j].quoted
 			}
-			m.policyH += item
+			return nil, fmt.Errorf("%w: WithKey(%q): the stack has no such rule (its rules: %s)", ErrInvalidOption, k.rule, strings.Join(names, ", "))
+		case k.key == nil:
+			return nil, fmt.Errorf("%w: WithKey(%q): nil key function", ErrInvalidOption, k.rule)
+		case m.rules[i].key != nil:
+			return nil, fmt.Errorf("%w: WithKey(%q) is given twice", ErrInvalidOption, k.rule)
 		}
-		m.policies = append(m.policies, p)
+		m.rules[i].key = k.key
 	}
 	return m, nil
 }
 
-// validName reports a policy name that cannot be sent as a structured
-// field String: empty, longer than 64 bytes, or with a byte outside
-// printable ASCII. Such a name, quoted by [strconv.Quote], is exactly its
-// sf-string serialization: only '"' and '\' are escaped, with a
-// backslash.
-func validName(name string) error {
-	if name == "" || len(name) > 64 {
-		return fmt.Errorf("httplimit: policy name %q must be 1 to 64 characters", name)
+// rule returns the index of the rule named name, or -1.
+func (m *Middleware) rule(name string) int {
+	for i := range m.rules {
+		if m.rules[i].name == name {
+			return i
+		}
 	}
+	return -1
+}
+
+// validName reports a rule name that cannot be sent as a structured field
+// String: one with a byte outside printable ASCII. [core.NewStack] allows
+// only letters, digits, '-', '_' and '.', all of them printable ASCII; the
+// check keeps the headers valid should that ever widen. A printable ASCII
+// name, quoted by [strconv.Quote], is exactly its sf-string
+// serialization: only '"' and '\' are escaped, with a backslash.
+func validName(name string) error {
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("httplimit: policy name %q has a byte (%#x) outside printable ASCII", name, c)
+			return fmt.Errorf("%w: rule name %q has a byte (%#x) outside printable ASCII", ErrInvalidOption, name, c)
 		}
 	}
 	return nil
@@ -150,18 +187,45 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	key, err := m.key(r)
-	if err == nil {
-		if err = core.ValidateKey(key); err != nil {
-			err = fmt.Errorf("%w: %w", ErrNoKey, err)
-		}
+// keys returns the request's key under each rule in buf, grown if need
+// be, calling the default key function at most once.
+func (m *Middleware) keys(r *http.Request, buf []string) ([]string, error) {
+	keys := buf[:0]
+	if cap(keys) < len(m.rules) {
+		keys = make([]string, 0, len(m.rules))
 	}
-	if err != nil {
-		if m.shadow {
-			next.ServeHTTP(w, r)
-			return
+	keys = keys[:len(m.rules)]
+	var dflt string
+	for i := range m.rules {
+		f := m.rules[i].key
+		if f == nil && dflt != "" {
+			keys[i] = dflt
+			continue
 		}
+		if f == nil {
+			f = m.key
+		}
+		k, err := f(r)
+		if err == nil {
+			if err = core.ValidateKey(k); err != nil {
+				err = fmt.Errorf("%w: %w", ErrNoKey, err)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", m.rules[i].name, err)
+		}
+		if m.rules[i].key == nil {
+			dflt = k
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	var buf [4]string // the keys of a stack of up to 4 rules, without allocating
+	keys, err := m.keys(r, buf[:])
+	if err != nil {
 		m.noKey(w, r, err)
 		return
 	}
@@ -170,82 +234,114 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		cost = m.cost(r)
 	}
 	if cost < 0 || cost > core.MaxUnits {
-		m.fail(w, r, next, fmt.Errorf("httplimit: cost function: %w: %d", core.ErrInvalidCost, cost))
+		m.onError(w, r, fmt.Errorf("httplimit: cost function: %w: %d", core.ErrInvalidCost, cost))
 		return
 	}
-	var (
-		shown  = -1 // the policy whose decision the headers describe
-		show   core.Decision
-		denied bool
-	)
 	ctx := r.Context()
-	for i := range m.policies {
-		p := &m.policies[i]
-		d, err := p.lim.AllowN(ctx, key, cost)
-		if err != nil {
-			if m.failOpen {
-				continue
-			}
-			m.fail(w, r, next, fmt.Errorf("httplimit: policy %q: %w", p.name, err))
-			return
+	var (
+		v     core.Verdict
+		lease *core.Lease
+	)
+	if m.leases {
+		if lease, err = m.stack.AcquireN(ctx, keys, cost); err == nil {
+			v = lease.Verdict
 		}
-		if !d.Allowed && d.Source == core.SourceFailClosed {
-			m.fail(w, r, next, fmt.Errorf("%w (policy %q)", ErrFailClosed, p.name))
-			return
-		}
-		if !d.Allowed {
-			shown, show, denied = i, d, true
-			break
-		}
-		if p.item != "" && known(d) && (shown < 0 || closer(d, show)) {
-			shown, show = i, d
-		}
+	} else {
+		v, err = m.stack.AllowN(ctx, keys, cost)
+	}
+	if err != nil {
+		m.onError(w, r, fmt.Errorf("httplimit: %w", err))
+		return
+	}
+	if rule := failedClosed(v); rule >= 0 {
+		m.onError(w, r, fmt.Errorf("%w (rule %q)", ErrFailClosed, m.rules[rule].name))
+		return
 	}
 	h := w.Header()
-	if shown >= 0 && m.headers != 0 && m.policies[shown].item != "" {
-		m.setHeaders(h, &m.policies[shown], show)
+	shown := m.shown(v)
+	if shown >= 0 && m.headers != 0 {
+		m.setHeaders(h, &m.rules[shown], v.Rules[shown])
 	}
-	if !denied || m.shadow {
+	if v.Allowed {
+		if lease != nil {
+			// Deferred, so that the slots come back when the handler
+			// panics too; the panic goes on up the stack. A release that
+			// fails (the store is down) leaves the slots to expire with
+			// the rule's Period; the store's telemetry records the error.
+			defer lease.Release(ctx)
+		}
 		next.ServeHTTP(w, r)
 		return
 	}
-	dn := Denial{Policy: m.policies[shown].name, Decision: show, Cost: cost}
-	if !show.Unsatisfiable() {
-		secs := ceilSeconds(show.RetryAfter)
+	dn := Denial{Rule: m.rules[v.Binding].name, Verdict: v, Cost: cost}
+	for i, d := range v.Rules {
+		if !d.Allowed {
+			dn.Violated = append(dn.Violated, m.rules[i].name)
+		}
+	}
+	if !v.Unsatisfiable() {
+		secs := ceilSeconds(v.RetryAfter)
 		if m.jitter > 0 {
-			secs = ceilSeconds(show.RetryAfter + min(jitter(m.jitter), math.MaxInt64-show.RetryAfter))
+			secs = ceilSeconds(v.RetryAfter + min(jitter(m.jitter), math.MaxInt64-v.RetryAfter))
 		}
 		// Never earlier than the RateLimit field's t, and never "retry
 		// now": a denial's wait is positive.
-		secs = min(max(secs, resetSeconds(show), 1), int64(math.MaxInt64/time.Second))
+		floor := resetSeconds(v.Decision)
+		if shown >= 0 {
+			floor = max(floor, resetSeconds(v.Rules[shown]))
+		}
+		secs = min(max(secs, floor, 1), int64(math.MaxInt64/time.Second))
 		dn.RetryAfter = time.Duration(secs) * time.Second
 		h[hRetryAfter] = []string{strconv.FormatInt(secs, 10)}
 	}
 	m.denied(w, r, dn)
 }
 
-// fail answers a request no decision could be made for.
-func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
-	if m.shadow {
-		next.ServeHTTP(w, r)
-		return
+// failedClosed returns the index of a rule the stack's failure policy
+// denied because the store was down ([core.SourceFailClosed]), or -1.
+func failedClosed(v core.Verdict) int {
+	if v.Allowed {
+		return -1
 	}
-	m.onError(w, r, err)
+	for i, d := range v.Rules {
+		if !d.Allowed && d.Source == core.SourceFailClosed {
+			return i
+		}
+	}
+	return -1
+}
+
+// shown returns the index of the rule the RateLimit field and the other
+// header sets describe, or -1 for none: the binding rule, when its
+// decision can be described; otherwise, of the rules whose decisions can
+// (denials only, after a denial), the one [core.Binding] picks. A rule
+// under [core.Inf], and a decision without a capacity (a fail-open one),
+// cannot be described.
+func (m *Middleware) shown(v core.Verdict) int {
+	if m.describable(v.Binding, v.Rules[v.Binding]) {
+		return v.Binding
+	}
+	best := -1
+	for i, d := range v.Rules {
+		if !m.describable(i, d) || !v.Allowed && d.Allowed {
+			continue
+		}
+		if best < 0 || core.Binding([]core.Decision{v.Rules[best], d}) == 1 {
+			best = i
+		}
+	}
+	return best
+}
+
+// describable reports whether rule i's decision d can be put in headers.
+func (m *Middleware) describable(i int, d core.Decision) bool {
+	return m.rules[i].item != "" && known(d)
 }
 
 // known reports whether d says something a header can carry: a capacity
-// that is neither unknown (a fail-open decision may carry none) nor
+// that is neither unknown (a fail-open decision carries none) nor
 // unlimited.
 func known(d core.Decision) bool { return d.Limit > 0 && d.Limit != math.MaxInt64 }
-
-// closer reports whether d is closer to exhaustion than e: less
-// remaining, or as much but for longer.
-func closer(d, e core.Decision) bool {
-	if d.Remaining != e.Remaining {
-		return d.Remaining < e.Remaining
-	}
-	return resetSeconds(d) > resetSeconds(e)
-}
 
 // ceilSeconds returns d in whole seconds, rounded up; 0 for d ≤ 0.
 func ceilSeconds(d time.Duration) int64 {
@@ -259,16 +355,15 @@ func ceilSeconds(d time.Duration) int64 {
 	return s
 }
 
-// policyItem returns lim's RateLimit-Policy item, "name";q=Q;w=W: Q is
+// policyItem returns a rule's RateLimit-Policy item, "name";q=Q;w=W: Q is
 // the limit's capacity (the burst under the bucket algorithms, the rate
 // under the window algorithms) and W the seconds it takes to earn Q back
 // at the limit's rate, rounded up. It returns "" for [core.Inf].
-func policyItem(quoted string, lim *core.Limiter) string {
-	l := lim.Limit()
+func policyItem(quoted string, alg core.Algorithm, l core.Limit) string {
 	if l.IsInf() {
 		return ""
 	}
-	q := capacity(lim)
+	q := capacity(alg, l)
 	// W = ⌈q × period / rate⌉ seconds, in 128 bits: q and period may each
 	// be near 2^52.
 	hi, lo := bits.Mul64(uint64(q), uint64(l.PeriodMicros()))
@@ -292,20 +387,20 @@ func policyItem(quoted string, lim *core.Limiter) string {
 // since the Unix epoch (2001-09-09): any instant would do for a fresh key.
 const probeInstant = 1e15
 
-// capacity returns the largest cost lim admits at once, as its algorithm
-// reports it in [core.Decision].Limit: the burst for the bucket
-// algorithms, the rate for the window algorithms. It asks the algorithm
-// about a fresh state, a pure computation that touches no store; an
-// algorithm that will not say is taken to admit its burst.
-func capacity(lim *core.Limiter) (q int64) {
-	l := lim.Limit()
+// capacity returns the largest cost alg admits at once under l, as the
+// algorithm reports it in [core.Decision].Limit: the burst for the bucket
+// algorithms, the rate for the window algorithms and the slots of the
+// concurrency algorithm. It asks the algorithm about a fresh state, a
+// pure computation that touches no store; an algorithm that will not say
+// is taken to admit its burst.
+func capacity(alg core.Algorithm, l core.Limit) (q int64) {
 	defer func() {
 		if recover() != nil || q <= 0 {
 			q = l.Burst()
 		}
 	}()
 	var s core.State
-	return lim.Algorithm().Transition(&s, core.Step{Now: probeInstant, Limit: l, Op: core.OpPeek}).Limit
+	return alg.Transition(&s, core.Step{Now: probeInstant, Limit: l, Op: core.OpPeek}).Limit
 }
 
 // sfMax is the largest Integer a structured field carries (RFC 9651

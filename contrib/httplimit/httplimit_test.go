@@ -39,18 +39,25 @@ func newStore(t testing.TB) *memstore.Store {
 	return s
 }
 
-func newLimiter(t testing.TB, s core.Store, alg core.Algorithm, l core.Limit) *core.Limiter {
+// newStack returns a stack of rules over s.
+func newStack(t testing.TB, s core.Store, rules ...core.Rule) *core.Stack {
 	t.Helper()
-	lim, err := core.NewLimiter(s, alg, l)
+	st, err := core.NewStack(s, rules...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lim
+	return st
 }
 
-func newMiddleware(t testing.TB, lim *core.Limiter, opts ...httplimit.Option) *httplimit.Middleware {
+// oneRule returns a stack of one rule, "default", over s.
+func oneRule(t testing.TB, s core.Store, alg core.Algorithm, l core.Limit) *core.Stack {
 	t.Helper()
-	m, err := httplimit.New(lim, opts...)
+	return newStack(t, s, core.Rule{Name: "default", Algorithm: alg, Limit: l})
+}
+
+func newMiddleware(t testing.TB, stack *core.Stack, opts ...httplimit.Option) *httplimit.Middleware {
+	t.Helper()
+	m, err := httplimit.New(stack, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +84,18 @@ type reply struct {
 // get sends a GET to url with the given header fields ("Name: value").
 func get(t testing.TB, url string, fields ...string) reply {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	r, err := tryGet(url, fields...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return r
+}
+
+// tryGet is get for goroutines other than the test's.
+func tryGet(url string, fields ...string) (reply, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return reply{}, err
 	}
 	for _, f := range fields {
 		name, value, _ := strings.Cut(f, ": ")
@@ -87,14 +103,14 @@ func get(t testing.TB, url string, fields ...string) reply {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
-	return reply{resp.StatusCode, resp.Header, string(body)}
+	return reply{resp.StatusCode, resp.Header, string(body)}, nil
 }
 
 // limitHeaders returns the rate-limit fields of h, one "Name: value" line
@@ -110,6 +126,18 @@ func limitHeaders(h http.Header) string {
 		}
 	}
 	return b.String()
+}
+
+// violated returns the violated-policies of a problem details body.
+func violated(t testing.TB, body string) []string {
+	t.Helper()
+	var p struct {
+		Violated []string `json:"violated-policies"`
+	}
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	return p.Violated
 }
 
 // TestHeaderFormats checks every header set, byte for byte, over a real
@@ -149,8 +177,8 @@ X-RateLimit-Reset: 1
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerSecond(10).WithBurst(50))
-			srv := serve(t, newMiddleware(t, lim, httplimit.WithHeaders(tc.headers),
+			stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerSecond(10).WithBurst(50))
+			srv := serve(t, newMiddleware(t, stack, httplimit.WithHeaders(tc.headers),
 				httplimit.WithNow(func() time.Time { return t0.Add(300 * time.Millisecond) })))
 			r := get(t, srv.URL)
 			if r.status != http.StatusOK || r.body != "ok" {
@@ -167,8 +195,8 @@ X-RateLimit-Reset: 1
 // draft's fields.
 func TestDefaultIsDraft(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.FixedWindow, core.PerMinute(100))
-	r := get(t, serve(t, newMiddleware(t, lim)).URL)
+	stack := oneRule(t, newStore(t), algorithms.FixedWindow, core.PerMinute(100))
+	r := get(t, serve(t, newMiddleware(t, stack)).URL)
 	want := "RateLimit-Policy: \"default\";q=100;w=60\nRateLimit: \"default\";r=99;t=60\n"
 	if got := limitHeaders(r.header); got != want {
 		t.Errorf("headers:\n%s\nwant:\n%s", got, want)
@@ -179,8 +207,8 @@ func TestDefaultIsDraft(t *testing.T) {
 // problem details body, byte for byte.
 func TestDenied(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(1))
-	srv := serve(t, newMiddleware(t, lim, httplimit.WithPolicyName("hourly")))
+	stack := newStack(t, newStore(t), core.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)})
+	srv := serve(t, newMiddleware(t, stack))
 	steps := []struct {
 		status  int
 		headers string
@@ -215,8 +243,8 @@ func TestDenied(t *testing.T) {
 // in both Retry-After and t.
 func TestRetryAfterRoundsUp(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.GCRA, core.PerSecond(10).WithBurst(1))
-	srv := serve(t, newMiddleware(t, lim))
+	stack := oneRule(t, newStore(t), algorithms.GCRA, core.PerSecond(10).WithBurst(1))
+	srv := serve(t, newMiddleware(t, stack))
 	get(t, srv.URL)
 	r := get(t, srv.URL)
 	want := "RateLimit-Policy: \"default\";q=1;w=1\nRateLimit: \"default\";r=0;t=1\nRetry-After: 1\n"
@@ -229,8 +257,8 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 // earlier than t, and never later than t plus the jitter.
 func TestRetryAfterJitter(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerMinute(1))
-	srv := serve(t, newMiddleware(t, lim, httplimit.WithRetryJitter(10*time.Second)))
+	stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerMinute(1))
+	srv := serve(t, newMiddleware(t, stack, httplimit.WithRetryJitter(10*time.Second)))
 	get(t, srv.URL)
 	seen := map[int]bool{}
 	for i := range 40 {
@@ -290,7 +318,7 @@ func TestRetryAfterIsEnough(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
-			srv := serve(t, newMiddleware(t, newLimiter(t, s, tc.alg, tc.limit), httplimit.WithRetryJitter(time.Second)))
+			srv := serve(t, newMiddleware(t, oneRule(t, s, tc.alg, tc.limit), httplimit.WithRetryJitter(time.Second)))
 			denials := 0
 			for i := 0; denials < 5; i++ {
 				if i > 100 {
@@ -323,8 +351,8 @@ func TestRetryAfterIsEnough(t *testing.T) {
 // saying it will never pass.
 func TestUnsatisfiable(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerMinute(2))
-	srv := serve(t, newMiddleware(t, lim, httplimit.WithCost(func(*http.Request) int64 { return 5 })))
+	stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerMinute(2))
+	srv := serve(t, newMiddleware(t, stack, httplimit.WithCost(func(*http.Request) int64 { return 5 })))
 	r := get(t, srv.URL)
 	if r.status != 429 || r.header.Get("Retry-After") != "" {
 		t.Errorf("status %d, Retry-After %q; want 429 and none", r.status, r.header.Get("Retry-After"))
@@ -345,44 +373,49 @@ func answering(d core.Decision) core.Store {
 	return core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return d, nil })
 }
 
-// TestOutcomes checks the status of every outcome over a real server.
+// TestOutcomes checks the status of every outcome over a real server,
+// each from a store that answers it: the middleware reads the decision's
+// source and nothing else.
 func TestOutcomes(t *testing.T) {
 	t.Parallel()
-	failClosed := answering(core.Decision{Limit: 10, Source: core.SourceFailClosed})
 	for _, tc := range []struct {
 		name    string
 		store   core.Store
-		opts    []httplimit.Option
 		status  int
 		headers string
 	}{
-		{"store error: 503", failing, nil, 503, ""},
-		{"store error, fail open: 200 without headers", failing, []httplimit.Option{httplimit.WithFailOpen()}, 200, ""},
-		{"fail-closed: 503", failClosed, nil, 503, ""},
-		{"fail-closed, fail open: still 503", failClosed, []httplimit.Option{httplimit.WithFailOpen()}, 503, ""},
-		{"fail-open decision: 200 without headers", answering(core.Decision{Allowed: true, Source: core.SourceFailOpen}), nil, 200, ""},
-		{"shadow decision: 200 with headers", answering(core.Decision{Allowed: true, Limit: 10, RetryAfter: 1500 * time.Millisecond, Source: core.SourceShadow}), nil, 200,
+		{"store error: 503", failing, 503, ""},
+		{"fail-closed: 503", answering(core.Decision{RetryAfter: time.Second, Source: core.SourceFailClosed}), 503, ""},
+		{"fail-open: 200 without headers", answering(core.Decision{Allowed: true, Source: core.SourceFailOpen}), 200, ""},
+		{"shadow: 200 with headers", answering(core.Decision{Allowed: true, Limit: 10, ResetAfter: 1500 * time.Millisecond, Source: core.SourceShadow}), 200,
 			"RateLimit-Policy: \"default\";q=10;w=1\nRateLimit: \"default\";r=0;t=2\n"},
-		{"denial: 429", answering(core.Decision{Limit: 10, RetryAfter: time.Second}), nil, 429,
+		{"degraded: 200 with headers", answering(core.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 100 * time.Millisecond, Source: core.SourceDegraded}), 200,
+			"RateLimit-Policy: \"default\";q=10;w=1\nRateLimit: \"default\";r=4;t=1\n"},
+		{"denial: 429", answering(core.Decision{Limit: 10, RetryAfter: time.Second}), 429,
 			"RateLimit-Policy: \"default\";q=10;w=1\nRateLimit: \"default\";r=0;t=1\nRetry-After: 1\n"},
-		{"denial without a wait: Retry-After is still t", answering(core.Decision{Limit: 10, ResetAfter: 4500 * time.Millisecond}), nil, 429,
+		{"degraded denial: 429", answering(core.Decision{Limit: 5, RetryAfter: 2 * time.Second, Source: core.SourceDegraded}), 429,
+			"RateLimit-Policy: \"default\";q=10;w=1\nRateLimit: \"default\";r=0;t=2\nRetry-After: 2\n"},
+		{"denial without a wait: Retry-After is still t", answering(core.Decision{Limit: 10, ResetAfter: 4500 * time.Millisecond}), 429,
 			"RateLimit-Policy: \"default\";q=10;w=1\nRateLimit: \"default\";r=0;t=5\nRetry-After: 5\n"},
-		{"denial in shadow mode: 200 with headers", answering(core.Decision{Limit: 10, RetryAfter: time.Second}), []httplimit.Option{httplimit.WithShadow()}, 200,
-			"RateLimit-Policy: \"default\";q=10;w=1\nRateLimit: \"default\";r=0;t=1\n"},
-		{"store error in shadow mode: 200", failing, []httplimit.Option{httplimit.WithShadow()}, 200, ""},
-		{"unlimited: 200 without headers", answering(core.Unlimited()), nil, 200, ""},
+		{"deny list: 429 without Retry-After", answering(core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}), 429, ""},
+		{"unlimited: 200 without headers", answering(core.Unlimited()), 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			lim := newLimiter(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
-			r := get(t, serve(t, newMiddleware(t, lim, tc.opts...)).URL)
+			stack := oneRule(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
+			r := get(t, serve(t, newMiddleware(t, stack)).URL)
 			if r.status != tc.status {
 				t.Errorf("status %d, want %d", r.status, tc.status)
 			}
 			if got := limitHeaders(r.header); got != tc.headers {
 				t.Errorf("headers:\n%s\nwant:\n%s", got, tc.headers)
 			}
-			if r.status == 503 {
+			switch r.status {
+			case 200:
+				if r.body != "ok" {
+					t.Errorf("body %q, want the handler's", r.body)
+				}
+			case 503:
 				want := `{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"The rate limiter cannot decide now: its store is unavailable."}` + "\n"
 				if r.body != want || r.header.Get("Content-Type") != "application/problem+json" {
 					t.Errorf("503 body %q (%s)", r.body, r.header.Get("Content-Type"))
@@ -392,21 +425,42 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-// TestInfLimit checks that an unlimited limiter sends no headers.
+// TestDenyListBody checks the detail of a deny list's denial.
+func TestDenyListBody(t *testing.T) {
+	t.Parallel()
+	stack := oneRule(t, answering(core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}), algorithms.TokenBucket, core.PerSecond(10))
+	r := get(t, serve(t, newMiddleware(t, stack)).URL)
+	want := `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Rate limit \"default\" does not admit this client.","violated-policies":["default"]}` + "\n"
+	if r.body != want {
+		t.Errorf("body:\n%s\nwant:\n%s", r.body, want)
+	}
+}
+
+// TestInfLimit checks that an unlimited rule sends no headers.
 func TestInfLimit(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.Inf)
-	r := get(t, serve(t, newMiddleware(t, lim)).URL)
+	stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.Inf)
+	r := get(t, serve(t, newMiddleware(t, stack)).URL)
 	if r.status != 200 || limitHeaders(r.header) != "" {
 		t.Errorf("status %d, headers %q; want 200 and none", r.status, limitHeaders(r.header))
 	}
 	// A decorator may still deny under Inf: a 429 with Retry-After, and no
 	// RateLimit-Policy (which would be empty, an invalid List) nor a
 	// RateLimit item naming a policy it does not list.
-	lim = newLimiter(t, answering(core.Decision{RetryAfter: 1500 * time.Millisecond}), algorithms.TokenBucket, core.Inf)
-	r = get(t, serve(t, newMiddleware(t, lim)).URL)
+	stack = oneRule(t, answering(core.Decision{RetryAfter: 1500 * time.Millisecond}), algorithms.TokenBucket, core.Inf)
+	r = get(t, serve(t, newMiddleware(t, stack)).URL)
 	if r.status != 429 || limitHeaders(r.header) != "Retry-After: 2\n" {
 		t.Errorf("denied under Inf: %d, headers %q; want 429 and only Retry-After: 2", r.status, limitHeaders(r.header))
+	}
+	// Beside a limited rule, an Inf rule is left out of RateLimit-Policy
+	// and never named by RateLimit, even when it binds (all rules fresh,
+	// the Inf rule first).
+	stack = newStack(t, newStore(t),
+		core.Rule{Name: "unlimited", Algorithm: algorithms.TokenBucket, Limit: core.Inf},
+		core.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10)})
+	r = get(t, serve(t, newMiddleware(t, stack, httplimit.WithCost(func(*http.Request) int64 { return 0 }))).URL)
+	if want := "RateLimit-Policy: \"hourly\";q=10;w=3600\nRateLimit: \"hourly\";r=10;t=0\n"; r.status != 200 || limitHeaders(r.header) != want {
+		t.Errorf("Inf and hourly: %d, headers\n%s\nwant 200 and\n%s", r.status, limitHeaders(r.header), want)
 	}
 }
 
@@ -426,8 +480,8 @@ func TestErrorHandlerGetsTheError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var got error
-			lim := newLimiter(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
-			srv := serve(t, newMiddleware(t, lim,
+			stack := oneRule(t, tc.store, algorithms.TokenBucket, core.PerSecond(10))
+			srv := serve(t, newMiddleware(t, stack,
 				httplimit.WithCost(func(*http.Request) int64 { return tc.cost }),
 				httplimit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 					got = err
@@ -447,9 +501,9 @@ func TestErrorHandlerGetsTheError(t *testing.T) {
 // with the headers already set.
 func TestDeniedHandler(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerMinute(1))
+	stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerMinute(1))
 	var got httplimit.Denial
-	srv := serve(t, newMiddleware(t, lim, httplimit.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d httplimit.Denial) {
+	srv := serve(t, newMiddleware(t, stack, httplimit.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d httplimit.Denial) {
 		got = d
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -460,7 +514,8 @@ func TestDeniedHandler(t *testing.T) {
 	if r.status != 429 || r.body != "slow down (60)" {
 		t.Errorf("got %d %q, want 429 \"slow down (60)\"", r.status, r.body)
 	}
-	if got.Policy != "default" || got.RetryAfter != time.Minute || got.Cost != 1 || got.Decision.Allowed {
+	if got.Rule != "default" || !slices.Equal(got.Violated, []string{"default"}) || got.RetryAfter != time.Minute || got.Cost != 1 ||
+		got.Verdict.Allowed || len(got.Verdict.Rules) != 1 {
 		t.Errorf("denial %+v", got)
 	}
 }
@@ -469,12 +524,20 @@ func TestDeniedHandler(t *testing.T) {
 // through, and that a custom handler can answer otherwise.
 func TestNoKey(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerMinute(1))
-	srv := serve(t, newMiddleware(t, lim, httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key"))))
+	stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerMinute(1))
+	var gotErr error
+	srv := serve(t, newMiddleware(t, stack, httplimit.WithKeyFunc(httplimit.HeaderKey("X-API-Key")),
+		httplimit.WithNoKeyHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+			gotErr = err
+			httplimit.WriteNoKey(w, r, err)
+		})))
 	r := get(t, srv.URL)
 	want := `{"type":"about:blank","title":"Bad Request","status":400,"detail":"The request carries nothing to rate-limit it by."}` + "\n"
 	if r.status != 400 || r.body != want {
 		t.Errorf("no key: %d %q, want 400 %q", r.status, r.body, want)
+	}
+	if !errors.Is(gotErr, httplimit.ErrNoKey) || !strings.Contains(gotErr.Error(), `rule "default"`) {
+		t.Errorf("no-key handler got %v, want ErrNoKey naming the rule", gotErr)
 	}
 	if r := get(t, srv.URL, "X-API-Key: k1"); r.status != 200 {
 		t.Errorf("k1: %d, want 200", r.status)
@@ -487,7 +550,7 @@ func TestNoKey(t *testing.T) {
 	}
 
 	// A key function returning a key too long is a request without a key.
-	srv = serve(t, newMiddleware(t, lim, httplimit.WithKeyFunc(func(*http.Request) (string, error) {
+	srv = serve(t, newMiddleware(t, stack, httplimit.WithKeyFunc(func(*http.Request) (string, error) {
 		return strings.Repeat("k", core.MaxKeyLen+1), nil
 	})))
 	if r := get(t, srv.URL); r.status != 400 {
@@ -498,8 +561,8 @@ func TestNoKey(t *testing.T) {
 // TestCostByMethod checks per-method costs, including a free method.
 func TestCostByMethod(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(10))
-	srv := serve(t, newMiddleware(t, lim, httplimit.WithCost(httplimit.CostByMethod(map[string]int64{"get": 1, "HEAD": 0}, 4))))
+	stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerHour(10))
+	srv := serve(t, newMiddleware(t, stack, httplimit.WithCost(httplimit.CostByMethod(map[string]int64{"get": 1, "HEAD": 0}, 4))))
 	do := func(method string) reply {
 		req, _ := http.NewRequest(method, srv.URL, nil)
 		resp, err := http.DefaultClient.Do(req)
@@ -527,25 +590,27 @@ func TestCostByMethod(t *testing.T) {
 	}
 }
 
-// TestSeveralLimiters checks composition: every policy listed, the one
-// closest to exhaustion described, and the first denial answering.
-func TestSeveralLimiters(t *testing.T) {
+// TestStack checks a stack of three rules on one key, on memstore: every
+// rule listed, the binding rule described, every rule that denied named,
+// and a denied request charging no rule.
+func TestStack(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	perMin := newLimiter(t, s, algorithms.FixedWindow, core.PerMinute(3))
-	perHour := newLimiter(t, s, algorithms.SlidingWindowLog, core.PerHour(3))
-	perDay := newLimiter(t, s, algorithms.TokenBucket, core.PerDay(10))
-	srv := serve(t, newMiddleware(t, perMin, httplimit.WithPolicyName("minute"),
-		httplimit.WithLimiter("hour", perHour), httplimit.WithLimiter("day", perDay)))
+	stack := newStack(t, s,
+		core.Rule{Name: "minute", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(3)},
+		core.Rule{Name: "hour", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerHour(3)},
+		core.Rule{Name: "day", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(10)})
+	srv := serve(t, newMiddleware(t, stack))
 	policyWant := `"minute";q=3;w=60, "hour";q=3;w=3600, "day";q=10;w=86400`
 	for i, s := range []struct {
-		status int
-		rl, ra string
+		status   int
+		rl, ra   string
+		violated []string
 	}{
-		{200, `"hour";r=2;t=3600`, ""}, // minute and hour tie at 2: the longer wait
-		{200, `"hour";r=1;t=3600`, ""},
-		{200, `"hour";r=0;t=3600`, ""},
-		{429, `"minute";r=0;t=60`, "60"}, // the first denial answers
+		{200, `"minute";r=2;t=60`, "", nil}, // minute and hour tie at 2/3: the first
+		{200, `"minute";r=1;t=60`, "", nil},
+		{200, `"minute";r=0;t=60`, "", nil},
+		{429, `"hour";r=0;t=3600`, "3600", []string{"minute", "hour"}}, // both deny: the longer wait binds
 	} {
 		r := get(t, srv.URL)
 		if r.status != s.status || r.header.Get("RateLimit") != s.rl || r.header.Get("Retry-After") != s.ra {
@@ -554,63 +619,117 @@ func TestSeveralLimiters(t *testing.T) {
 		if got := r.header.Values("RateLimit-Policy"); !slices.Equal(got, []string{policyWant}) {
 			t.Errorf("step %d: RateLimit-Policy %q, want %q", i, got, policyWant)
 		}
+		if r.status == 429 {
+			if got := violated(t, r.body); !slices.Equal(got, s.violated) {
+				t.Errorf("step %d: violated-policies %q, want %q", i, got, s.violated)
+			}
+		}
 	}
-	// The denial by "minute" charged neither "hour" nor "day": "day" has
-	// 7 left, so a peek (which reports what would remain after one more)
-	// says 6.
-	if d, _ := perDay.Peek(context.Background(), "ip:127.0.0.1"); d.Remaining != 6 {
+	// The denial charged no rule: "day" still has 7, so a peek (the
+	// decision Allow would make) says 6 would remain.
+	v, err := stack.Peek(context.Background(), "ip:127.0.0.1", "ip:127.0.0.1", "ip:127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := v.Rules[2]; d.Remaining != 6 {
 		t.Errorf("day: peek says %d would remain, want 6", d.Remaining)
 	}
 }
 
-// TestPolicyNameQuoting checks that a name is sent as a structured field
-// String, with '"' and '\' escaped, and in JSON as a JSON string.
-func TestPolicyNameQuoting(t *testing.T) {
+// TestKeyPerRule checks that each rule is charged on its own key: a
+// per-user rule keyed by an API key, a per-tenant rule keyed by a header,
+// a global rule keyed by GlobalKey, and that the default key function
+// keys the rules without one, called once a request however many rules
+// it keys.
+func TestKeyPerRule(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerDay(1))
-	srv := serve(t, newMiddleware(t, lim, httplimit.WithPolicyName(`per "user" \ day`)))
-	get(t, srv.URL)
-	r := get(t, srv.URL)
-	if got, want := r.header.Get("RateLimit-Policy"), `"per \"user\" \\ day";q=1;w=86400`; got != want {
-		t.Errorf("RateLimit-Policy %s, want %s", got, want)
+	stack := newStack(t, newStore(t),
+		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)},
+		core.Rule{Name: "tenant", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(3)},
+		core.Rule{Name: "ip", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)},
+		core.Rule{Name: "ip-daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(100)},
+		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(5)})
+	var defaultCalls atomic.Int64
+	client, err := httplimit.NewClientIP(httplimit.IPConfig{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	var p struct {
-		Violated []string `json:"violated-policies"`
+	srv := serve(t, newMiddleware(t, stack,
+		httplimit.WithKey("user", httplimit.HeaderKey("X-API-Key")),
+		httplimit.WithKey("tenant", httplimit.HeaderKey("X-Tenant")),
+		httplimit.WithKey("global", httplimit.GlobalKey),
+		httplimit.WithKeyFunc(func(r *http.Request) (string, error) {
+			defaultCalls.Add(1)
+			return client.Key(r)
+		})))
+	for i, s := range []struct {
+		user, tenant string
+		status       int
+		violated     []string
+	}{
+		{"alice", "acme", 200, nil},
+		{"alice", "acme", 200, nil},
+		{"alice", "acme", 429, []string{"user"}},
+		{"bob", "acme", 200, nil},
+		{"bob", "acme", 429, []string{"tenant"}},
+		{"bob", "initech", 200, nil},
+		{"carol", "initech", 200, nil},
+		{"dave", "globex", 429, []string{"global"}},
+		{"alice", "acme", 429, []string{"user", "tenant", "global"}},
+	} {
+		r := get(t, srv.URL, "X-API-Key: "+s.user, "X-Tenant: "+s.tenant)
+		if r.status != s.status {
+			t.Errorf("step %d (%s@%s): %d, want %d", i, s.user, s.tenant, r.status, s.status)
+		}
+		if r.status == 429 {
+			if got := violated(t, r.body); !slices.Equal(got, s.violated) {
+				t.Errorf("step %d (%s@%s): violated-policies %q, want %q", i, s.user, s.tenant, got, s.violated)
+			}
+		}
 	}
-	if err := json.Unmarshal([]byte(r.body), &p); err != nil || !slices.Equal(p.Violated, []string{`per "user" \ day`}) {
-		t.Errorf("violated-policies %q (%v) in %s", p.Violated, err, r.body)
+	if n := defaultCalls.Load(); n != 9 {
+		t.Errorf("the default key function was called %d times for 9 requests, want 9", n)
+	}
+	// A request without a tenant has no key for that rule.
+	if r := get(t, srv.URL, "X-API-Key: erin"); r.status != 400 {
+		t.Errorf("no tenant: %d, want 400", r.status)
 	}
 }
 
 // TestNewRejectsBadConfig checks that configuration errors are errors.
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerSecond(1))
+	stack := newStack(t, newStore(t),
+		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
+		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)})
 	for _, tc := range []struct {
-		name string
-		lim  *core.Limiter
-		opts []httplimit.Option
+		name  string
+		stack *core.Stack
+		opts  []httplimit.Option
 	}{
-		{"nil limiter", nil, nil},
-		{"nil added limiter", lim, []httplimit.Option{httplimit.WithLimiter("b", nil)}},
-		{"empty name", lim, []httplimit.Option{httplimit.WithPolicyName("")}},
-		{"non-ASCII name", lim, []httplimit.Option{httplimit.WithPolicyName("café")}},
-		{"control in name", lim, []httplimit.Option{httplimit.WithPolicyName("a\nb")}},
-		{"long name", lim, []httplimit.Option{httplimit.WithPolicyName(strings.Repeat("a", 65))}},
-		{"duplicate name", lim, []httplimit.Option{httplimit.WithLimiter("default", lim)}},
-		{"IPv6 /0", lim, []httplimit.Option{httplimit.WithIPv6Prefix(0)}},
-		{"IPv6 /129", lim, []httplimit.Option{httplimit.WithIPv6Prefix(129)}},
-		{"IPv4 /33", lim, []httplimit.Option{httplimit.WithIPv4Prefix(33)}},
-		{"IPv4 /-1", lim, []httplimit.Option{httplimit.WithIPv4Prefix(-1)}},
-		{"invalid proxy prefix", lim, []httplimit.Option{httplimit.WithTrustedProxies([]netip.Prefix{{}})}},
-		{"unknown forwarding header", lim, []httplimit.Option{httplimit.WithForwardedHeader("X-Real-IP")}},
-		{"X and X epoch", lim, []httplimit.Option{httplimit.WithHeaders(httplimit.HeadersX | httplimit.HeadersXEpoch)}},
-		{"unknown header set", lim, []httplimit.Option{httplimit.WithHeaders(1 << 7)}},
-		{"negative jitter", lim, []httplimit.Option{httplimit.WithRetryJitter(-time.Second)}},
+		{"nil stack", nil, nil},
+		{"nil option", stack, []httplimit.Option{nil}},
+		{"key for a rule the stack lacks", stack, []httplimit.Option{httplimit.WithKey("tenant", httplimit.GlobalKey)}},
+		{"key for a rule named in another case", stack, []httplimit.Option{httplimit.WithKey("Global", httplimit.GlobalKey)}},
+		{"two keys for one rule", stack, []httplimit.Option{httplimit.WithKey("global", httplimit.GlobalKey), httplimit.WithKey("global", httplimit.GlobalKey)}},
+		{"nil key function", stack, []httplimit.Option{httplimit.WithKey("user", nil)}},
+		{"IPv6 /0", stack, []httplimit.Option{httplimit.WithIPv6Prefix(0)}},
+		{"IPv6 /129", stack, []httplimit.Option{httplimit.WithIPv6Prefix(129)}},
+		{"IPv4 /33", stack, []httplimit.Option{httplimit.WithIPv4Prefix(33)}},
+		{"IPv4 /-1", stack, []httplimit.Option{httplimit.WithIPv4Prefix(-1)}},
+		{"invalid proxy prefix", stack, []httplimit.Option{httplimit.WithTrustedProxies([]netip.Prefix{{}})}},
+		{"unknown forwarding header", stack, []httplimit.Option{httplimit.WithForwardedHeader("X-Real-IP")}},
+		{"X and X epoch", stack, []httplimit.Option{httplimit.WithHeaders(httplimit.HeadersX | httplimit.HeadersXEpoch)}},
+		{"unknown header set", stack, []httplimit.Option{httplimit.WithHeaders(1 << 7)}},
+		{"negative jitter", stack, []httplimit.Option{httplimit.WithRetryJitter(-time.Second)}},
 	} {
-		if _, err := httplimit.New(tc.lim, tc.opts...); err == nil {
-			t.Errorf("%s: New succeeded, want an error", tc.name)
+		if _, err := httplimit.New(tc.stack, tc.opts...); !errors.Is(err, httplimit.ErrInvalidOption) {
+			t.Errorf("%s: New: %v, want an error wrapping ErrInvalidOption", tc.name, err)
 		}
+	}
+	_, err := httplimit.New(stack, httplimit.WithKey("tenant", httplimit.GlobalKey))
+	if want := `the stack has no such rule (its rules: "user", "global")`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("unknown rule: %v, want it to say %s", err, want)
 	}
 }
 
@@ -620,8 +739,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestSpoofedForwardedFor(t *testing.T) {
 	t.Parallel()
 	const limit = 20
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(limit))
-	srv := serve(t, newMiddleware(t, lim))
+	stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerHour(limit))
+	srv := serve(t, newMiddleware(t, stack))
 	for i := 1; i <= limit+1; i++ {
 		spoof := netip.AddrFrom4([4]byte{byte(rand.IntN(223) + 1), byte(rand.IntN(256)), byte(rand.IntN(256)), byte(rand.IntN(256))})
 		r := get(t, srv.URL, "X-Forwarded-For: "+spoof.String(), "Forwarded: for="+spoof.String())
@@ -664,9 +783,9 @@ func TestTrustedProxy(t *testing.T) {
 	} {
 		t.Run(tc.header, func(t *testing.T) {
 			t.Parallel()
-			lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(3))
+			stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerHour(3))
 			proxies := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")}
-			srv := serve(t, newMiddleware(t, lim, httplimit.WithTrustedProxies(proxies), httplimit.WithForwardedHeader(tc.header)))
+			srv := serve(t, newMiddleware(t, stack, httplimit.WithTrustedProxies(proxies), httplimit.WithForwardedHeader(tc.header)))
 			for i, want := range []int{200, 200, 200, 429, 429} {
 				if r := get(t, srv.URL, tc.attack...); r.status != want {
 					t.Fatalf("attacker request %d: %d, want %d", i, r.status, want)
@@ -704,9 +823,9 @@ func TestAddressKeys(t *testing.T) {
 		{"192.0.2.1", "192.0.2.200", false, nil},
 		{"192.0.2.1", "192.0.2.200", true, []httplimit.Option{httplimit.WithIPv4Prefix(24)}},
 	} {
-		lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(1))
+		stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerHour(1))
 		opts := append([]httplimit.Option{httplimit.WithTrustedProxies([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}, tc.opts...)
-		srv := serve(t, newMiddleware(t, lim, opts...))
+		srv := serve(t, newMiddleware(t, stack, opts...))
 		if r := get(t, srv.URL, "X-Forwarded-For: "+tc.a); r.status != 200 {
 			t.Errorf("%s: %d, want 200", tc.a, r.status)
 		}
@@ -725,8 +844,10 @@ func TestAddressKeys(t *testing.T) {
 // treats as the same names).
 func TestWireBytes(t *testing.T) {
 	t.Parallel()
-	lim := newLimiter(t, newStore(t), algorithms.TokenBucket, core.PerHour(1))
-	srv := serve(t, newMiddleware(t, lim, httplimit.WithPolicyName(`a "b"`)))
+	stack := newStack(t, newStore(t),
+		core.Rule{Name: "per-ip.v2", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)},
+		core.Rule{Name: "global_all", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10)})
+	srv := serve(t, newMiddleware(t, stack, httplimit.WithKey("global_all", httplimit.GlobalKey)))
 	for i, want := range []string{"HTTP/1.1 200 OK\r\n", "HTTP/1.1 429 Too Many Requests\r\n"} {
 		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 		if err != nil {
@@ -739,7 +860,7 @@ func TestWireBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := string(raw)
-		lines := []string{want, "Ratelimit: \"a \\\"b\\\"\";r=0;t=3600\r\n", "Ratelimit-Policy: \"a \\\"b\\\"\";q=1;w=3600\r\n"}
+		lines := []string{want, "Ratelimit: \"per-ip.v2\";r=0;t=3600\r\n", "Ratelimit-Policy: \"per-ip.v2\";q=1;w=3600, \"global_all\";q=10;w=3600\r\n"}
 		if i == 1 {
 			lines = append(lines, "Retry-After: 3600\r\n", "Content-Type: application/problem+json\r\n")
 		}

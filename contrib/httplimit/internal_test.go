@@ -1,7 +1,9 @@
 package httplimit
 
 import (
+	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,13 +53,45 @@ func TestPolicyItem(t *testing.T) {
 		{algorithms.FixedWindow, core.Per(core.MaxUnits/(1<<20), core.MaxPeriod/(1<<20)), `"p";q=4294967296;w=1074`},
 		{algorithms.TokenBucket, core.Per(1<<20, core.MaxPeriod), `"p";q=1048576;w=1125899907`}, // q × period is 2^70
 		{algorithms.TokenBucket, core.Per(1, core.MaxPeriod), `"p";q=1;w=1125899907`},
+		{algorithms.Concurrency, core.Per(4, time.Minute), `"p";q=4;w=60`}, // 4 slots, each held at most a minute
 	} {
-		lim, err := core.NewLimiter(core.StoreFunc(nil), tc.alg, tc.limit)
-		if err != nil {
+		if err := tc.limit.Validate(); err != nil {
 			t.Fatalf("%v: %v", tc.limit, err)
 		}
-		if got := policyItem(`"p"`, lim); got != tc.want {
+		if got := policyItem(`"p"`, tc.alg, tc.limit); got != tc.want {
 			t.Errorf("%s %v: %s, want %s", tc.alg.Name(), tc.limit, got, tc.want)
 		}
+	}
+}
+
+// TestRuleNamesAreStructuredFieldStrings checks every byte core accepts in
+// a rule name against RFC 9651's sf-string: each is printable ASCII other
+// than '"' and '\', so the quoted name is the name between quotes, and
+// the headers need no escaping. It fails if core.NewStack ever accepts a
+// byte a header cannot carry as it is.
+func TestRuleNamesAreStructuredFieldStrings(t *testing.T) {
+	store := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, nil })
+	accepted := 0
+	for c := range 256 {
+		name := "a" + string(rune(c))
+		if c >= 0x80 {
+			name = "a" + string([]byte{byte(c)})
+		}
+		if _, err := core.NewStack(store, core.Rule{Name: name, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}); err != nil {
+			continue
+		}
+		accepted++
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			t.Errorf("core accepts byte %#x in a rule name: not an sf-string character", c)
+		}
+		if q := strconv.Quote(name); q != `"`+name+`"` {
+			t.Errorf("rule name %q is quoted as %s", name, q)
+		}
+		if err := validName(name); err != nil {
+			t.Errorf("validName(%q): %v", name, err)
+		}
+	}
+	if accepted < 60 { // letters, digits, '-', '_', '.'
+		t.Errorf("core accepts only %d bytes in a rule name", accepted)
 	}
 }

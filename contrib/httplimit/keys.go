@@ -19,15 +19,27 @@ import (
 // handler (see [WithNoKeyHandler]); it never lets it through unlimited.
 var ErrNoKey = errors.New("httplimit: request has no rate-limit key")
 
-// KeyFunc returns the key a request is charged to. It returns an error
-// wrapping [ErrNoKey] when the request carries no usable key. A key must
-// be 1 to [core.MaxKeyLen] bytes; the middleware treats any other key as
-// missing.
+// KeyFunc returns the key a request is charged to under one rule. It
+// returns an error wrapping [ErrNoKey] when the request carries no usable
+// key. A key must be 1 to [core.MaxKeyLen] bytes; the middleware treats
+// any other key as missing.
 //
-// Keys of different kinds should not collide when limiters share a store:
-// the key functions of this package prefix their keys with their kind
-// ("ip:", the header's name, "id:").
+// Each rule of a stack keeps its state apart from every other rule's, so
+// keys need only be distinct within a rule. A rule keyed by a
+// [FirstKey] chain still mixes kinds: the key functions of this package
+// prefix their keys with their kind ("ip:", the header's name, "id:"), so
+// that two kinds never collide.
 type KeyFunc func(r *http.Request) (string, error)
+
+// GlobalKey is a [KeyFunc] that keys every request alike, with the key
+// "global": for a rule that limits the whole service (or everything one
+// middleware serves) together, such as
+//
+//	httplimit.WithKey("global", httplimit.GlobalKey)
+//
+// Two middlewares whose stacks share a rule of the same name, algorithm
+// and store, both keyed by GlobalKey, share its budget.
+func GlobalKey(*http.Request) (string, error) { return "global", nil }
 
 // Forwarding headers [IPConfig].Header may name.
 const (

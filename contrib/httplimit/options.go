@@ -5,8 +5,6 @@ import (
 	"net/netip"
 	"strings"
 	"time"
-
-	"github.com/sluicehq/sluice/core"
 )
 
 // Option configures a [Middleware]. Options are made by the With
@@ -19,14 +17,14 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-type namedLimiter struct {
-	name string
-	lim  *core.Limiter
+// ruleKey is a key function given to one rule by [WithKey].
+type ruleKey struct {
+	rule string
+	key  KeyFunc
 }
 
 type config struct {
-	name   string         // the first limiter's policy name
-	more   []namedLimiter // WithLimiter
+	keys   []ruleKey // WithKey, in the order given
 	ip     IPConfig
 	v4, v6 int  // WithIPv4Prefix, WithIPv6Prefix
 	v4set  bool // so that an explicit 0 is reported, not taken as the default
@@ -37,44 +35,32 @@ type config struct {
 // settings are the options a [Middleware] keeps as they were given (or
 // defaulted by [New]).
 type settings struct {
-	key      KeyFunc
-	cost     CostFunc
-	headers  Headers
-	jitter   time.Duration
-	denied   DeniedFunc
-	onError  ErrorFunc
-	noKey    ErrorFunc
-	failOpen bool
-	shadow   bool
-	now      func() time.Time
+	key     KeyFunc // the default key function
+	cost    CostFunc
+	headers Headers
+	jitter  time.Duration
+	denied  DeniedFunc
+	onError ErrorFunc
+	noKey   ErrorFunc
+	now     func() time.Time
 }
 
-// WithPolicyName names the limiter given to [New] in the RateLimit
-// headers and in problem details. The default is "default". A name is 1
-// to 64 printable ASCII characters (it is sent as a structured field
-// String), and two policies of one middleware may not share a name.
-func WithPolicyName(name string) Option {
-	return optionFunc(func(c *config) { c.name = name })
+// WithKey sets how a request's key is found for the stack's rule named
+// rule: per user from an API key ([HeaderKey]) or an identity
+// ([IdentityKey]), per tenant from a header, one key for everyone
+// ([GlobalKey]). A rule without WithKey is keyed by the default key
+// function ([WithKeyFunc]). [New] reports a rule the stack lacks, a rule
+// given two key functions, and a nil f.
+func WithKey(rule string, f KeyFunc) Option {
+	return optionFunc(func(c *config) { c.keys = append(c.keys, ruleKey{rule, f}) })
 }
 
-// WithLimiter adds a further limiter, applied after the one given to [New]
-// and any added before it, under the policy name name. Every limiter is
-// charged the same key and cost, in order, and the first denial answers
-// the request.
-//
-// Until sluice decides several limits atomically, a request denied by a
-// later limiter has already been charged by the earlier ones, and that
-// charge is not refunded. Put the limiter that denies most often first
-// (the shortest window, usually) to keep such charges rare.
-func WithLimiter(name string, lim *core.Limiter) Option {
-	return optionFunc(func(c *config) { c.more = append(c.more, namedLimiter{name, lim}) })
-}
-
-// WithKeyFunc sets how a request's key is found. The default is the
-// client's address, as configured by [WithTrustedProxies],
-// [WithForwardedHeader], [WithIPv4Prefix] and [WithIPv6Prefix] (see
-// [ClientIP.Key]); those options do nothing to a KeyFunc given here, which
-// can make its own [ClientIP] with [NewClientIP].
+// WithKeyFunc sets the default key function, which keys every rule not
+// given one by [WithKey]. The default is the client's address, as
+// configured by [WithTrustedProxies], [WithForwardedHeader],
+// [WithIPv4Prefix] and [WithIPv6Prefix] (see [ClientIP.Key]); those
+// options do nothing to a KeyFunc given here, which can make its own
+// [ClientIP] with [NewClientIP].
 func WithKeyFunc(f KeyFunc) Option {
 	return optionFunc(func(c *config) { c.key = f })
 }
@@ -106,11 +92,12 @@ func WithIPv6Prefix(bits int) Option {
 	return optionFunc(func(c *config) { c.v6, c.v6set = bits, true })
 }
 
-// CostFunc returns how much of the limit a request uses: 1 for a plain
-// request, more for an expensive one, 0 for one that is free (it is
-// admitted, charged nothing, and still gets headers). A cost below zero
-// or above [core.MaxUnits] is a bug: the request is answered by the error
-// handler with an error wrapping [core.ErrInvalidCost].
+// CostFunc returns how much of the limit a request uses, under every rule
+// of the stack: 1 for a plain request, more for an expensive one, 0 for
+// one that is free (it is admitted, charged nothing, and still gets
+// headers). A cost below zero or above [core.MaxUnits] is a bug: the
+// request is answered by the error handler with an error wrapping
+// [core.ErrInvalidCost].
 type CostFunc func(r *http.Request) int64
 
 // WithCost sets the cost of each request. The default charges 1.
@@ -160,40 +147,23 @@ func WithDeniedHandler(f DeniedFunc) Option {
 }
 
 // WithErrorHandler sets what answers a request no decision could be made
-// for: the store failed (err wraps the store's error), a limiter's policy
-// failed closed (err wraps [ErrFailClosed]), or the cost was invalid (err
-// wraps [core.ErrInvalidCost]). The default is [WriteUnavailable]: 503 with
-// a problem details body. It is never called for a denial.
+// for: the store failed (err wraps the store's error), the stack's
+// failure policy failed closed (err wraps [ErrFailClosed]), or the cost
+// was invalid (err wraps [core.ErrInvalidCost]). The default is
+// [WriteUnavailable]: 503 with a problem details body. It is never
+// called for a denial.
 func WithErrorHandler(f ErrorFunc) Option {
 	return optionFunc(func(c *config) { c.onError = f })
 }
 
-// WithNoKeyHandler sets what answers a request the key function found no
-// key for (err wraps [ErrNoKey]). The default is [WriteNoKey]: 400 with a
-// problem details body. Passing such requests through unlimited would let
-// any client escape the limit by hiding its key; to charge them to a key
-// of their own, use [FirstKey] with a last key function that always finds
-// one.
+// WithNoKeyHandler sets what answers a request a key function found no
+// key for (err wraps [ErrNoKey] and names the rule). The default is
+// [WriteNoKey]: 400 with a problem details body. Passing such requests
+// through unlimited would let any client escape the limit by hiding its
+// key; to charge them to a key of their own, use [FirstKey] with a last
+// key function that always finds one.
 func WithNoKeyHandler(f ErrorFunc) Option {
 	return optionFunc(func(c *config) { c.noKey = f })
-}
-
-// WithFailOpen lets requests through when a store fails, without
-// rate-limit headers for the limiter that failed, instead of answering
-// them with the error handler. A decision that a failure policy made
-// fail-closed ([core.SourceFailClosed]) still answers 503: that policy
-// chose to deny.
-func WithFailOpen() Option {
-	return optionFunc(func(c *config) { c.failOpen = true })
-}
-
-// WithShadow turns enforcement off: every request is passed on, denied or
-// not, and the rate-limit headers still describe the decision (without
-// Retry-After, which belongs to 429s). Store failures, fail-closed
-// decisions and requests without a key pass too. Use it to try a limit on
-// live traffic before enforcing it.
-func WithShadow() Option {
-	return optionFunc(func(c *config) { c.shadow = true })
 }
 
 // WithNow sets the clock used for the epoch seconds of [HeadersXEpoch].

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/core"
 )
 
 // ProblemQuotaExceeded is the problem type of the default 429's body,
@@ -16,35 +18,46 @@ const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#qu
 const ContentTypeProblem = "application/problem+json"
 
 // WriteDenied is the default [DeniedFunc]. It answers 429 Too Many
-// Requests with an RFC 9457 problem details body:
+// Requests with an RFC 9457 problem details body whose detail names the
+// binding rule and whose violated-policies lists every rule that denied:
 //
 //	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
 //	 "title":"Quota Exceeded","status":429,
-//	 "detail":"Rate limit \"default\" exceeded: retry in 3 s.",
-//	 "violated-policies":["default"]}
+//	 "detail":"Rate limit \"per-day\" exceeded: retry in 3600 s.",
+//	 "violated-policies":["per-user","per-day"]}
 //
-// When the request costs more than the policy ever admits at once, the
-// detail says it will never be admitted (and no Retry-After is sent).
+// When the request costs more than the binding rule ever admits at once,
+// the detail says it will never be admitted (and no Retry-After is sent);
+// when a deny list refused it ([core.SourceDenyList]), that it is not
+// admitted.
 func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 	var buf [512]byte
 	b := append(buf[:0], `{"type":"`+ProblemQuotaExceeded+`","title":"Quota Exceeded","status":429,"detail":`...)
 	var detail [256]byte
 	db := append(detail[:0], "Rate limit "...)
-	db = strconv.AppendQuote(db, d.Policy) // printable ASCII: JSON-safe once escaped again below
-	if d.Decision.Unsatisfiable() {
+	db = strconv.AppendQuote(db, d.Rule) // printable ASCII: JSON-safe once escaped again below
+	switch {
+	case d.Verdict.Source == core.SourceDenyList:
+		db = append(db, " does not admit this client."...)
+	case d.Verdict.Unsatisfiable():
 		db = append(db, " admits at most "...)
-		db = strconv.AppendInt(db, d.Decision.Limit, 10)
+		db = strconv.AppendInt(db, d.Verdict.Limit, 10)
 		db = append(db, " at once; this request costs "...)
 		db = strconv.AppendInt(db, d.Cost, 10)
 		db = append(db, " and will never be admitted."...)
-	} else {
+	default:
 		db = append(db, " exceeded: retry in "...)
 		db = strconv.AppendInt(db, ceilSeconds(d.RetryAfter), 10)
 		db = append(db, " s."...)
 	}
 	b = appendJSONString(b, string(db))
 	b = append(b, `,"violated-policies":[`...)
-	b = appendJSONString(b, d.Policy)
+	for i, name := range d.Violated {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, name)
+	}
 	b = append(b, "]}\n"...)
 	writeProblem(w, http.StatusTooManyRequests, b)
 }

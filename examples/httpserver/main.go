@@ -3,8 +3,11 @@
 //
 //	go run ./examples/httpserver [-addr 127.0.0.1:8080] [-trust 10.0.0.0/8,...] [-redis localhost:6379]
 //
-// Each client (by address; see -trust for proxies) may send a burst of 5
-// requests, then 1 a second, and 1000 a day; /expensive costs 5. The
+// Each user (by X-API-Key header, else by address; see -trust for
+// proxies) may send a burst of 5 requests, then 1 a second, and 1000 a
+// day; the whole server serves at most 50 a second. The three limits are
+// one core.Stack, charged all or nothing: a request the daily quota
+// denies costs nothing under the other two. /expensive costs 5. The
 // limits live in an in-process store (memstore), or in Redis when -redis
 // gives its address, so that several instances share them.
 package main
@@ -34,15 +37,17 @@ import (
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
-// limits are the server's two policies.
+// limits are the server's three rules.
 type limits struct {
-	perClient core.Limit // a token bucket: bursts, then a steady rate
-	daily     core.Limit // a fixed window of a day
+	perUser core.Limit // a token bucket per user: bursts, then a steady rate
+	daily   core.Limit // a fixed window of a day per user
+	global  core.Limit // a token bucket for the whole server
 }
 
 var defaultLimits = limits{
-	perClient: core.PerSecond(1).WithBurst(5),
-	daily:     core.PerDay(1000),
+	perUser: core.PerSecond(1).WithBurst(5),
+	daily:   core.PerDay(1000),
+	global:  core.PerSecond(50).WithBurst(100),
 }
 
 func main() {
@@ -129,18 +134,24 @@ func newStore(redisAddr string) (core.Store, string, func() error, error) {
 // newHandler returns the server's routes behind the rate-limit middleware:
 // "/" answers hello, "/expensive" costs 5.
 func newHandler(store core.Store, l limits, proxies []netip.Prefix) (http.Handler, error) {
-	perClient, err := core.NewLimiter(store, algorithms.TokenBucket, l.perClient)
+	stack, err := core.NewStack(store,
+		core.Rule{Name: "per-user", Algorithm: algorithms.TokenBucket, Limit: l.perUser},
+		core.Rule{Name: "daily", Algorithm: algorithms.FixedWindow, Limit: l.daily},
+		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: l.global},
+	)
 	if err != nil {
 		return nil, err
 	}
-	daily, err := core.NewLimiter(store, algorithms.FixedWindow, l.daily)
+	client, err := httplimit.NewClientIP(httplimit.IPConfig{TrustedProxies: proxies})
 	if err != nil {
 		return nil, err
 	}
-	mw, err := httplimit.New(perClient,
-		httplimit.WithPolicyName("per-client"),
-		httplimit.WithLimiter("daily", daily),
-		httplimit.WithTrustedProxies(proxies),
+	mw, err := httplimit.New(stack,
+		// A user is its API key or, without one, its address. A real
+		// server would key by an identity it has authenticated: anyone
+		// can make up API keys.
+		httplimit.WithKeyFunc(httplimit.FirstKey(httplimit.HeaderKey("X-API-Key"), client.Key)),
+		httplimit.WithKey("global", httplimit.GlobalKey),
 		httplimit.WithCost(func(r *http.Request) int64 {
 			if r.URL.Path == "/expensive" {
 				return 5
@@ -184,15 +195,16 @@ func parsePrefixes(s string) ([]netip.Prefix, error) {
 // printUsage prints how to try the server at base, whose limits are kept
 // in where.
 func printUsage(w io.Writer, base, where string) {
-	fmt.Fprintf(w, `sluice example server on %[1]s (limits in %[4]s)
-policies: per-client %[2]v (token bucket), daily %[3]v (fixed window); /expensive costs 5
+	fmt.Fprintf(w, `sluice example server on %[1]s (limits in %[5]s)
+rules, charged all or nothing: per-user %[2]v (token bucket), daily %[3]v per user (fixed window),
+global %[4]v (token bucket); a user is its X-API-Key, else its address; /expensive costs 5
 
 try:
   curl -i %[1]s/
   for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code} ' %[1]s/; done; echo
-  curl -i %[1]s/expensive
+  curl -i -H 'X-API-Key: alice' %[1]s/expensive
   curl -i -H 'X-Forwarded-For: 203.0.113.9' %[1]s/   # ignored unless -trust covers 127.0.0.1
 
 Ctrl-C stops it.
-`, base, defaultLimits.perClient, defaultLimits.daily, where)
+`, base, defaultLimits.perUser, defaultLimits.daily, defaultLimits.global, where)
 }

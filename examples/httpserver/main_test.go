@@ -16,10 +16,12 @@ import (
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
-// TestServer runs the example's handler on a real server with a limit of
-// one request an hour, on each store: a 200, then a 429. The memstore's
-// clock is stuck; the Redis server is a real one of the test's own (its
-// clock runs, which an hour-long limit does not notice).
+// TestServer runs the example's handler on a real server with limits of
+// one request an hour per user and three for everyone, on each store: a
+// 200, then a 429, while two other users still pass (the denied request
+// cost the global rule nothing), then the global rule denies. The memstore's clock is stuck; the Redis server is
+// a real one of the test's own (its clock runs, which hour-long limits do
+// not notice).
 func TestServer(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -49,7 +51,7 @@ func TestServer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			h, err := newHandler(tc.newStore(t), limits{perClient: core.PerHour(1), daily: core.PerDay(100)}, nil)
+			h, err := newHandler(tc.newStore(t), limits{perUser: core.PerHour(1), daily: core.PerDay(100), global: core.PerHour(3)}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,14 +59,29 @@ func TestServer(t *testing.T) {
 			defer srv.Close()
 
 			for i, want := range []struct {
-				status    int
-				ratelimit string
-				body      string
+				apiKey     string
+				status     int
+				ratelimit  string
+				retryAfter string
+				body       string
 			}{
-				{200, `"per-client";r=0;t=3600`, "hello from sluice\n"},
-				{429, `"per-client";r=0;t=3600`, `"status":429`},
+				{"", 200, `"per-user";r=0;t=3600`, "", "hello from sluice\n"},
+				{"", 429, `"per-user";r=0;t=3600`, "3600", `"violated-policies":["per-user"]`},
+				{"alice", 200, `"per-user";r=0;t=3600`, "", "hello from sluice\n"},
+				// bob's per-user rule and the global one are both spent
+				// (0 left): the first binds.
+				{"bob", 200, `"per-user";r=0;t=3600`, "", "hello from sluice\n"},
+				// The global rule earns a request back every 1200 s.
+				{"carol", 429, `"global";r=0;t=1200`, "1200", `"violated-policies":["global"]`},
 			} {
-				resp, err := http.Get(srv.URL + "/")
+				req, err := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want.apiKey != "" {
+					req.Header.Set("X-API-Key", want.apiKey)
+				}
+				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -73,12 +90,12 @@ func TestServer(t *testing.T) {
 				if resp.StatusCode != want.status || resp.Header.Get("RateLimit") != want.ratelimit || !strings.Contains(string(body), want.body) {
 					t.Errorf("request %d: %d %s %q; want %d %s %q", i, resp.StatusCode, resp.Header.Get("RateLimit"), body, want.status, want.ratelimit, want.body)
 				}
-				if got := resp.Header.Get("RateLimit-Policy"); got != `"per-client";q=1;w=3600, "daily";q=100;w=86400` {
+				if got := resp.Header.Get("RateLimit-Policy"); got != `"per-user";q=1;w=3600, "daily";q=100;w=86400, "global";q=3;w=3600` {
 					t.Errorf("request %d: RateLimit-Policy %s", i, got)
 				}
 				if resp.StatusCode == 429 {
 					var p map[string]any
-					if err := json.Unmarshal(body, &p); err != nil || resp.Header.Get("Content-Type") != "application/problem+json" || resp.Header.Get("Retry-After") != "3600" {
+					if err := json.Unmarshal(body, &p); err != nil || resp.Header.Get("Content-Type") != "application/problem+json" || resp.Header.Get("Retry-After") != want.retryAfter {
 						t.Errorf("429: %v %s Retry-After %q", err, resp.Header.Get("Content-Type"), resp.Header.Get("Retry-After"))
 					}
 				}
@@ -133,7 +150,7 @@ func TestPrintUsage(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
 	printUsage(&b, "http://127.0.0.1:8080", "memstore")
-	for _, want := range []string{"curl -i http://127.0.0.1:8080/", "%{http_code}", "1 req/s (burst 5)", "limits in memstore"} {
+	for _, want := range []string{"curl -i http://127.0.0.1:8080/", "%{http_code}", "1 req/s (burst 5)", "50 req/s (burst 100)", "limits in memstore"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("usage lacks %q:\n%s", want, b.String())
 		}

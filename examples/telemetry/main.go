@@ -100,6 +100,23 @@ func run(ctx context.Context, w io.Writer, addr, key string, n int) error {
 // newLimiter returns the example's limiter, on Redis at addr, traced with
 // tp and measured with mp, and a function that closes what it opened.
 func newLimiter(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (*core.Limiter, func(), error) {
+	store, closeAll, err := newStore(addr, tp, mp)
+	if err != nil {
+		return nil, nil, err
+	}
+	lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(1).WithBurst(3))
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return lim, closeAll, nil
+}
+
+// newStore returns the example's chain of stores, on Redis at addr,
+// traced with tp and measured with mp, and a function that closes what it
+// opened. A core.Stack of several rules over it is decided in one span
+// and one Redis call.
+func newStore(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (core.Store, func(), error) {
 	client := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: 100 * time.Millisecond})
 	// db.statement would quote the command, and so the key: keep it off.
 	if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false)); err != nil {
@@ -129,13 +146,7 @@ func newLimiter(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (
 		client.Close()
 		return nil, nil, err
 	}
-	lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(1).WithBurst(3))
-	if err != nil {
-		store.Close()
-		client.Close()
-		return nil, nil, err
-	}
-	return lim, func() {
+	return store, func() {
 		store.Close() // and the breaker and the Redis store under it
 		client.Close()
 	}, nil

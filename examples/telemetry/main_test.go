@@ -9,12 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -132,6 +135,104 @@ func TestNesting(t *testing.T) {
 	}
 	if counted["allowed"] != 3 || counted["denied"] != n-3 {
 		t.Errorf("ratelimit.decisions by result: %v, want 3 allowed and %d denied", counted, n-3)
+	}
+}
+
+// TestStack decides a stack of three rules (per user, per tenant, for
+// everyone) over the example's chain and checks that each decision is one
+// span, the handler's child, with the batch's attributes, and exactly one
+// Redis command under it: the rules are decided together, in one script
+// call, through the telemetry decorator and the breaker.
+func TestStack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	t.Cleanup(func() {
+		tp.Shutdown(context.Background())
+		mp.Shutdown(context.Background())
+	})
+	store, closeAll, err := newStore(srv.Addr(), tp, mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeAll)
+	stack, err := core.NewStack(store,
+		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(3)},
+		core.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: core.PerMinute(100)},
+		core.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1000)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tenantKey = "tenant-acme-corp"
+	// Load the script (EVALSHA, NOSCRIPT, EVAL), so that each decision
+	// below is one EVALSHA.
+	if _, err := stack.Allow(context.Background(), "warm", "warm", "warm"); err != nil {
+		t.Fatal(err)
+	}
+	spans.Reset()
+	ctx, handler := tp.Tracer("test").Start(context.Background(), "GET /api/items", trace.WithSpanKind(trace.SpanKindServer))
+	const n = 4
+	for i := range n {
+		v, err := stack.Allow(ctx, testKey, tenantKey, "everyone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Allowed != (i < 3) {
+			t.Errorf("decision %d: allowed %v, want %v", i, v.Allowed, i < 3)
+		}
+	}
+	handler.End()
+
+	ended := spans.Ended()
+	decisions := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	commands := map[trace.SpanID]int{} // by parent
+	for _, s := range ended {
+		switch {
+		case s.Name() == telemetry.SpanName:
+			decisions[s.SpanContext().SpanID()] = s
+		case s.InstrumentationScope().Name == redisotelScope && (s.Name() == "evalsha" || s.Name() == "eval"):
+			commands[s.Parent().SpanID()]++
+		}
+		for _, kv := range s.Attributes() {
+			for _, key := range []string{testKey, tenantKey} {
+				if strings.Contains(kv.Value.Emit(), key) {
+					t.Errorf("span %q: attribute %s holds a key: %s", s.Name(), kv.Key, kv.Value.Emit())
+				}
+			}
+		}
+	}
+	if len(decisions) != n {
+		t.Fatalf("spans %v: want %d decisions'", spanNames(ended), n)
+	}
+	allowed := 0
+	for id, d := range decisions {
+		if d.Parent().SpanID() != handler.SpanContext().SpanID() {
+			t.Errorf("a decision's span is not the handler's child")
+		}
+		if commands[id] != 1 {
+			t.Errorf("a decision's span has %d Redis script calls under it, want 1", commands[id])
+		}
+		if d.Status().Code != 0 {
+			t.Errorf("a decision's span has status %v", d.Status())
+		}
+		a := map[attribute.Key]attribute.Value{}
+		for _, kv := range d.Attributes() {
+			a[kv.Key] = kv.Value
+		}
+		if a[telemetry.BatchSizeKey] != attribute.IntValue(3) {
+			t.Errorf("a decision's span has batch.size %s, want 3", a[telemetry.BatchSizeKey].Emit())
+		}
+		if a[telemetry.AllowedKey].AsBool() {
+			allowed++
+		} else if a[telemetry.AlgorithmKey] != attribute.StringValue("token-bucket/user") || a[telemetry.BindingKey] != attribute.IntValue(0) {
+			t.Errorf("the denial's binding rule is %s (%s), want token-bucket/user (0)", a[telemetry.AlgorithmKey].Emit(), a[telemetry.BindingKey].Emit())
+		}
+	}
+	if allowed != 3 {
+		t.Errorf("%d decisions' spans say allowed, want 3", allowed)
 	}
 }
 

@@ -56,7 +56,7 @@ func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) Flush
 	// Load every script and open a connection, then zero the server's
 	// statistics: every EVAL counted from here on is a fallback.
 	for _, alg := range algs {
-		if _, err := store.Apply(ctx, core.Request{Key: "warm", Algorithm: alg, Limit: limit, Cost: 1, Peek: true}); err != nil {
+		if _, err := store.Apply(ctx, core.Request{Key: "warm", Algorithm: alg, Limit: limit, Cost: 1, Op: core.OpPeek}); err != nil {
 			t.Fatalf("%s: warm-up: %v", alg.Name(), err)
 		}
 	}
@@ -197,7 +197,7 @@ func TimedOutRequest(key string) core.Request {
 func RemainingOf(t testing.TB, store core.Store, key string) int64 {
 	t.Helper()
 	peek := TimedOutRequest(key)
-	peek.Peek = true
+	peek.Op = core.OpPeek
 	d, err := store.Apply(context.Background(), peek)
 	if err != nil {
 		t.Fatalf("Apply(peek %s): %v", key, err)

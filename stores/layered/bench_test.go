@@ -17,6 +17,8 @@ import (
 //   - DenyHit: a key whose denial is cached, serially and from
 //     GOMAXPROCS goroutines; the remote denies with a wait of an hour,
 //     so every timed decision is a cache hit.
+//   - DenyHitBatch: a two-rule batch (a core.Stack's) whose first rule's
+//     denial is cached, denied without a remote call.
 //   - LeaseSpend: a leased key under a limit that admits everything
 //     (batches of 1,000 from a memstore), serially and in parallel.
 //   - HotKey: one key far over its limit (10/s), hammered in parallel,
@@ -51,6 +53,25 @@ func BenchmarkLayered(b *testing.B) {
 				}
 			})
 		})
+	})
+	b.Run("DenyHitBatch", func(b *testing.B) {
+		// A two-rule batch whose first rule's denial is cached: denied
+		// locally, the other rule reported unknown.
+		deny := core.Decision{Limit: 1, RetryAfter: time.Hour, ResetAfter: time.Hour}
+		remote := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
+		s := newLayered(b, remote, layered.Config{})
+		reqs := []core.Request{
+			{Key: "hot", Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerHour(1), Cost: 1},
+			{Key: "all", Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerHour(1000), Cost: 1},
+		}
+		s.Apply(ctx, reqs[0])
+		out := make([]core.Decision, len(reqs))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.ApplyAll(ctx, reqs, out); err != nil || out[0].Source != core.SourceCache {
+				b.Fatalf("decision %+v, %v; want the cache's", out[0], err)
+			}
+		}
 	})
 	b.Run("LeaseSpend", func(b *testing.B) {
 		req := core.Request{Key: "hot", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1_000_000_000), Cost: 1}

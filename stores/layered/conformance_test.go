@@ -1,8 +1,11 @@
 package layered_test
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -65,17 +68,75 @@ func newRueidis(t testing.TB, addrs ...string) rueidis.Client {
 	return client
 }
 
+// audited returns a layered store over remote for storetest.Run, with a
+// storetest.Counter between the two and an audit above, and checks when
+// the test ends that every batch the suite sent either was answered from
+// the cache or reached the remote as exactly one ApplyAll and no Apply
+// (the suite's Multi and MultiConcurrentSafe send them). Without leases
+// every single request not answered locally made exactly one remote
+// Apply; with leases a take may make two.
+func audited(t *testing.T, remote core.Store, cfg layered.Config) core.Store {
+	t.Helper()
+	counter := storetest.NewCounter(remote)
+	s, err := layered.New(counter, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &audit{Store: s}
+	t.Cleanup(func() {
+		apply, applyAll, _ := counter.Counts()
+		batches, local := a.batches.Load(), a.localBatches.Load()
+		if batches > 0 {
+			t.Logf("%d batches: %d denied from the cache, %d remote ApplyAll calls, %d remote Apply calls in all", batches, local, applyAll, apply)
+		}
+		if applyAll != batches-local {
+			t.Errorf("%d batches, %d answered from the cache, made %d remote ApplyAll calls; want one per batch not answered locally", batches, local, applyAll)
+		}
+		if singles, localSingles := a.singles.Load(), a.localSingles.Load(); cfg.Lease == nil && apply != singles-localSingles {
+			t.Errorf("%d requests, %d answered locally, and %d batches made %d remote Apply calls; want one per request not answered locally, none for a batch", singles, localSingles, batches, apply)
+		}
+	})
+	return a
+}
+
+// audit counts the calls a layered store answered without error, and
+// those it answered locally.
+type audit struct {
+	*layered.Store
+	batches, localBatches atomic.Int64
+	singles, localSingles atomic.Int64
+}
+
+func (a *audit) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	d, err := a.Store.Apply(ctx, req)
+	if err == nil {
+		a.singles.Add(1)
+		if d.Source == core.SourceCache || d.Source == core.SourceLease {
+			a.localSingles.Add(1)
+		}
+	}
+	return d, err
+}
+
+func (a *audit) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	err := a.Store.ApplyAll(ctx, reqs, out)
+	if err == nil {
+		a.batches.Add(1)
+		// The remotes here never answer from a cache of their own.
+		if slices.ContainsFunc(out, func(d core.Decision) bool { return d.Source == core.SourceCache }) {
+			a.localBatches.Add(1)
+		}
+	}
+	return err
+}
+
 func TestConformanceRedis(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr()})
 	t.Cleanup(func() { client.Close() })
 	for _, c := range leaseConfigs {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
-				s, err := layered.New(redisRemote(t, client), c.cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
+				return audited(t, redisRemote(t, client), c.cfg)
 			})
 		})
 	}
@@ -86,11 +147,7 @@ func TestConformanceRueidis(t *testing.T) {
 	for _, c := range leaseConfigs {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
-				s, err := layered.New(rueidisRemote(t, client), c.cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
+				return audited(t, rueidisRemote(t, client), c.cfg)
 			})
 		})
 	}
@@ -104,21 +161,13 @@ func TestConformanceCluster(t *testing.T) {
 	for _, c := range leaseConfigs {
 		t.Run("redisstore/"+c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
-				s, err := layered.New(redisRemote(t, goredis), c.cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			})
+				return audited(t, redisRemote(t, goredis), c.cfg)
+			}, storetest.InTurn())
 		})
 		t.Run("rueidisstore/"+c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
-				s, err := layered.New(rueidisRemote(t, rue), c.cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			})
+				return audited(t, rueidisRemote(t, rue), c.cfg)
+			}, storetest.InTurn())
 		})
 	}
 }
@@ -127,11 +176,7 @@ func TestConformanceMemstore(t *testing.T) {
 	for _, c := range leaseConfigs {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
-				s, err := layered.New(newMem(t, nil), c.cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
+				return audited(t, newMem(t, nil), c.cfg)
 			})
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/layered"
+	"github.com/sluicehq/sluice/stores/storetest"
 )
 
 // TestDenyCache runs step tables through a layered store over a memstore,
@@ -65,7 +66,7 @@ func TestDenyCache(t *testing.T) {
 					l = limit
 				}
 				before := calls.Load()
-				d, err := s.Apply(context.Background(), core.Request{Key: "k", Algorithm: alg, Limit: l, Cost: st.cost, Peek: st.peek})
+				d, err := s.Apply(context.Background(), core.Request{Key: "k", Algorithm: alg, Limit: l, Cost: st.cost, Op: peekIf(st.peek)})
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
@@ -135,7 +136,7 @@ func TestDenyCacheExplicitNow(t *testing.T) {
 				{time.Microsecond, 1, false, true},
 				{0, 1, false, false}, // the denial at t0 was replaced
 			} {
-				req.Now, req.Cost, req.Peek = t0.Add(tc.at), tc.cost, tc.peek
+				req.Now, req.Cost, req.Op = t0.Add(tc.at), tc.cost, peekIf(tc.peek)
 				n := calls.Load()
 				got, err := s.Apply(ctx, req)
 				if err != nil {
@@ -210,7 +211,7 @@ func TestNeverAllowedFromCache(t *testing.T) {
 			var cached int
 			for i := range 20_000 {
 				c.Advance(time.Duration(i*7919%40) * time.Millisecond / 4)
-				req := core.Request{Key: "k" + strconv.Itoa(i%3), Algorithm: alg, Limit: limits[i/5000%2], Cost: int64(i*31%9) % 7, Peek: i%11 == 0}
+				req := core.Request{Key: "k" + strconv.Itoa(i%3), Algorithm: alg, Limit: limits[i/5000%2], Cost: int64(i*31%9) % 7, Op: peekIf(i%11 == 0)}
 				d, err := s.Apply(ctx, req)
 				if err != nil {
 					t.Fatal(err)
@@ -220,7 +221,7 @@ func TestNeverAllowedFromCache(t *testing.T) {
 				}
 				cached++
 				peek := req
-				peek.Peek = true
+				peek.Op = core.OpPeek
 				truth, _ := mem.Apply(ctx, peek)
 				if d.Allowed || truth.Allowed {
 					t.Fatalf("op %d: cached %s, remote %s: the cache admitted, or denied what the remote admits", i, describe(d), describe(truth))
@@ -333,7 +334,8 @@ func TestRemoteError(t *testing.T) {
 	}
 }
 
-// closer is a remote that counts its Close calls and has no Reset.
+// closer is a remote that counts its Close calls and returns err from
+// them.
 type closer struct {
 	core.Store
 	closed atomic.Int64
@@ -381,8 +383,10 @@ func TestDecorator(t *testing.T) {
 	if s.Unwrap() != core.Store(remote) {
 		t.Error("Unwrap does not return the remote")
 	}
-	if err := s.Reset(ctx, "k", algorithms.GCRA); !errors.Is(err, core.ErrUnsupported) {
-		t.Errorf("Reset over a remote without Reset: %v, want ErrUnsupported", err)
+	// A remote that cannot forget says so; the error comes back wrapped.
+	funcStore := newLayered(t, core.StoreFunc(mem.Apply), layered.Config{})
+	if err := funcStore.Reset(ctx, "k", algorithms.GCRA); !errors.Is(err, core.ErrUnsupported) {
+		t.Errorf("Reset over a StoreFunc: %v, want ErrUnsupported", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -412,11 +416,7 @@ func TestDecorator(t *testing.T) {
 func TestReset(t *testing.T) {
 	t.Parallel()
 	c := newClock()
-	mem := newMem(t, c)
-	remote := struct {
-		core.Store
-		core.Resetter
-	}{mem, mem}
+	remote := storetest.NewCounter(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(5)})
 	ctx := context.Background()
 	deny := core.Request{Key: "k", Algorithm: algorithms.SlidingWindowCounter, Limit: core.PerMinute(1), Cost: 1}
@@ -433,6 +433,9 @@ func TestReset(t *testing.T) {
 		if err := s.Reset(ctx, "k", alg); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, _, resets := remote.Counts(); resets != 2 {
+		t.Errorf("two Resets made %d at the remote, want 2", resets)
 	}
 	if d, err := s.Apply(ctx, deny); err != nil || !d.Allowed {
 		t.Errorf("after Reset = %s, %v; want allowed", describe(d), err)
@@ -517,7 +520,7 @@ func TestRefundOverlappingDenial(t *testing.T) {
 	}()
 	<-decided // the remote denied; its answer is not back yet
 	refund := req
-	refund.Refund = true
+	refund.Op = core.OpRefund
 	if d, err := s.Apply(ctx, refund); err != nil || !d.Allowed {
 		t.Fatalf("refund = %s, %v", describe(d), err)
 	}
@@ -548,7 +551,7 @@ func TestConcurrencyNotCached(t *testing.T) {
 		t.Fatalf("second acquisition of one slot = %s, want denied", describe(d))
 	}
 	release := acquire
-	release.Refund = true
+	release.Op = core.OpRefund
 	if _, err := mem.Apply(ctx, release); err != nil { // released behind the cache's back, as by another instance
 		t.Fatal(err)
 	}

@@ -29,10 +29,9 @@
 // smaller than the cached one (it may pass sooner), a cost of zero, a cost
 // above the capacity (the remote answers it as unsatisfiable, without a
 // wait, and such answers are not cached), requests under another limit,
-// refunds ([core.Request.Refund]) and reservations
-// ([core.Request.MaxWait], which may be admitted with a delay where a
-// plain request is denied). A peek is answered like the request it asks
-// about. A charge or a refund admitted through the store drops the key's
+// refunds ([core.OpRefund]) and reservations ([core.OpReserve], which may
+// be admitted with a delay where a plain request is denied). A peek is
+// answered like the request it asks about. A charge or a refund admitted through the store drops the key's
 // cached denial, whose Remaining it made stale or which it may have made
 // wrong. [Config.MaxDeny] caps how long a denial is served.
 //
@@ -57,13 +56,20 @@
 // wait for it (or for their contexts), so a hot key sends no herd of
 // takes, and no lock is held across a remote call.
 //
-// Leases are limited to the algorithms whose bound under leasing is
-// exact: the token bucket, GCRA and the fixed window (sluice's own values;
-// other algorithms are not leased), and to plain requests: peeks are
-// answered from a lease that holds enough but never take one, and
-// refunds and reservations go to the remote. A lease never exceeds the limit's
-// capacity (the burst, or the window's rate) nor the request's batch, and
-// a request of cost above the batch goes to the remote. The batch adapts
+// Leases are limited to the algorithms that say they may be taken in
+// batches by implementing [core.Batcher]: the token bucket, GCRA and the
+// fixed window, the same under [core.Named] (a [core.Stack]'s rules), and
+// an algorithm of your own that implements it. The store asks
+// [core.MaxBatch], never which algorithm it is; an algorithm that is not a
+// Batcher is not leased. Leases are also limited to plain single requests:
+// peeks are answered from a lease that holds enough but never take one,
+// refunds and reservations go to the remote, and batches
+// ([Store.ApplyAll]) neither spend nor take leases. A lease never exceeds
+// the algorithm's MaxBatch for the limit (the burst, or the window's
+// rate) nor the request's batch, and a request of cost above the batch
+// goes to the remote. Under an algorithm whose capacity comes back all at
+// once when a window ends (the fixed window; [core.Windowed] reports it),
+// a lease also lapses when the window it was taken in ends. The batch adapts
 // between 1 and the configured size: it doubles when a lease is spent
 // before it lapses, and shrinks to what was spent of one that lapsed.
 //
@@ -94,10 +100,26 @@
 //     the take plus what the lease still holds, and ResetAfter as the
 //     take's, counted down.
 //
+// # Batches
+//
+// [Store.ApplyAll] decides a batch (a [core.Stack] of several rules) as
+// one unit. A charge or peek that meets a live cached denial for any of
+// its requests is denied here, with no round trip: the denied requests
+// carry their cached decisions, and the others are reported allowed with
+// a Limit of 0, since nothing was asked of them; all carry
+// [core.SourceCache]. Otherwise the whole batch goes to the remote in one
+// ApplyAll, so it stays atomic, and each request's answer updates its own
+// cached denial: a request denied in a batch is denied by its own state,
+// and its denial is cached for later requests and batches alike; an
+// admitted batch drops the denials its charges made stale, and an
+// admitted refund batch drops its keys' denials. A request admitted in a
+// denied batch charged nothing and leaves its key's denial as it was.
+// Refund and reservation batches always go to the remote.
+//
 // Reset forwards to the remote and drops the key's denial and lease;
 // decisions whose remote call overlapped a Reset are not cached. Close
-// drops the cache and closes the remote if it is an [io.Closer]. The
-// store keeps the decorator contract of package core, including Unwrap.
+// drops the cache and closes the remote. The store keeps the decorator
+// contract of package core, including Unwrap.
 //
 // docs/layered.md gives the measured figures.
 package layered

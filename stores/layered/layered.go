@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -65,18 +64,20 @@ type Config struct {
 	// Lease, when not nil, turns leases on: it returns the batch size, in
 	// units of cost, to lease for a request, or 0 (or 1) for no lease.
 	// It is called on every request that could be leased (see the
-	// package documentation: requests without an explicit Now, under the
-	// token bucket, GCRA or the fixed window), so it must be cheap and
-	// safe for concurrent use. The store never leases more than the
-	// limit's capacity (the burst, or the window's rate), and adapts the
-	// batch between 1 and the returned size to what the key spends. The
-	// default is nil: no leases.
+	// package documentation: single requests without an explicit Now,
+	// under an algorithm that is a [core.Batcher], such as the token
+	// bucket, GCRA or the fixed window), so it must be cheap and safe for
+	// concurrent use. The store never leases more than the algorithm's
+	// [core.MaxBatch] for the limit (the burst, or the window's rate), and
+	// adapts the batch between 1 and the returned size to what the key
+	// spends. The default is nil: no leases.
 	Lease func(req core.Request) int64
 
 	// LeaseTTL is the longest a lease may be spent after it was taken;
 	// unspent tokens lapse with it. It bounds how far leasing moves
 	// admissions in time (see the package documentation). A lease under
-	// the fixed window also lapses when the window it was taken in ends.
+	// an algorithm whose capacity comes back when a window ends, such as
+	// the fixed window, also lapses when the window it was taken in ends.
 	// The default is [DefaultLeaseTTL]; negative is an error.
 	LeaseTTL time.Duration
 }
@@ -108,11 +109,7 @@ type Store struct {
 	closeErr  error
 }
 
-var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Resetter = (*Store)(nil)
-	_ io.Closer     = (*Store)(nil)
-)
+var _ core.Store = (*Store)(nil)
 
 // cacheKey names a cache entry: one key under one algorithm, as the
 // remote names its states. A struct of two strings hashes without
@@ -203,7 +200,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	k := cacheKey{req.Key, req.Algorithm.Name()}
 	sh := s.shard(req.Key)
 	e, _ := sh.Get(k)
-	if req.Refund || req.MaxWait > 0 {
+	if req.Op == core.OpRefund || req.Op == core.OpReserve {
 		// A refund changes the key the other way; a reservation may be
 		// admitted with a delay where a plain request is denied. Both are
 		// for the remote alone.
@@ -231,6 +228,88 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	return s.decideRemote(ctx, &req, sh, k, e, 0)
 }
 
+// ApplyAll decides reqs together. If a batch of charges meets a live
+// cached denial for any of its requests, the whole batch is denied here,
+// with no round trip: the denied requests carry their cached decisions
+// ([core.SourceCache]) and the others are reported allowed with a Limit
+// of 0 (nothing is known of them) and [core.SourceCache]. Otherwise the
+// whole batch goes to the remote in one ApplyAll, and each request's
+// answer updates its cached denial: a denial is cached as Apply's is,
+// whether or not another request of the batch was denied too; an
+// admitted batch drops the denials its charges made stale, and an
+// admitted refund batch drops its keys' denials, as Apply does; a
+// request admitted in a denied batch changed nothing and leaves its
+// key's denial as it was. Peeks, refunds and reservations always go to
+// the remote: a batch of peeks is how a stack is inspected, and the cache
+// knows nothing of the rules it holds no denial for. Batches never spend or take leases. Invalid batches fail with
+// the core sentinels before anything is looked up or sent.
+func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	if err := core.ValidateAll(reqs, out); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return core.ErrClosed
+	}
+	op := reqs[0].Op // one for the whole batch
+	now := s.now()
+	// Where each request's entry is; sh is nil for a request the cache
+	// does not hold (an Inf limit). A stack's few rules fit buf.
+	var buf [4]slot
+	at := buf[:0]
+	if len(reqs) > len(buf) {
+		at = make([]slot, 0, len(reqs))
+	}
+	local := false
+	for i := range reqs {
+		req := &reqs[i]
+		var p slot
+		if !req.Limit.IsInf() {
+			p.k = cacheKey{req.Key, req.Algorithm.Name()}
+			p.sh = s.shard(req.Key)
+			p.e, _ = p.sh.Get(p.k)
+			if p.e != nil && op == core.OpCharge {
+				if d, ok := p.e.cachedDenial(req, now); ok {
+					out[i], p.cached, local = d, true, true
+				}
+			}
+		}
+		at = append(at, p)
+	}
+	if local {
+		for i := range at {
+			if !at[i].cached {
+				out[i] = core.Decision{Allowed: true, Source: core.SourceCache}
+			}
+		}
+		return nil
+	}
+	epoch := s.epoch.Load()
+	if err := s.remote.ApplyAll(ctx, reqs, out); err != nil {
+		return fmt.Errorf("layered: remote: %w", err)
+	}
+	// The batch took effect only if every request was admitted; a request
+	// admitted in a denied batch changed nothing.
+	applied := true
+	for i := range out {
+		applied = applied && out[i].Allowed
+	}
+	for i := range at {
+		if p := &at[i]; p.sh != nil {
+			s.remember(&reqs[i], out[i], applied, p.sh, p.k, p.e, now, epoch)
+		}
+	}
+	return nil
+}
+
+// slot is where a request of a batch has its cache entry: the shard, the
+// key, the entry if there was one, and whether its cached denial answered.
+type slot struct {
+	sh     *lru.Cache[cacheKey, *entry]
+	k      cacheKey
+	e      *entry
+	cached bool
+}
+
 // callRemote asks the remote store, wrapping its failure.
 func (s *Store) callRemote(ctx context.Context, req core.Request) (core.Decision, error) {
 	d, err := s.remote.Apply(ctx, req)
@@ -241,17 +320,28 @@ func (s *Store) callRemote(ctx context.Context, req core.Request) (core.Decision
 }
 
 // decideRemote decides req at the remote and updates the key's cached
-// denial with the answer: a denial is remembered, a charge forgets the
-// denial. start is the local clock before the call (unused for requests
-// with an explicit Now).
+// denial with the answer (see remember). start is the local clock before
+// the call (unused for requests with an explicit Now).
 func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64) (core.Decision, error) {
 	epoch := s.epoch.Load()
 	d, err := s.callRemote(ctx, *req)
 	if err != nil {
 		return d, err
 	}
+	s.remember(req, d, d.Allowed, sh, k, e, start, epoch)
+	return d, nil
+}
+
+// remember updates the key's cached denial with the remote's answer d to
+// req, sent at start on the local clock when the epoch was epoch; applied
+// reports whether req took effect (for a request of a batch, whether the
+// whole batch was admitted). A denial is remembered, an applied charge
+// forgets the denial, an applied refund forgets every denial decided
+// before it. A request admitted in a denied batch changed nothing, and
+// leaves the denial as it was.
+func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64, epoch uint64) {
 	switch {
-	case !d.Allowed && req.Cost > 0 && req.MaxWait == 0 && d.RetryAfter > 0 && !d.Unsatisfiable() && !holdsLeases(req.Algorithm):
+	case !d.Allowed && req.Cost > 0 && req.Op != core.OpReserve && d.RetryAfter > 0 && !d.Unsatisfiable() && !core.Leases(req.Algorithm):
 		if s.epoch.Load() != epoch {
 			break // a Reset overlapped the call
 		}
@@ -275,7 +365,7 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 			// have looked for a denial to drop before there was one.
 			e.deny.CompareAndSwap(dn, nil)
 		}
-	case d.Allowed && req.Refund && req.Cost > 0:
+	case applied && req.Op == core.OpRefund && req.Cost > 0:
 		// Capacity came back: no denial decided before now may stand,
 		// including one whose call overlapped this refund (the epoch) and
 		// one cached since this call looked its entry up (the Peek).
@@ -288,12 +378,11 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 			}
 			e.mu.Unlock()
 		}
-	case d.Allowed && req.Cost > 0 && !req.Peek && e != nil:
+	case applied && req.Cost > 0 && req.Op != core.OpPeek && e != nil:
 		// The state changed: a denial cached before it no longer tells
 		// the remaining budget.
 		e.deny.Store(nil)
 	}
-	return d, nil
 }
 
 // entry returns the cache's entry for k, adding a new one if there is
@@ -310,10 +399,9 @@ func (s *Store) entry(sh *lru.Cache[cacheKey, *entry], k cacheKey) *entry {
 }
 
 // Reset forgets key's state under alg at the remote store, and drops the
-// local denial and lease for it. It fails with an error wrapping
-// [core.ErrUnsupported] when the remote is not a [core.Resetter]. A
-// Reset done at another instance of the fleet is seen here only when the
-// cached denial or lease lapses (see [Config.MaxDeny]).
+// local denial and lease for it. A Reset done at another instance of the
+// fleet is seen here only when the cached denial or lease lapses (see
+// [Config.MaxDeny]).
 func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
 	if err := core.ValidateKey(key); err != nil {
 		return err
@@ -324,12 +412,8 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
-	r, ok := s.remote.(core.Resetter)
-	if !ok {
-		return fmt.Errorf("%w: the remote %T has no Reset", core.ErrUnsupported, s.remote)
-	}
 	s.epoch.Add(1)
-	err := r.Reset(ctx, key, alg)
+	err := s.remote.Reset(ctx, key, alg)
 	// Calls that overlapped the remote Reset see the epoch move and cache
 	// nothing; what they cached before it is dropped here.
 	s.epoch.Add(1)
@@ -362,8 +446,8 @@ func (s *Store) Size() int { return s.size }
 // Unwrap returns the remote store.
 func (s *Store) Unwrap() core.Store { return s.remote }
 
-// Close stops the store and drops the cache, then closes the remote store
-// if it is an [io.Closer], returning its error. Later calls fail with
+// Close stops the store and drops the cache, then closes the remote
+// store, returning its error. Later calls fail with
 // [core.ErrClosed]. Close is idempotent: a second call returns the first
 // one's result. Leased tokens not yet spent are lost, as when a lease
 // lapses.
@@ -373,20 +457,9 @@ func (s *Store) Close() error {
 		for _, sh := range s.shards {
 			sh.Purge()
 		}
-		if c, ok := s.remote.(io.Closer); ok {
-			if err := c.Close(); err != nil {
-				s.closeErr = fmt.Errorf("layered: closing the remote: %w", err)
-			}
+		if err := s.remote.Close(); err != nil {
+			s.closeErr = fmt.Errorf("layered: closing the remote: %w", err)
 		}
 	})
 	return s.closeErr
-}
-
-// holdsLeases reports whether alg holds concurrency leases
-// ([core.Leaser]). Their denials are never cached: a release, which may
-// come from any instance at any moment, frees a slot long before the
-// denial's RetryAfter (the first lease's expiry).
-func holdsLeases(alg core.Algorithm) bool {
-	l, ok := alg.(core.Leaser)
-	return ok && l.Leases()
 }

@@ -7,7 +7,6 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
-	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 )
 
@@ -38,20 +37,14 @@ type lease struct {
 
 // leaseSize returns the largest batch to lease for req, or 0 if req is not
 // leased: leases are off, the request carries an explicit Now, its cost is
-// zero or above the batch, or its algorithm is not one whose bound under
-// leasing is exact (the token bucket, GCRA and the fixed window, compared
-// as sluice's own values).
+// zero or above the batch, or its algorithm may not be taken in batches
+// (its [core.MaxBatch] is 0: it is not a [core.Batcher]).
 func (s *Store) leaseSize(req *core.Request) int64 {
-	if s.lease == nil || req.Cost <= 0 || req.Refund || req.MaxWait > 0 {
+	if s.lease == nil || req.Cost <= 0 || req.Op == core.OpRefund || req.Op == core.OpReserve {
 		return 0
 	}
-	var capacity int64
-	switch req.Algorithm {
-	case algorithms.TokenBucket, algorithms.GCRA:
-		capacity = req.Limit.Burst()
-	case algorithms.FixedWindow:
-		capacity = req.Limit.Rate()
-	default:
+	capacity := core.MaxBatch(req.Algorithm, req.Limit)
+	if capacity <= 0 {
 		return 0
 	}
 	b := min(s.lease(*req), capacity)
@@ -68,7 +61,7 @@ func (s *Store) leaseSize(req *core.Request) int64 {
 // remote calls unsatisfiable): the caller then decides as without leases.
 func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, most, now int64) (d core.Decision, ok bool, err error) {
 	if e == nil {
-		if req.Peek {
+		if req.Op == core.OpPeek {
 			return core.Decision{}, false, nil
 		}
 		e = s.entry(sh, k)
@@ -80,7 +73,7 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 		case e.dead:
 			e.mu.Unlock()
 			return core.Decision{}, false, nil
-		case l == nil && req.Peek:
+		case l == nil && req.Op == core.OpPeek:
 			e.mu.Unlock()
 			return core.Decision{}, false, nil
 		case l == nil:
@@ -89,7 +82,7 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 		}
 		if l.taken > 0 && l.limit == req.Limit && now < l.expires && l.left >= req.Cost {
 			left := l.left - req.Cost
-			if !req.Peek {
+			if req.Op != core.OpPeek {
 				l.left = left
 			}
 			d := l.decision(now, left)
@@ -111,7 +104,7 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 			e.mu.Unlock()
 			return d, true, nil
 		}
-		if req.Peek {
+		if req.Op == core.OpPeek {
 			e.mu.Unlock()
 			return core.Decision{}, false, nil
 		}
@@ -184,6 +177,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 	breq := *req
 	breq.Cost = batch
 	d, err := s.remote.Apply(ctx, breq)
+	win := core.Windowed(req.Algorithm)
 
 	e.mu.Lock()
 	l.refill = nil
@@ -203,7 +197,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 	case d.Allowed:
 		l.limit, l.taken, l.left, l.at, l.take = req.Limit, batch, batch-req.Cost, start, d
 		l.expires = start + s.leaseTTL
-		if req.Algorithm == algorithms.FixedWindow {
+		if win {
 			// Never spend a window's tokens in the next window.
 			l.expires = min(l.expires, start+int64(d.ResetAfter))
 		}
@@ -230,7 +224,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 	// The remote holds enough for this request alone: decide it there.
 	// If it is admitted, the batch is that much further off.
 	dd, err := s.callRemote(ctx, *req)
-	if err == nil && dd.Allowed && valid && req.Algorithm != algorithms.FixedWindow {
+	if err == nil && dd.Allowed && valid && !win {
 		u, r := req.Limit.Units()
 		later := core.CeilDiv(req.Cost*u, r) * int64(time.Microsecond)
 		e.mu.Lock()

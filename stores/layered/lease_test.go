@@ -51,7 +51,14 @@ func runLeaseSteps(t *testing.T, c *clock, s *layered.Store, calls *atomic.Int64
 func TestLease(t *testing.T) {
 	t.Parallel()
 	const ms = time.Millisecond
-	for _, alg := range []core.Algorithm{algorithms.TokenBucket, algorithms.GCRA} {
+	// The algorithms are asked what they can do, never compared with
+	// sluice's own: a stack's rule (core.Named) and an algorithm of a
+	// user's own that is a core.Batcher lease as the bucket they wrap.
+	for _, alg := range []core.Algorithm{
+		algorithms.TokenBucket, algorithms.GCRA,
+		core.Named(algorithms.TokenBucket, "rule"), core.Named(algorithms.GCRA, "rule"),
+		batchingAlg{algorithms.GCRA},
+	} {
 		t.Run(alg.Name(), func(t *testing.T) {
 			t.Parallel()
 			c := newClock()
@@ -81,13 +88,25 @@ func TestLease(t *testing.T) {
 }
 
 // TestLeaseFixedWindow checks that a lease under the fixed window lapses
-// when its window ends, so that no window admits more than the rate.
+// when its window ends, so that no window admits more than the rate; the
+// same under a stack's rule (core.Named) and under a window algorithm of
+// a user's own that is a core.Batcher, which the store cannot recognise
+// by name.
 func TestLeaseFixedWindow(t *testing.T) {
 	t.Parallel()
+	for _, alg := range []core.Algorithm{algorithms.FixedWindow, core.Named(algorithms.FixedWindow, "rule"), windowAlg{algorithms.FixedWindow}} {
+		t.Run(alg.Name(), func(t *testing.T) {
+			t.Parallel()
+			testLeaseFixedWindow(t, alg)
+		})
+	}
+}
+
+func testLeaseFixedWindow(t *testing.T, alg core.Algorithm) {
 	c := newClock() // on a window's boundary
 	remote, calls := counted(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10), LeaseTTL: time.Hour})
-	req := core.Request{Key: "k", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(100)}
+	req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(100)}
 	runLeaseSteps(t, c, s, calls, req, []leaseStep{
 		{900 * time.Millisecond, 1, true, 99, core.SourceLease, 1},
 		{99 * time.Millisecond, 1, true, 98, core.SourceLease, 0},
@@ -134,7 +153,7 @@ func TestLeaseNotUsed(t *testing.T) {
 		{"cost above the batch", func(r *core.Request) { r.Cost = 6 }},
 		{"batch of 1", func(r *core.Request) { r.Key = "one" }},
 		{"burst of 1", func(r *core.Request) { r.Limit = core.PerMinute(100).WithBurst(1) }},
-		{"peek of an unleased key", func(r *core.Request) { r.Key, r.Peek = "p", true }},
+		{"peek of an unleased key", func(r *core.Request) { r.Key, r.Op = "p", core.OpPeek }},
 		{"cost 0", func(r *core.Request) { r.Cost = 0 }},
 	} {
 		req := base
@@ -162,7 +181,7 @@ func TestLeasePeek(t *testing.T) {
 	ctx := context.Background()
 	s.Apply(ctx, req) // take 5, spend 1
 	peek := req
-	peek.Peek, peek.Cost = true, 4
+	peek.Op, peek.Cost = core.OpPeek, 4
 	for range 3 {
 		if d, err := s.Apply(ctx, peek); err != nil || !d.Allowed || d.Remaining != 5 || d.Source != core.SourceLease {
 			t.Fatalf("peek of 4 = %s, %v; want allowed from the lease, 5 remaining", describe(d), err)
@@ -194,6 +213,20 @@ func (b *blockingRemote) Apply(ctx context.Context, req core.Request) (core.Deci
 	}
 	return b.inner.Apply(ctx, req)
 }
+
+// ApplyAll counts the call and forwards it; it holds nothing.
+func (b *blockingRemote) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	b.calls.Add(1)
+	return b.inner.ApplyAll(ctx, reqs, out)
+}
+
+// Reset forwards to the inner store.
+func (b *blockingRemote) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return b.inner.Reset(ctx, key, alg)
+}
+
+// Close closes the inner store.
+func (b *blockingRemote) Close() error { return b.inner.Close() }
 
 // TestLeaseOneTake checks that concurrent callers of a key without a lease
 // wait for one caller's take instead of each sending one, and that a
@@ -268,5 +301,105 @@ func TestLeaseConcurrentSafe(t *testing.T) {
 				t.Errorf("admitted %d, want at most 100 and at least %d", got, 100-(batch-1))
 			}
 		})
+	}
+}
+
+// plainAlg is an algorithm of a user's own that is not a core.Batcher: it
+// decides as the algorithm it wraps, whose abilities the embedded
+// interface hides.
+type plainAlg struct{ core.Algorithm }
+
+func (plainAlg) Name() string { return "user-plain" }
+
+// batchingAlg is an algorithm of a user's own that is a core.Batcher, up
+// to its burst; it decides as the bucket it wraps.
+type batchingAlg struct{ core.Algorithm }
+
+func (batchingAlg) Name() string { return "user-batching" }
+
+func (batchingAlg) MaxBatch(l core.Limit) int64 { return l.Burst() }
+
+func (batchingAlg) Windowed() bool { return false }
+
+// windowAlg is a window algorithm of a user's own that is a core.Batcher,
+// up to its rate; it decides as the window it wraps.
+type windowAlg struct{ core.Algorithm }
+
+func (windowAlg) Name() string { return "user-window" }
+
+func (windowAlg) MaxBatch(l core.Limit) int64 { return l.Rate() }
+
+func (windowAlg) Windowed() bool { return true }
+
+// TestLeaseByAbility checks that leasing is decided by core.Batcher, not
+// by which algorithm a request names: sluice's batchable algorithms, the
+// same as a stack's rules (core.Named; they were not leased before the
+// store asked core.MaxBatch), and a user's algorithm that implements
+// core.Batcher are leased; a user's algorithm that does not, and the
+// sliding windows, are not, named or not.
+func TestLeaseByAbility(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		alg    core.Algorithm
+		leased bool
+	}{
+		{algorithms.TokenBucket, true},
+		{core.Named(algorithms.TokenBucket, "rule"), true},
+		{core.Named(algorithms.GCRA, "rule"), true},
+		{core.Named(algorithms.FixedWindow, "rule"), true},
+		{batchingAlg{algorithms.TokenBucket}, true},
+		{core.Named(batchingAlg{algorithms.TokenBucket}, "rule"), true},
+		{windowAlg{algorithms.FixedWindow}, true},
+		{plainAlg{algorithms.TokenBucket}, false},
+		{core.Named(plainAlg{algorithms.TokenBucket}, "rule"), false},
+		{core.Named(algorithms.SlidingWindowCounter, "rule"), false},
+	} {
+		c := newClock()
+		remote, calls := counted(newMem(t, c))
+		s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(5)})
+		req := core.Request{Key: "k", Algorithm: tc.alg, Limit: core.PerMinute(100), Cost: 1}
+		for i := range 3 {
+			before := calls.Load()
+			d, err := s.Apply(context.Background(), req)
+			if err != nil {
+				t.Fatalf("%s: request %d: %v", tc.alg.Name(), i, err)
+			}
+			// Leased: the first request takes a batch in one call and the
+			// others spend it. Not leased: one call each.
+			made := calls.Load() - before
+			source, want := core.SourceStore, int64(1)
+			if tc.leased {
+				source, want = core.SourceLease, 0
+				if i == 0 {
+					want = 1
+				}
+			}
+			if !d.Allowed || d.Source != source || made != want {
+				t.Errorf("%s: request %d = %s after %d remote calls; want allowed from %v after %d", tc.alg.Name(), i, describe(d), made, source, want)
+			}
+		}
+	}
+}
+
+// TestLeaseStackRule checks leasing through a one-rule core.Stack, whose
+// rule's algorithm is a core.Named token bucket: the stack's requests
+// are leased like the limiter's.
+func TestLeaseStackRule(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	remote, calls := counted(newMem(t, c))
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10)})
+	stack, err := core.NewStack(s, core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		v, err := stack.Allow(context.Background(), "alice")
+		if err != nil || !v.Allowed || v.Source != core.SourceLease {
+			t.Fatalf("Allow %d = %+v, %v; want allowed from a lease", i, v, err)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("10 decisions of a one-rule stack made %d remote calls, want 1 (a take of 10)", n)
 	}
 }

@@ -79,6 +79,14 @@ func newLayered(t testing.TB, remote core.Store, cfg layered.Config) *layered.St
 // fixed returns a Lease function that leases n for every request.
 func fixed(n int64) func(core.Request) int64 { return func(core.Request) int64 { return n } }
 
+// peekIf returns core.OpPeek if peek is true, core.OpCharge otherwise.
+func peekIf(peek bool) core.Op {
+	if peek {
+		return core.OpPeek
+	}
+	return core.OpCharge
+}
+
 // describe formats a decision for failure messages.
 func describe(d core.Decision) string {
 	return fmt.Sprintf("{allowed %v, remaining %d, retry %v, reset %v, from %v}", d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Source)

@@ -187,7 +187,7 @@ func leaseWorker(t *testing.T, kind string) {
 	defer store.Close()
 	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(procRate), Cost: 1}
 	peek := req
-	peek.Peek = true
+	peek.Op = core.OpPeek
 	if _, err := store.Apply(context.Background(), peek); err != nil {
 		fail("peek before the start: %v", err)
 	}

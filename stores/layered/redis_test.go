@@ -76,7 +76,7 @@ func TestRedisKilled(t *testing.T) {
 		bigger.Cost = 3
 		check(fmt.Sprintf("cost 3 at +%v", at), bigger, true)
 		peek := req
-		peek.Peek = true
+		peek.Op = core.OpPeek
 		check(fmt.Sprintf("a peek of cost 2 at +%v", at), peek, true)
 		smaller := req
 		smaller.Cost = 1
@@ -125,7 +125,7 @@ func TestHotKey10x(t *testing.T) {
 		remote, calls := counted(redisRemote(t, client))
 		r := &run{name: cfg.name, store: newLayered(t, remote, cfg.cfg), calls: calls}
 		// Connect and load the script without charging.
-		if _, err := r.store.Apply(context.Background(), core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1, Peek: true}); err != nil {
+		if _, err := r.store.Apply(context.Background(), core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1, Op: core.OpPeek}); err != nil {
 			t.Fatal(err)
 		}
 		calls.Store(0)

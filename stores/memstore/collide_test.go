@@ -62,7 +62,13 @@ func TestCollisionsMatchDistinctHashes(t *testing.T) {
 			chained.Sweep()
 			plain.Sweep()
 		default:
-			req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: rng.Int64N(3), Peek: op < 15, Refund: op >= 15 && op < 20}
+			req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: rng.Int64N(3)}
+			switch {
+			case op < 15:
+				req.Op = core.OpPeek
+			case op < 20:
+				req.Op = core.OpRefund
+			}
 			got, err := chained.Apply(ctx, req)
 			if err != nil {
 				t.Fatal(err)

@@ -209,10 +209,7 @@ func (t *table) remove(h uint64, e *entry) {
 	}
 }
 
-var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Resetter = (*Store)(nil)
-)
+var _ core.Store = (*Store)(nil)
 
 // New returns a store configured by cfg, with its sweeper running. Call
 // [Store.Close] to stop the sweeper.
@@ -296,14 +293,14 @@ func (s *Store) decide(req *core.Request, at, clock int64, d *core.Decision) err
 	if t := sh.table(alg, false); t != nil {
 		e = t.find(h, req.Key)
 	}
-	changes := !req.Peek && req.Cost > 0 // a charge or a refund
+	changes := req.Changes()
 	if e == nil {
 		// Run a fresh key on the shard's scratch state and keep it only if
 		// it was charged: denials, peeks and refunds of unknown keys store
 		// nothing.
 		sh.scratch = core.State{}
 		*d = req.Algorithm.Transition(&sh.scratch, req.Step(at))
-		if d.Allowed && changes && !req.Refund {
+		if d.Allowed && changes && req.Op != core.OpRefund {
 			s.insert(sh, alg, h, req.Key, &entry{state: sh.scratch, expires: expiry(req, &sh.scratch, clock)}, clock)
 		}
 		sh.scratch = core.State{}

@@ -9,12 +9,13 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-var _ core.MultiStore = (*Store)(nil)
-
-// ApplyAll decides reqs as one atomic step (see [core.MultiStore]): it
-// takes the locks of every shard the keys live in, in a fixed order, runs
-// each request's transition on a copy of its key's state, and keeps the
-// copies only if every request was admitted.
+// ApplyAll decides reqs as one atomic step (see [core.Store]), whatever
+// their operation: it takes the locks of every shard the keys live in, in
+// a fixed order, runs each request's transition on a copy of its key's
+// state, and keeps the copies only if every request was admitted. As with
+// [Store.Apply], only an admitted charge or reservation of a positive
+// cost adds a key the store does not hold; peeks, refunds and zero costs
+// never do.
 func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
 	if err := core.ValidateAll(reqs, out); err != nil {
 		return err
@@ -70,13 +71,13 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 	// Keep the new states: first those of keys the store holds, then new
 	// keys, whose insertion may evict.
 	for i, e := range entries {
-		if e != nil && reqs[i].Cost > 0 {
+		if e != nil && reqs[i].Changes() {
 			e.state = states[i]
 			e.expires = expiry(&reqs[i], &e.state, clock)
 		}
 	}
 	for i, e := range entries {
-		if req := &reqs[i]; e == nil && req.Cost > 0 && !req.Limit.IsInf() {
+		if req := &reqs[i]; e == nil && req.Changes() && req.Op != core.OpRefund && !req.Limit.IsInf() {
 			s.insert(&s.shards[idx[i]], req.Algorithm.Name(), hashes[i], req.Key, &entry{state: states[i], expires: expiry(req, &states[i], clock)}, clock)
 		}
 	}

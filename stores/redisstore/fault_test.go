@@ -134,7 +134,7 @@ func TestNoReplay(t *testing.T) {
 		}
 		// The store's own reads, and a plain EVALSHA for the call.
 		plain := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
-			if req.Peek {
+			if req.Op == core.OpPeek {
 				return store.Apply(ctx, req)
 			}
 			script := algorithms.TokenBucket.(core.Scripted).Script()

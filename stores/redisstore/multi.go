@@ -13,13 +13,14 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-var _ core.MultiStore = (*Store)(nil)
-
-// ApplyAll decides reqs in one call of algorithms.MultiScript, all or
-// nothing (see [core.MultiStore]): on a single Redis always, on a Cluster
-// when every request is for one key (and so one slot), such as a burst
-// limit and a daily quota on one user. Otherwise, or for an algorithm of
-// your own, it charges in turn and refunds ([core.ApplyInTurn]).
+// ApplyAll decides reqs together (see [core.Store]) in one call of
+// algorithms.MultiScript, all or nothing, whatever their operation
+// (charges, peeks, refunds, reservations, concurrency leases): on a
+// single Redis always, and on a Cluster when every request is for one key
+// (and so one slot), such as a burst limit and a daily quota on one user.
+// Otherwise, or for an algorithm of your own, it decides in turn and
+// refunds ([core.ApplyInTurn]): charges are then briefly visible to
+// other callers. Requests under [core.Inf] are allowed without a call.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	if err := core.ValidateAll(reqs, out); err != nil {
 		return err

@@ -117,12 +117,100 @@ func TestStackClusterOneKey(t *testing.T) {
 				admitted++
 			}
 		}
-		daily, err := store.Apply(ctx, core.Request{Key: key, Algorithm: core.Named(algorithms.TokenBucket, "daily"), Limit: core.PerDay(10), Cost: 1, Peek: true})
+		daily, err := store.Apply(ctx, core.Request{Key: key, Algorithm: core.Named(algorithms.TokenBucket, "daily"), Limit: core.PerDay(10), Cost: 1, Op: core.OpPeek})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if admitted != 2 || daily.Remaining != 10-3 {
 			t.Errorf("%s: %d of 6 admitted, the daily quota left %d after a peek; want 2 admitted and 7 (only admissions charged)", name, admitted, daily.Remaining)
+		}
+	}
+}
+
+// TestBatchOfEachOpOneCall decides a batch of each operation through each
+// Redis store on a server of its own: peeks, reservations, refunds, and
+// charges of a concurrency rule beside a rate rule, each batch one script
+// call whose decisions are what the rules' states say.
+func TestBatchOfEachOpOneCall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { gc.Close() })
+	rs, err := redisstore.New(gc, redisstore.Config{Prefix: "ops:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	us, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: "ops-u:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := func() int64 {
+		info := storefault.Info(t, srv, "commandstats")
+		return storefault.InfoCount(info, "cmdstat_evalsha", "calls") + storefault.InfoCount(info, "cmdstat_eval", "calls")
+	}
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	fast := core.Named(algorithms.TokenBucket, "fast")
+	slow := core.Named(algorithms.TokenBucket, "slow")
+	slots := core.Named(algorithms.Concurrency, "slots")
+	for name, store := range map[string]core.Store{"redisstore": rs, "rueidisstore": us} {
+		ctx := context.Background()
+		req := func(alg core.Algorithm, limit core.Limit, op core.Op, cost int64, at time.Duration) core.Request {
+			r := core.Request{Key: "u1", Algorithm: alg, Limit: limit, Cost: cost, Op: op, Now: t0.Add(at)}
+			if op == core.OpReserve {
+				r.MaxWait = time.Second
+			}
+			return r
+		}
+		fastL, slowL := core.PerSecond(10).WithBurst(1), core.PerSecond(2).WithBurst(1)
+		ms := time.Millisecond
+		// Load the script first.
+		warm := []core.Request{req(fast, fastL, core.OpPeek, 1, 0), req(slow, slowL, core.OpPeek, 1, 0)}
+		warm[0].Key, warm[1].Key = "warm", "warm"
+		if err := store.ApplyAll(ctx, warm, make([]core.Decision, 2)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i, tc := range []struct {
+			what  string
+			reqs  []core.Request
+			check func(out []core.Decision) bool
+		}{
+			{"peeks of fresh keys", []core.Request{req(fast, fastL, core.OpPeek, 1, 0), req(slow, slowL, core.OpPeek, 1, 0)},
+				func(out []core.Decision) bool { return out[0].Allowed && out[1].Allowed }},
+			{"reservations", []core.Request{req(fast, fastL, core.OpReserve, 1, 0), req(slow, slowL, core.OpReserve, 1, 0)},
+				func(out []core.Decision) bool {
+					return out[0].Allowed && out[0].Delay == 0 && out[1].Allowed && out[1].Delay == 0
+				}},
+			{"reservations into debt", []core.Request{req(fast, fastL, core.OpReserve, 1, 0), req(slow, slowL, core.OpReserve, 1, 0)},
+				func(out []core.Decision) bool { return out[0].Delay == 100*ms && out[1].Delay == 500*ms }},
+			{"refunds", []core.Request{req(fast, fastL, core.OpRefund, 1, 0), req(slow, slowL, core.OpRefund, 1, 0)},
+				func(out []core.Decision) bool { return out[0].Allowed && out[1].Allowed }},
+			{"peeks after the refunds", []core.Request{req(fast, fastL, core.OpPeek, 1, 0), req(slow, slowL, core.OpPeek, 1, 0)},
+				func(out []core.Decision) bool { return !out[0].Allowed && !out[1].Allowed }},
+			{"a lease and a rate", []core.Request{
+				{Key: "u1", Algorithm: slots, Limit: core.Per(1, time.Minute), Cost: 1, Lease: 7, Now: t0},
+				req(fast, fastL, core.OpCharge, 1, time.Second)},
+				func(out []core.Decision) bool { return out[0].Allowed && out[0].Remaining == 0 && out[1].Allowed }},
+			{"another lease", []core.Request{
+				{Key: "u1", Algorithm: slots, Limit: core.Per(1, time.Minute), Cost: 1, Lease: 8, Now: t0},
+				req(fast, fastL, core.OpCharge, 1, 2*time.Second)},
+				func(out []core.Decision) bool { return !out[0].Allowed && out[1].Allowed }},
+		} {
+			before := calls()
+			out := make([]core.Decision, len(tc.reqs))
+			if err := store.ApplyAll(ctx, tc.reqs, out); err != nil {
+				t.Fatalf("%s: batch %d (%s): %v", name, i, tc.what, err)
+			}
+			if n := calls() - before; n != 1 {
+				t.Errorf("%s: batch %d (%s) took %d script calls, want 1", name, i, tc.what, n)
+			}
+			if !tc.check(out) {
+				t.Errorf("%s: batch %d (%s) = %+v", name, i, tc.what, out)
+			}
 		}
 	}
 }

@@ -176,7 +176,7 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 			// Open a connection and load the script before the start,
 			// without charging anything.
 			peek := r.req
-			peek.Peek = true
+			peek.Op = core.OpPeek
 			if d, err := r.store.Apply(context.Background(), peek); err != nil || !d.Allowed || d.Remaining != rate-1 {
 				t.Fatalf("%s: Apply(peek) before the start = %+v, %v; want allowed with %d remaining (a full bucket)", r.name, d, err, rate-1)
 			}
@@ -362,7 +362,7 @@ func overgrantWorker(t *testing.T, kind string) {
 	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(procRate).WithBurst(procRate), Cost: 1}
 	// Connect and load the script before the start, without charging.
 	peek := req
-	peek.Peek = true
+	peek.Op = core.OpPeek
 	if _, err := store.Apply(context.Background(), peek); err != nil {
 		fail("peek before the start: %v", err)
 	}

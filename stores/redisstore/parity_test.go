@@ -94,12 +94,12 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 		req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: cost, Now: time.UnixMicro(now)}
 		switch rng.IntN(8) {
 		case 0:
-			req.Peek = true
+			req.Op = core.OpPeek
 		case 1:
-			req.Refund = true
+			req.Op = core.OpRefund
 		case 2, 3:
-			if rs, ok := alg.(core.Reserver); ok && rs.Reserves() {
-				req.MaxWait = time.Duration(rng.Int64N(3*period+1)) * time.Microsecond
+			if core.Reserves(alg) {
+				req.Op, req.MaxWait = core.OpReserve, time.Duration(rng.Int64N(3*period)+1)*time.Microsecond
 				if rng.IntN(50) == 0 {
 					req.MaxWait = math.MaxInt64 // a debt of 2^52 units
 				}
@@ -108,13 +108,13 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 		want := alg.Transition(&state, req.Step(now))
 		got, err := store.Apply(ctx, req)
 		if err != nil {
-			t.Fatalf("op %d: Apply(now=%d, cost=%d, %v, peek=%v, refund=%v, maxwait=%v): %v", i, now, cost, limit, req.Peek, req.Refund, req.MaxWait, err)
+			t.Fatalf("op %d: Apply(now=%d, %v, cost=%d, %v, maxwait=%v): %v", i, now, req.Op, cost, limit, req.MaxWait, err)
 		}
 		if got != want {
-			t.Fatalf("op %d: Apply(now=%d, cost=%d, %v, peek=%v, refund=%v, maxwait=%v)\n got %+v\nwant %+v\nstate %+v", i, now, cost, limit, req.Peek, req.Refund, req.MaxWait, got, want, state)
+			t.Fatalf("op %d: Apply(now=%d, %v, cost=%d, %v, maxwait=%v)\n got %+v\nwant %+v\nstate %+v", i, now, req.Op, cost, limit, req.MaxWait, got, want, state)
 		}
 		switch {
-		case req.Refund:
+		case req.Op == core.OpRefund:
 			refunds++
 		case got.Delay > 0:
 			delayed++
@@ -241,11 +241,11 @@ func TestParityDeepDebt(t *testing.T) {
 	key := fmt.Sprintf("d%x", rand.Uint64())
 	t0 := parityStart
 	steps := []core.Request{
-		{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), Cost: 200_000_000, MaxWait: 1000 * time.Second},
-		{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), Cost: 200_000_000, MaxWait: 1000 * time.Second},
+		{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), Cost: 200_000_000, Op: core.OpReserve, MaxWait: 1000 * time.Second},
+		{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), Cost: 200_000_000, Op: core.OpReserve, MaxWait: 1000 * time.Second},
 		{Limit: core.PerDay(1), Cost: 1, Now: time.UnixMicro(t0 + 1)},
-		{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), Cost: 4, MaxWait: math.MaxInt64},
-		{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), Cost: 4, MaxWait: math.MaxInt64},
+		{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), Cost: 4, Op: core.OpReserve, MaxWait: math.MaxInt64},
+		{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), Cost: 4, Op: core.OpReserve, MaxWait: math.MaxInt64},
 		{Limit: core.PerSecond(3), Cost: 1},
 	}
 	for i, req := range steps {
@@ -295,9 +295,9 @@ func TestParityConcurrency(t *testing.T) {
 		}
 		switch rng.IntN(6) {
 		case 0:
-			req.Refund = true
+			req.Op = core.OpRefund
 		case 1:
-			req.Peek = true
+			req.Op = core.OpPeek
 		case 2:
 			req.Cost = limit.Rate() + 1 // unsatisfiable
 		}
@@ -307,10 +307,10 @@ func TestParityConcurrency(t *testing.T) {
 			t.Fatalf("seed %d, op %d: %+v: %v", seed, i, req, err)
 		}
 		if got != want {
-			t.Fatalf("seed %d, op %d: %v cost %d lease %d refund %v peek %v\n got %+v\nwant %+v\nstate %+v", seed, i, limit, req.Cost, req.Lease, req.Refund, req.Peek, got, want, state)
+			t.Fatalf("seed %d, op %d: %v %v cost %d lease %d\n got %+v\nwant %+v\nstate %+v", seed, i, req.Op, limit, req.Cost, req.Lease, got, want, state)
 		}
 		switch {
-		case req.Refund:
+		case req.Op == core.OpRefund:
 			released++
 		case got.Allowed:
 			allowed++

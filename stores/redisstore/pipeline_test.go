@@ -31,7 +31,7 @@ func TestPipelineAbandonedNotSent(t *testing.T) {
 	store := newStore(t, client, true)
 	req := core.Request{Key: "abandoned", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1000), Cost: 1}
 	peek := req
-	peek.Peek, peek.Cost = true, 0 // remaining, with nothing taken
+	peek.Op, peek.Cost = core.OpPeek, 0 // remaining, with nothing taken
 	// Load the script and open connections.
 	var wg sync.WaitGroup
 	for range 8 {

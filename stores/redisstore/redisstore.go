@@ -52,10 +52,7 @@ type Store struct {
 	pipe   *pipeliner // nil unless Config.Pipeline
 }
 
-var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Resetter = (*Store)(nil)
-)
+var _ core.Store = (*Store)(nil)
 
 // New returns a store that keeps state through client. It fails on a nil
 // client or a prefix with a brace; it does not contact Redis, so it

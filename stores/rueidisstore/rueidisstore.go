@@ -41,10 +41,7 @@ type Store struct {
 	closed atomic.Bool
 }
 
-var (
-	_ core.Store    = (*Store)(nil)
-	_ core.Resetter = (*Store)(nil)
-)
+var _ core.Store = (*Store)(nil)
 
 // New returns a store that keeps state through client. It fails on a nil
 // client or a prefix with a brace; it does not contact Redis.

@@ -7,15 +7,32 @@
 //	}
 //
 // [Run] checks, for every algorithm in package algorithms: step tables at
-// fixed instants; long random traces (costs, gaps, peeks, limit changes and
-// a clock that runs backwards) whose every decision must equal the Go
-// transition's; exactness under concurrency (ConcurrentSafe); peeks that
-// charge nothing; unsatisfiable costs; and decisions on the store's own
-// clock; and refunds, which must undo a charge exactly. It also checks key
-// independence (braces, Unicode, maximum length), bad input, [core.Inf],
-// reservations ([core.Request.MaxWait]), multi-limit requests
-// ([core.ApplyAll]: a denied request charges no rule, against a reference),
-// and, where the store implements them, Reset and Close.
+// fixed instants; long random traces (costs, gaps, peeks, refunds,
+// reservations, limit changes and a clock that runs backwards) whose every
+// decision must equal the Go transition's; exactness under concurrency
+// (ConcurrentSafe); peeks that charge nothing; unsatisfiable costs;
+// decisions on the store's own clock; and refunds, which must undo a
+// charge exactly. It also checks key independence (braces, Unicode,
+// maximum length), bad input, [core.Inf], reservations
+// ([core.OpReserve]), concurrency leases, Reset, and Close, after which
+// every method fails with [core.ErrClosed].
+//
+// Batches ([core.Store.ApplyAll]) are checked for every operation against
+// a reference that decides each request by its algorithm's Go transition
+// on a copy of its key's state and keeps the copies only if all were
+// admitted: random batches of charges, peeks and refunds (Multi); a batch
+// of peeks answers what each peek alone would and changes nothing
+// (BatchPeek); a batch of reservations is all or nothing, each rule owing
+// the Delay a reservation alone would get (BatchReserve); refunds
+// (BatchRefund); a concurrency rule's leases acquired, renewed and released
+// beside a rate rule (BatchLeases); and the batches [core.ValidateAll]
+// rejects (BatchBadInput). Each runs with every rule on one key and with a
+// key per rule. Under 64 goroutines a store must admit concurrent batches
+// exactly (MultiConcurrentSafe), unless it decides some batches in turn
+// ([core.ApplyInTurn]) and says so with the option [InTurn].
+//
+// To check that a chain of decorators hands a batch to the backend as one
+// call, put a [Counter] under it and read its [Counter.Counts].
 //
 // The suite decides at explicit instants wherever it checks exact numbers,
 // so it suits stores whose clock is elsewhere, such as a Redis server; and
