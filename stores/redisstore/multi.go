@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -50,30 +49,18 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	return nil
 }
 
-// evalMulti runs algorithms.MultiScript (EVAL once on NOSCRIPT) and reads
-// its reply as integers.
+// evalMulti runs algorithms.MultiScript and reads its reply as
+// integers.
 func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
 	script := algorithms.MultiScript()
-	args := make([]any, 0, 3+len(keys)+2)
-	args = append(args, "evalsha", script.Hash(), strconv.Itoa(len(keys)))
+	c := &call{args: make([]any, 0, 3+len(keys)+2)}
+	c.args = append(c.args, "evalsha", script.Hash(), strconv.Itoa(len(keys)))
 	for _, k := range keys {
-		args = append(args, k)
+		c.args = append(c.args, k)
 	}
-	args = append(args, packed, algs)
-	cmd := noRetry{redis.NewCmd(ctx, args...)}
-	_ = s.client.Process(ctx, &cmd)
-	reply, err := cmd.Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", script.Source()
-		cmd = noRetry{redis.NewCmd(ctx, args...)}
-		_ = s.client.Process(ctx, &cmd)
-		reply, err = cmd.Result()
-	}
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, fmt.Errorf("%w: no reply", wire.ErrMalformed)
-	case err != nil:
-		s.reloadOnFailure(ctx, err)
+	c.args = append(c.args, packed, algs)
+	reply, err := s.script(ctx, c, script)
+	if err != nil {
 		return nil, err
 	}
 	vals, ok := reply.([]any)

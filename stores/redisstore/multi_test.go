@@ -214,3 +214,64 @@ func TestBatchOfEachOpOneCall(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchAfterScriptFlush checks that a batch meeting NOSCRIPT (after a
+// restart, a failover or SCRIPT FLUSH) falls back to EVAL once, as a
+// single decision does, on each Redis store and on redisstore's
+// pipeline: the caller sees a decision, the server one NOSCRIPT and one
+// EVAL per flush.
+func TestBatchAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { gc.Close() })
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	plain, err := redisstore.New(gc, redisstore.Config{Prefix: "flush:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	piped, err := redisstore.New(gc, redisstore.Config{Prefix: "flush-p:", Pipeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { piped.Close() })
+	us, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: "flush-u:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		store core.Store
+	}{{"redisstore", plain}, {"redisstore-pipeline", piped}, {"rueidisstore", us}} {
+		stack, err := core.NewStack(tc.store,
+			core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
+			core.Rule{Name: "all", Algorithm: algorithms.GCRA, Limit: core.PerSecond(100)},
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for i := range 3 {
+			if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+			v, err := stack.Allow(ctx, "u", "all")
+			if err != nil || !v.Allowed {
+				t.Fatalf("%s, flush %d: a stack decision after SCRIPT FLUSH = %+v, %v; want admitted", tc.name, i, v, err)
+			}
+			stats := storefault.Info(t, srv, "commandstats")
+			eval := storefault.InfoCount(stats, "cmdstat_eval", "calls")
+			noscript := storefault.InfoCount(storefault.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
+			if eval != 1 || noscript != 1 {
+				t.Errorf("%s, flush %d: the server counted %d EVAL and %d NOSCRIPT, want 1 each", tc.name, i, eval, noscript)
+			}
+		}
+	}
+}

@@ -46,12 +46,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 // evalMulti runs algorithms.MultiScript (EVAL once on NOSCRIPT) and reads
 // its reply as integers.
 func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
-	script := algorithms.MultiScript()
-	n := int64(len(keys))
-	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(n).Key(keys...).Arg(packed, algs).Build())
-	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
-		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(packed, algs).Build())
-	}
+	res := s.script(ctx, algorithms.MultiScript(), keys, packed, algs)
 	if err := res.Error(); rueidis.IsRedisNil(err) {
 		return nil, fmt.Errorf("%w: no reply", wire.ErrMalformed)
 	} else if err != nil {

@@ -75,15 +75,24 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		return core.Unlimited(), nil
 	}
 	key, args := s.encode(&req)
-	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(1).Key(key).Arg(args).Build())
-	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
-		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(1).Key(key).Arg(args).Build())
-	}
-	d, err := decode(res)
+	d, err := decode(s.script(ctx, script, []string{key}, args))
 	if err != nil {
 		return core.Decision{}, fmt.Errorf("rueidisstore: %s: %w", req.Algorithm.Name(), err)
 	}
 	return d, nil
+}
+
+// script runs script on keys and args with EVALSHA, and EVAL once if
+// Redis does not have it, which is safe because a missing script ran
+// nothing. It is the one place either kind of call (a decision, a batch)
+// meets NOSCRIPT.
+func (s *Store) script(ctx context.Context, script *core.Script, keys []string, args ...string) rueidis.RedisResult {
+	n := int64(len(keys))
+	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(n).Key(keys...).Arg(args...).Build())
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
+		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(args...).Build())
+	}
+	return res
 }
 
 // encode returns the key and the packed request, two strings over one
