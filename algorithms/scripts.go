@@ -11,7 +11,7 @@ import (
 // Each algorithm's Lua twin is a decision: prelude.lua, its own file and
 // conclude.lua. A script of one decision is shared.lua and the decision as
 // the script's own code, on KEYS[1] and ARGV[1], then its write and its
-// reply; see [core.Script] for the calling convention. [MultiScript] holds
+// reply; see [Script] for the calling convention. [MultiScript] holds
 // every algorithm's decision as a function and decides several requests at
 // once.
 //
@@ -48,7 +48,7 @@ var (
 
 	// twins lists the algorithms in MultiScript, in its order.
 	twins = []struct {
-		script *core.Script
+		script *Script
 		lua    string
 	}{
 		{tokenBucketScript, tokenBucketLua},
@@ -63,8 +63,8 @@ var (
 
 // single returns the script of one decision by an algorithm: it writes at
 // once, since nothing follows.
-func single(lua string) *core.Script {
-	return core.NewScript(shared + "local KEY, ARG = KEYS[1], ARGV[1]\n" + prelude + lua + conclude + `
+func single(lua string) *Script {
+	return NewScript(shared + "local KEY, ARG = KEYS[1], ARGV[1]\n" + prelude + lua + conclude + `
 if dirty then
 	redis.call('PSETEX', KEY, ttl, value)
 end
@@ -76,7 +76,7 @@ return reply
 // decision, prelude.lua, the request's algorithm's file chosen by an
 // if-chain, and conclude.lua, as straight-line code like a single
 // script's, so that a call makes no closure per algorithm.
-func multi() *core.Script {
+func multi() *Script {
 	var b strings.Builder
 	b.WriteString(shared)
 	b.WriteString(`
@@ -121,28 +121,27 @@ if all then
 end
 return out
 `)
-	return core.NewScript(b.String())
+	return NewScript(b.String())
 }
 
 // MultiScript returns the Lua script that decides several requests in one
 // call, all or nothing, as [core.Store]'s ApplyAll asks, for a batch of
 // any one operation (charges, peeks, refunds, reservations, concurrency
 // leases): KEYS are the requests' states, ARGV[1] their packed requests one after another (each as
-// [core.Script] packs one), ARGV[2] one byte a request, its algorithm's
+// [Script] packs one), ARGV[2] one byte a request, its algorithm's
 // [MultiIndex]; the reply is each decision's six integers in turn, and
 // the states are written only if every request was admitted. Redis
 // stores use it for requests whose keys share a Cluster slot.
-func MultiScript() *core.Script { return multiScript }
+func MultiScript() *Script { return multiScript }
 
 // MultiIndex returns the index of alg's Lua twin in [MultiScript], from 1,
 // or 0 if it has none there (an algorithm of your own). A [core.Named]
 // algorithm has its base algorithm's index.
 func MultiIndex(alg core.Algorithm) int {
-	s, ok := alg.(core.Scripted)
-	if !ok {
+	script := ScriptOf(alg)
+	if script == nil {
 		return 0
 	}
-	script := s.Script()
 	for i, t := range twins {
 		if t.script == script {
 			return i + 1
@@ -152,28 +151,28 @@ func MultiIndex(alg core.Algorithm) int {
 }
 
 // Script returns the token bucket's Lua twin.
-func (tokenBucket) Script() *core.Script { return tokenBucketScript }
+func (tokenBucket) Script() *Script { return tokenBucketScript }
 
 // Script returns GCRA's Lua twin.
-func (gcra) Script() *core.Script { return gcraScript }
+func (gcra) Script() *Script { return gcraScript }
 
 // Script returns the fixed window's Lua twin.
-func (fixedWindow) Script() *core.Script { return fixedWindowScript }
+func (fixedWindow) Script() *Script { return fixedWindowScript }
 
 // Script returns the sliding window counter's Lua twin.
-func (slidingWindowCounter) Script() *core.Script { return slidingWindowCounterScript }
+func (slidingWindowCounter) Script() *Script { return slidingWindowCounterScript }
 
 // Script returns the sliding window log's Lua twin.
-func (slidingWindowLog) Script() *core.Script { return slidingWindowLogScript }
+func (slidingWindowLog) Script() *Script { return slidingWindowLogScript }
 
 // Script returns the concurrency algorithm's Lua twin.
-func (concurrency) Script() *core.Script { return concurrencyScript }
+func (concurrency) Script() *Script { return concurrencyScript }
 
 var (
-	_ core.Scripted = tokenBucket{}
-	_ core.Scripted = gcra{}
-	_ core.Scripted = fixedWindow{}
-	_ core.Scripted = slidingWindowCounter{}
-	_ core.Scripted = slidingWindowLog{}
-	_ core.Scripted = concurrency{}
+	_ Scripted = tokenBucket{}
+	_ Scripted = gcra{}
+	_ Scripted = fixedWindow{}
+	_ Scripted = slidingWindowCounter{}
+	_ Scripted = slidingWindowLog{}
+	_ Scripted = concurrency{}
 )

@@ -347,10 +347,38 @@ type Reserver interface {
 	Reserves() bool
 }
 
-// Reserves reports whether alg can reserve: it implements [Reserver] and
-// says it does.
+// AlgorithmAs finds an ability of alg: it returns alg as a T if alg is
+// one, else the first algorithm alg wraps that is, following each
+// algorithm's Unwrap() Algorithm method (as [Named]'s does), as
+// [errors.As] follows errors. It is how a store or decorator asks what an
+// algorithm can do, so that a wrapper such as a stack's rule keeps every
+// ability of the algorithm it wraps; an algorithm of your own that wraps
+// another gives it an Unwrap method to do the same.
+func AlgorithmAs[T Algorithm](alg Algorithm) (T, bool) {
+	for range maxUnwrap {
+		if t, ok := alg.(T); ok {
+			return t, true
+		}
+		u, ok := alg.(interface{ Unwrap() Algorithm })
+		if !ok {
+			break
+		}
+		if alg = u.Unwrap(); alg == nil {
+			break
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// maxUnwrap bounds the walk of [AlgorithmAs], in case an algorithm
+// unwraps to itself.
+const maxUnwrap = 16
+
+// Reserves reports whether alg can reserve: it is a [Reserver] (or wraps
+// one, see [AlgorithmAs]) that says it does.
 func Reserves(alg Algorithm) bool {
-	r, ok := alg.(Reserver)
+	r, ok := AlgorithmAs[Reserver](alg)
 	return ok && r.Reserves()
 }
 
@@ -371,17 +399,17 @@ type Batcher interface {
 	Windowed() bool
 }
 
-// Windowed reports whether alg is a [Batcher] whose capacity comes back
-// at window boundaries ([Batcher.Windowed]).
+// Windowed reports whether alg is a [Batcher] (or wraps one, see
+// [AlgorithmAs]) whose capacity comes back at window boundaries.
 func Windowed(alg Algorithm) bool {
-	b, ok := alg.(Batcher)
+	b, ok := AlgorithmAs[Batcher](alg)
 	return ok && b.Windowed()
 }
 
 // MaxBatch returns alg's [Batcher.MaxBatch] for l, or 0 when alg is not a
-// Batcher.
+// Batcher and wraps none (see [AlgorithmAs]).
 func MaxBatch(alg Algorithm, l Limit) int64 {
-	if b, ok := alg.(Batcher); ok {
+	if b, ok := AlgorithmAs[Batcher](alg); ok {
 		return b.MaxBatch(l)
 	}
 	return 0

@@ -54,10 +54,11 @@
 // integer microseconds ([Step]); a store runs it atomically for a key.
 // Because every store runs the same transition with the same integer
 // arithmetic, a decision never depends on the backend. What an algorithm
-// can do beyond deciding is asked of it through interfaces, which [Named]
-// passes on: [Reserver] (it can hold debt, for reservations), [Leaser]
+// can do beyond deciding is asked of it through interfaces: [Reserver] (it can hold debt, for reservations), [Leaser]
 // (it holds concurrency leases), [Batcher] (a cache may take its capacity
-// in batches) and [Scripted] (it has a Lua twin, for the Redis stores).
+// in batches), and, in package algorithms, Scripted (it has a Lua twin,
+// for the Redis stores). [AlgorithmAs] finds them, looking through
+// wrappers such as a stack's rules.
 //
 // Every request carries its limit, so a key's limit can change between
 // calls (per-key tiers, live reconfiguration); each algorithm documents

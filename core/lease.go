@@ -16,10 +16,10 @@ type Leaser interface {
 	Leases() bool
 }
 
-// Leases reports whether alg holds leases: it implements [Leaser] and
-// says it does.
+// Leases reports whether alg holds leases: it is a [Leaser] (or wraps
+// one, see [AlgorithmAs]) that says it does.
 func Leases(alg Algorithm) bool {
-	l, ok := alg.(Leaser)
+	l, ok := AlgorithmAs[Leaser](alg)
 	return ok && l.Leases()
 }
 

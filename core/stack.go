@@ -243,9 +243,8 @@ func (s *Stack) requests(keys []string, n int64, op Op) ([]Request, error) {
 // Named returns alg under another name, alg's own followed by "/" and
 // name, so that a rule's state is kept apart from every other state of
 // the same key (two token buckets on one key: a burst and a daily quota).
-// It decides exactly as alg, and keeps alg's abilities: its Lua twin
-// ([Scripted]), whether it reserves ([Reserver]), whether it holds leases
-// ([Leaser]) and how it may be batched ([Batcher]).
+// It decides exactly as alg, and keeps every ability alg has: its
+// Unwrap returns alg, which [AlgorithmAs] looks through.
 func Named(alg Algorithm, name string) Algorithm {
 	return named{Algorithm: alg, name: alg.Name() + "/" + name}
 }
@@ -257,23 +256,5 @@ type named struct {
 
 func (n named) Name() string { return n.name }
 
-// Script returns the twin of the named algorithm, or nil if it has none.
-func (n named) Script() *Script {
-	if s, ok := n.Algorithm.(Scripted); ok {
-		return s.Script()
-	}
-	return nil
-}
-
-// Leases reports whether the named algorithm holds leases.
-func (n named) Leases() bool { return Leases(n.Algorithm) }
-
-// Reserves reports whether the named algorithm reserves.
-func (n named) Reserves() bool { return Reserves(n.Algorithm) }
-
-// MaxBatch returns the named algorithm's largest batch under l.
-func (n named) MaxBatch(l Limit) int64 { return MaxBatch(n.Algorithm, l) }
-
-// Windowed reports whether the named algorithm's capacity comes back at
-// window boundaries.
-func (n named) Windowed() bool { return Windowed(n.Algorithm) }
+// Unwrap returns the algorithm named.
+func (n named) Unwrap() Algorithm { return n.Algorithm }

@@ -416,21 +416,21 @@ func DescribeTimeout(err error) string {
 type Scripted struct {
 	core.Algorithm
 	name   string
-	script *core.Script
+	script *algorithms.Script
 }
 
-var _ core.Scripted = Scripted{}
+var _ algorithms.Scripted = Scripted{}
 
 // NewScripted returns the algorithm name whose Lua twin is src.
 func NewScripted(name, src string) Scripted {
-	return Scripted{Algorithm: algorithms.TokenBucket, name: name, script: core.NewScript(src)}
+	return Scripted{Algorithm: algorithms.TokenBucket, name: name, script: algorithms.NewScript(src)}
 }
 
 // Name returns the name given to [NewScripted].
 func (a Scripted) Name() string { return a.name }
 
 // Script returns the script of the source given to [NewScripted].
-func (a Scripted) Script() *core.Script { return a.script }
+func (a Scripted) Script() *algorithms.Script { return a.script }
 
 // Unscripted is an algorithm without a Lua twin: embedding the interface
 // keeps only [core.Algorithm]'s methods, so Unscripted{algorithms.TokenBucket}
@@ -524,8 +524,8 @@ func CheckMalformed(t testing.TB, store core.Store, alg string, c MalformedCase)
 func CheckUnsupported(t testing.TB, store core.Store, calls func() int64, what string) {
 	t.Helper()
 	alg := Unscripted{algorithms.TokenBucket}
-	if _, ok := core.Algorithm(alg).(core.Scripted); ok {
-		t.Fatal("Unscripted is core.Scripted")
+	if _, ok := core.Algorithm(alg).(algorithms.Scripted); ok {
+		t.Fatal("Unscripted is algorithms.Scripted")
 	}
 	d, err := ApplyNoPanic(t, store, core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(10), Cost: 1})
 	if !errors.Is(err, core.ErrUnsupported) || d != (core.Decision{}) {

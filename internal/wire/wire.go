@@ -102,7 +102,7 @@ const ArgsLen = 10 * 8
 
 // AppendArgs appends the packed request ARGV[1] for req to dst: ten
 // little-endian doubles, exact because each is an integer below 2^53 (see
-// [core.Script]). The request must have passed [core.Request.Validate]
+// [algorithms.Script]). The request must have passed [core.Request.Validate]
 // and its limit must not be [core.Inf].
 func AppendArgs(dst []byte, req *core.Request) []byte {
 	now := int64(-1) // the server's clock
@@ -159,19 +159,17 @@ func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 // for a request under [core.Inf], which a store allows without a call. It
 // fails with the request's validation error, or one wrapping
 // [core.ErrUnsupported] for an algorithm without a twin.
-func Script(req *core.Request) (*core.Script, error) {
+func Script(req *core.Request) (*algorithms.Script, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	if req.Limit.IsInf() {
 		return nil, nil
 	}
-	if s, ok := req.Algorithm.(core.Scripted); ok {
-		if script := s.Script(); script != nil {
-			return script, nil
-		}
+	if script := algorithms.ScriptOf(req.Algorithm); script != nil {
+		return script, nil
 	}
-	return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (core.Scripted)", core.ErrUnsupported, req.Algorithm.Name())
+	return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (algorithms.Scripted)", core.ErrUnsupported, req.Algorithm.Name())
 }
 
 // Together prepares requests to be decided in one call of

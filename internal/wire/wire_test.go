@@ -161,7 +161,7 @@ func TestScript(t *testing.T) {
 		t.Errorf("Script(an empty key) = %v, want ErrInvalidKey", err)
 	}
 	req.Key, req.Algorithm, req.Limit = "k", algorithms.GCRA, core.PerSecond(1)
-	if s, err := Script(&req); err != nil || s != algorithms.GCRA.(core.Scripted).Script() {
+	if s, err := Script(&req); err != nil || s != algorithms.GCRA.(algorithms.Scripted).Script() {
 		t.Errorf("Script(GCRA) = %v, %v; want GCRA's twin", s, err)
 	}
 }

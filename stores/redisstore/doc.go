@@ -2,7 +2,7 @@
 // v9, so that every instance of a service shares one budget per key.
 //
 // Each decision is one EVALSHA of the algorithm's Lua twin (see
-// [core.Script]): the twin runs the same integer arithmetic as the Go
+// [algorithms.Script]): the twin runs the same integer arithmetic as the Go
 // transition, atomically, on the server's clock unless the request carries
 // its own Now. Concurrent callers across a fleet therefore never admit
 // more than the limit, and a decision on Redis equals the one memstore

@@ -137,7 +137,7 @@ func TestNoReplay(t *testing.T) {
 			if req.Op == core.OpPeek {
 				return store.Apply(ctx, req)
 			}
-			script := algorithms.TokenBucket.(core.Scripted).Script()
+			script := algorithms.TokenBucket.(algorithms.Scripted).Script()
 			key := wire.Key(store.Prefix(), req.Key, algorithms.TokenBucket.Name())
 			args := string(wire.AppendArgs(nil, &req))
 			return core.Decision{}, client.EvalSha(ctx, script.Hash(), []string{key}, args).Err()

@@ -9,12 +9,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
-// of [core.Script]: not six integers, or numbers no decision can hold.
+// of [algorithms.Script]: not six integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
 var ErrMalformed = wire.ErrMalformed
 
@@ -121,7 +122,7 @@ func (s *Store) reloadOnFailure(ctx context.Context, err error) {
 // nothing. It is the one place either kind of call (a decision, a batch)
 // meets NOSCRIPT. A call Redis did not answer has a Cluster client read
 // its slot map again (see reloadOnFailure).
-func (s *Store) script(ctx context.Context, c *call, script *core.Script) (any, error) {
+func (s *Store) script(ctx context.Context, c *call, script *algorithms.Script) (any, error) {
 	reply, err := s.run(ctx, c)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		c.args[0], c.args[1] = "eval", script.Source()
@@ -172,7 +173,7 @@ func (s *Store) run(ctx context.Context, c *call) (any, error) {
 
 // encode returns the EVALSHA command deciding req with script. The key
 // and the packed request share one buffer, never written again.
-func (s *Store) encode(req *core.Request, script *core.Script) *call {
+func (s *Store) encode(req *core.Request, script *algorithms.Script) *call {
 	c := new(call)
 	alg := req.Algorithm.Name()
 	buf := c.buf[:0]

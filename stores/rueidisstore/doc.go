@@ -7,7 +7,7 @@
 // callers on a few shared connections, which under load sends many
 // decisions in one write and lets Redis answer them in one read: the
 // fastest way sluice has to a shared limit. Each decision is still one
-// EVALSHA of the algorithm's Lua twin (see [core.Script]), atomic, on the
+// EVALSHA of the algorithm's Lua twin (see [algorithms.Script]), atomic, on the
 // server's clock unless the request carries its own Now.
 //
 // rueidis never retries a command that is not read-only, so a decision

@@ -9,12 +9,13 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
-// of [core.Script]: not six integers, or numbers no decision can hold.
+// of [algorithms.Script]: not six integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
 var ErrMalformed = wire.ErrMalformed
 
@@ -86,7 +87,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 // Redis does not have it, which is safe because a missing script ran
 // nothing. It is the one place either kind of call (a decision, a batch)
 // meets NOSCRIPT.
-func (s *Store) script(ctx context.Context, script *core.Script, keys []string, args ...string) rueidis.RedisResult {
+func (s *Store) script(ctx context.Context, script *algorithms.Script, keys []string, args ...string) rueidis.RedisResult {
 	n := int64(len(keys))
 	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(n).Key(keys...).Arg(args...).Build())
 	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {

@@ -1,13 +1,18 @@
-package core
+package algorithms
 
 import (
 	"crypto/sha1"
 	"encoding/hex"
+
+	"github.com/sluicehq/sluice/core"
 )
 
-// Script is the Lua twin of an [Algorithm]'s transition: the same decision
+// Script is the Lua twin of an algorithm's transition: the same decision
 // in the same integer arithmetic, run atomically inside Redis by the Redis
-// stores. An algorithm offers its twin by implementing [Scripted].
+// stores (packages redisstore and rueidisstore). An algorithm offers its
+// twin by implementing [Scripted]; this package's algorithms all do. It
+// is the Redis stores' calling convention, and concerns only those who
+// write an algorithm with a Lua twin of its own.
 //
 // Every script follows one calling convention, so that stores encode
 // requests and parse replies without knowing the algorithm:
@@ -17,16 +22,17 @@ import (
 //   - ARGV[1] is the request: ten little-endian IEEE 754 doubles, each an
 //     integer below 2^53 and so exact, read with struct.unpack: the instant
 //     to decide at in µs since the Unix epoch (−1 for the server's TIME),
-//     the cost, the [Op] (0 charge, 1 peek, 2 refund), then the limit's
+//     the cost, the [core.Op] (0 charge, 1 peek, 2 refund), then the limit's
 //     rate, period in µs, burst, units per token and per µs (see
-//     [Limit.Units]), the [Step.Debt] a reservation may run to, and the
-//     [Step.Lease] of a concurrency lease (0 if none).
+//     [core.Limit.Units]), the [core.Step] Debt a reservation may run
+//     to, and the Lease of a concurrency lease (0 if none).
 //   - The reply is an array of six integers: allowed (1 or 0), limit,
-//     remaining, retry-after in µs (−1 for [RetryNever]), reset-after in
-//     µs, and the delay of a reservation in µs (see [Decision.Delay]).
+//     remaining, retry-after in µs (−1 for [core.RetryNever]), reset-after in
+//     µs, and the delay of a reservation in µs (see [core.Decision]'s
+//     Delay).
 //
 // A script that writes sets a TTL on the key no longer than the time the
-// state matters (its E, see [State]) plus a margin.
+// state matters (its E, see [core.State]) plus a margin.
 //
 // One packed argument rather than ten decimal ones saves the server ten
 // number conversions and the client ten allocations per decision.
@@ -50,9 +56,19 @@ func (s *Script) Hash() string { return s.hash }
 // Scripted is implemented by algorithms that have a Lua twin. Redis stores
 // run only such algorithms; memstore needs no script.
 type Scripted interface {
-	Algorithm
+	core.Algorithm
 	// Script returns the algorithm's Lua twin, the same *Script on every
 	// call; nil when the algorithm has none after all (a wrapper around
 	// an algorithm without a twin).
 	Script() *Script
+}
+
+// ScriptOf returns alg's Lua twin, or nil if it has none: alg is not
+// [Scripted] and wraps no algorithm that is (see [core.AlgorithmAs], which
+// looks through a stack's [core.Named] rules).
+func ScriptOf(alg core.Algorithm) *Script {
+	if s, ok := core.AlgorithmAs[Scripted](alg); ok {
+		return s.Script()
+	}
+	return nil
 }
