@@ -284,9 +284,24 @@ func ValidateKey(key string) error {
 
 // State is the small per-key record an algorithm keeps. It is one fixed
 // record for every algorithm, so an in-process store can keep states by
-// value without allocating, and a Lua twin can keep the same numbers in one
-// Redis key. Each algorithm documents what its fields hold; the zero State
-// is a key that has never been charged.
+// value without allocating, and a Lua twin can keep the same numbers, in
+// the same order, in one Redis key. The zero State is a key that has
+// never been charged.
+//
+// T and E mean the same for every algorithm; A, B and C are the
+// algorithm's own numbers, short because the Lua twins and the Go
+// transitions use the same names, and each algorithm documents them:
+//
+//	algorithm               A                      B                        C
+//	token bucket            level in units at T    units per token of A     -
+//	GCRA                    TAT, whole µs          TAT's fraction in ticks  perMicro of B
+//	fixed window            window start (µs)      count in it              -
+//	sliding window counter  window start (µs)      count in it              previous window's count
+//	sliding window log      cost in Log[B:]        first live entry         -
+//	concurrency             slots held             -                        -
+//
+// The sliding window log keeps its charges in Log, and the concurrency
+// algorithm its slots, as (expiry, lease).
 type State struct {
 	// T is the instant, in microseconds since the Unix epoch, of the last
 	// charge. Algorithms decide at max(T, now), so a state's clock never
@@ -300,7 +315,8 @@ type State struct {
 	// for the zero State, whatever the limit, so a store that drops a
 	// state at E or later decides exactly as one that keeps it forever.
 	E int64
-	// Log holds the sliding window log's entries; nil for the others.
+	// Log holds the sliding window log's charges and the concurrency
+	// algorithm's slots; nil for the others.
 	Log []LogEntry
 }
 

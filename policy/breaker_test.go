@@ -19,7 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // fake is a remote store whose answers a test sets: every request
@@ -475,7 +475,7 @@ func TestNotCounted(t *testing.T) {
 		{"invalid cost", background, nil, false, core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}, core.ErrInvalidCost, false},
 		{"no algorithm", background, nil, false, core.Request{Key: "k", Limit: core.PerSecond(1), Cost: 1}, core.ErrNoAlgorithm, false},
 		{"unsupported", background, core.ErrUnsupported, false, req("k"), core.ErrUnsupported, true},
-		{"malformed", background, wire.ErrMalformed, false, req("k"), wire.ErrMalformed, true},
+		{"malformed", background, redisscript.ErrMalformed, false, req("k"), redisscript.ErrMalformed, true},
 		{"WRONGTYPE", background, errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), false, req("k"), nil, true},
 		{"BUSYKEY is not BUSY", background, errors.New("BUSYKEY Target key name already exists."), false, req("k"), nil, true},
 	}
@@ -802,7 +802,7 @@ func TestIsStoreFailure(t *testing.T) {
 		{wrap(errors.New("NOPERM this user has no permissions")), false},
 		{wrap(errors.New("ERR user_script:1: oops")), false},
 		{wrap(errors.New("loading")), false},
-		{wrap(wire.ErrMalformed), false},
+		{wrap(redisscript.ErrMalformed), false},
 		{wrap(core.ErrClosed), false},
 		{wrap(core.ErrUnsupported), false},
 		{fmt.Errorf("%w: %w", core.ErrInvalidKey, refused), false}, // a refused request never counts

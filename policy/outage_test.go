@@ -17,8 +17,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 )
@@ -385,7 +385,7 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 	}
 	after := between(samples, r.since(restarted), 1<<62)
 	t.Logf("closed %v after the restart; %s", toClose.Round(time.Millisecond), checkBucket(t, "after the restart", loadLimit, core.SourceStore, after))
-	noscript := storefault.InfoCount(storefault.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
+	noscript := redisfaults.InfoCount(redisfaults.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
 	if noscript == 0 {
 		t.Errorf("the restarted server answered no NOSCRIPT: the test did not exercise the fallback")
 	}

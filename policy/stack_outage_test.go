@@ -11,8 +11,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
 
@@ -238,7 +238,7 @@ func testStackKillRestart(t *testing.T, cl client) {
 	if apply, all, _ := counter.Counts(); apply != 0 || all == 0 {
 		t.Errorf("%d Apply and %d ApplyAll calls reached the store; want every decision as one ApplyAll", apply, all)
 	}
-	noscript := storefault.InfoCount(storefault.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
+	noscript := redisfaults.InfoCount(redisfaults.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
 	if noscript == 0 {
 		t.Errorf("the restarted server answered no NOSCRIPT: the test did not exercise the fallback")
 	}

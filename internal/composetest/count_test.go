@@ -7,8 +7,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
 
@@ -107,9 +107,9 @@ func TestStackOneScript(t *testing.T) {
 			before := counts(counter)
 			decide(t, stack)
 			checkCounts(t, counter, before)
-			stats := storefault.Info(t, srv, "commandstats")
-			evalsha := storefault.InfoCount(stats, "cmdstat_evalsha", "calls")
-			eval := storefault.InfoCount(stats, "cmdstat_eval", "calls")
+			stats := redisfaults.Info(t, srv, "commandstats")
+			evalsha := redisfaults.InfoCount(stats, "cmdstat_evalsha", "calls")
+			eval := redisfaults.InfoCount(stats, "cmdstat_eval", "calls")
 			t.Logf("the server ran %d EVALSHA and %d EVAL", evalsha, eval)
 			if evalsha != decisions || eval != 0 {
 				t.Errorf("the server ran %d EVALSHA and %d EVAL for %d decisions of 3 rules; want one EVALSHA per decision", evalsha, eval, decisions)

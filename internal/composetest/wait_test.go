@@ -12,8 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
 )
 
 // TestStackWait has 64 goroutines Wait on a two-rule stack through the
@@ -122,8 +122,8 @@ func TestStackWait(t *testing.T) {
 			got := float64(n-burst) / (at[n-1] - at[0]).Seconds()
 			apply, all, _ := counter.Counts()
 			apply, all = apply-before[0], all-before[1]
-			stats := storefault.Info(t, srv, "commandstats")
-			scripts := storefault.InfoCount(stats, "cmdstat_evalsha", "calls") + storefault.InfoCount(stats, "cmdstat_eval", "calls")
+			stats := redisfaults.Info(t, srv, "commandstats")
+			scripts := redisfaults.InfoCount(stats, "cmdstat_evalsha", "calls") + redisfaults.InfoCount(stats, "cmdstat_eval", "calls")
 			reserved, refunded, other := ops.counts()
 			t.Logf("%d admissions in %v, first at %v, last at %v: %.3f/s after the burst of %d; %d Waits refused, %d ended by the deadline",
 				n, run, at[0].Round(time.Millisecond), at[n-1].Round(time.Millisecond), got, burst, gaveUp.Load(), ended.Load())

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
 	"github.com/sluicehq/sluice/stores/layered"
 )
 
@@ -100,12 +100,12 @@ func TestLeaseProcesses(t *testing.T) {
 		}
 		workers[i] = w
 	}
-	var total storefault.Tally
+	var total redisfaults.Tally
 	var calls int64
 	failed := false
 	for i, w := range workers {
 		err := w.cmd.Wait()
-		var got storefault.Tally
+		var got redisfaults.Tally
 		var lastNs, n int64
 		reported := false
 		sc := bufio.NewScanner(bytes.NewReader(w.stdout.Bytes()))
@@ -193,7 +193,7 @@ func leaseWorker(t *testing.T, kind string) {
 	}
 	var before atomic.Int64
 	before.Store(calls.Load())
-	got, err := storefault.Hammer(store, req, procGoroutines, time.Unix(0, startNs), time.Unix(0, endNs))
+	got, err := redisfaults.Hammer(store, req, procGoroutines, time.Unix(0, startNs), time.Unix(0, endNs))
 	if err != nil {
 		fail("%v (after %d decisions)", err, got.Decisions)
 	}

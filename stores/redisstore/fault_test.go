@@ -12,9 +12,9 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
-	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -34,7 +34,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 			srv := redistest.Start(t)
 			client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			t.Cleanup(func() { client.Close() })
-			t.Log(storefault.FlushUnderLoad(t, srv, newStore(t, client, pipeline)))
+			t.Log(redisfaults.FlushUnderLoad(t, srv, newStore(t, client, pipeline)))
 		})
 	}
 }
@@ -51,7 +51,7 @@ func TestTimedOutCallNotReplayed(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
 	store := newStore(t, client, false)
-	timeout := storefault.TimeoutContexts(t, 50*time.Millisecond)
+	timeout := redisfaults.TimeoutContexts(t, 50*time.Millisecond)
 
 	// CLIENT PAUSE 400 ALL: the server reads the call and holds it until
 	// the pause ends. go-redis closes a connection whose read timed out,
@@ -59,8 +59,8 @@ func TestTimedOutCallNotReplayed(t *testing.T) {
 	// connection closes, so the decision is never applied: 5 remain. A
 	// client that kept the connection would leave 4; a replay, 3 or less.
 	t.Run("pause", func(t *testing.T) {
-		r := storefault.PausedCall(t, srv, store, "paused", timeout, nil)
-		t.Logf("the caller got %q (%s); then %d remaining", r.Err, storefault.DescribeTimeout(r.Err), r.Remaining)
+		r := redisfaults.PausedCall(t, srv, store, "paused", timeout, nil)
+		t.Logf("the caller got %q (%s); then %d remaining", r.Err, redisfaults.DescribeTimeout(r.Err), r.Remaining)
 		if r.Remaining != 5 {
 			t.Errorf("after the timed-out call, Remaining = %d, want 5 (dropped with its connection); 4 is applied once, 3 or less a replay", r.Remaining)
 		}
@@ -71,7 +71,7 @@ func TestTimedOutCallNotReplayed(t *testing.T) {
 	// caller gave up. Applied exactly once: 4 remain; a replay leaves 3.
 	// The pool's connections are opened first, 8 at once.
 	t.Run("busy", func(t *testing.T) {
-		storefault.CheckBusyTimedOut(t, srv, store, timeout, nil)
+		redisfaults.CheckBusyTimedOut(t, srv, store, timeout, nil)
 	})
 }
 
@@ -119,7 +119,7 @@ func TestNoReplay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := storefault.BusyCall(t, srv, store, context.Background, nil)
+			r := redisfaults.BusyCall(t, srv, store, context.Background, nil)
 			if runs := 5 - r.Remaining; runs != 1 {
 				t.Errorf("the call ran %d times, want once", runs)
 			}
@@ -138,11 +138,11 @@ func TestNoReplay(t *testing.T) {
 				return store.Apply(ctx, req)
 			}
 			script := algorithms.TokenBucket.(algorithms.Scripted).Script()
-			key := wire.Key(store.Prefix(), req.Key, algorithms.TokenBucket.Name())
-			args := string(wire.AppendArgs(nil, &req))
+			key := redisscript.Key(store.Prefix(), req.Key, algorithms.TokenBucket.Name())
+			args := string(redisscript.AppendArgs(nil, &req))
 			return core.Decision{}, client.EvalSha(ctx, script.Hash(), []string{key}, args).Err()
 		})
-		r := storefault.BusyCall(t, srv, plain, context.Background, nil)
+		r := redisfaults.BusyCall(t, srv, plain, context.Background, nil)
 		if runs := 5 - r.Remaining; runs < 2 {
 			t.Errorf("a plain go-redis EVALSHA ran %d times: the harness no longer sees go-redis's replays", runs)
 		}
@@ -151,16 +151,16 @@ func TestNoReplay(t *testing.T) {
 
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
-// panic. An error wraps wire.ErrMalformed where the reply is not six
+// panic. An error wraps redisscript.ErrMalformed where the reply is not six
 // integers a decision can hold, else it says what the server said.
 func TestMalformedReplies(t *testing.T) {
 	t.Parallel()
 	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
 	store := newStore(t, client, false)
-	for i, tt := range storefault.MalformedCases(nil) {
+	for i, tt := range redisfaults.MalformedCases(nil) {
 		t.Run(tt.Name, func(t *testing.T) {
-			storefault.CheckMalformed(t, store, fmt.Sprintf("bad-%d", i), tt)
+			redisfaults.CheckMalformed(t, store, fmt.Sprintf("bad-%d", i), tt)
 		})
 	}
 }
@@ -198,5 +198,5 @@ func TestUnsupportedAlgorithm(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	hook := &countHook{}
 	client.AddHook(hook)
-	storefault.CheckUnsupported(t, newStore(t, client, false), hook.n.Load, "dials and commands")
+	redisfaults.CheckUnsupported(t, newStore(t, client, false), hook.n.Load, "dials and commands")
 }

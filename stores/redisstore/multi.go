@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // ApplyAll decides reqs together (see [core.Store]) in one call of
@@ -32,7 +32,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	case *redis.ClusterClient, *redis.Ring:
 		cluster = true
 	}
-	keys, packed, algs, at, ok := wire.Together(s.prefix, reqs, out, cluster)
+	keys, packed, algs, at, ok := redisscript.Together(s.prefix, reqs, out, cluster)
 	switch {
 	case !ok:
 		return core.ApplyInTurn(ctx, s, reqs, out)
@@ -41,7 +41,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	}
 	ints, err := s.evalMulti(ctx, keys, packed, algs)
 	if err == nil {
-		err = wire.Place(ints, at, out)
+		err = redisscript.Place(ints, at, out)
 	}
 	if err != nil {
 		return fmt.Errorf("redisstore: multi: %w", err)
@@ -65,12 +65,12 @@ func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs strin
 	}
 	vals, ok := reply.([]any)
 	if !ok {
-		return nil, fmt.Errorf("%w: %T", wire.ErrMalformed, reply)
+		return nil, fmt.Errorf("%w: %T", redisscript.ErrMalformed, reply)
 	}
 	ints := make([]int64, len(vals))
 	for i, v := range vals {
 		if ints[i], ok = v.(int64); !ok {
-			return nil, fmt.Errorf("%w: element %d is %T", wire.ErrMalformed, i, v)
+			return nil, fmt.Errorf("%w: element %d is %T", redisscript.ErrMalformed, i, v)
 		}
 	}
 	return ints, nil

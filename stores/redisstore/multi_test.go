@@ -11,8 +11,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 )
@@ -48,8 +48,8 @@ func TestStackOneCall(t *testing.T) {
 			t.Fatal(err)
 		}
 		calls := func() int64 {
-			info := storefault.Info(t, srv, "commandstats")
-			return storefault.InfoCount(info, "cmdstat_evalsha", "calls") + storefault.InfoCount(info, "cmdstat_eval", "calls")
+			info := redisfaults.Info(t, srv, "commandstats")
+			return redisfaults.InfoCount(info, "cmdstat_evalsha", "calls") + redisfaults.InfoCount(info, "cmdstat_eval", "calls")
 		}
 		ctx := context.Background()
 		if _, err := stack.Allow(ctx, "warm", "warm", "warm"); err != nil { // loads the script
@@ -150,8 +150,8 @@ func TestBatchOfEachOpOneCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := func() int64 {
-		info := storefault.Info(t, srv, "commandstats")
-		return storefault.InfoCount(info, "cmdstat_evalsha", "calls") + storefault.InfoCount(info, "cmdstat_eval", "calls")
+		info := redisfaults.Info(t, srv, "commandstats")
+		return redisfaults.InfoCount(info, "cmdstat_evalsha", "calls") + redisfaults.InfoCount(info, "cmdstat_eval", "calls")
 	}
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	fast := core.Named(algorithms.TokenBucket, "fast")
@@ -266,9 +266,9 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 			if err != nil || !v.Allowed {
 				t.Fatalf("%s, flush %d: a stack decision after SCRIPT FLUSH = %+v, %v; want admitted", tc.name, i, v, err)
 			}
-			stats := storefault.Info(t, srv, "commandstats")
-			eval := storefault.InfoCount(stats, "cmdstat_eval", "calls")
-			noscript := storefault.InfoCount(storefault.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
+			stats := redisfaults.Info(t, srv, "commandstats")
+			eval := redisfaults.InfoCount(stats, "cmdstat_eval", "calls")
+			noscript := redisfaults.InfoCount(redisfaults.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
 			if eval != 1 || noscript != 1 {
 				t.Errorf("%s, flush %d: the server counted %d EVAL and %d NOSCRIPT, want 1 each", tc.name, i, eval, noscript)
 			}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/storefault"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
@@ -59,7 +59,7 @@ func maxAdmitted(burst, perSecond int64, span time.Duration) int64 {
 // perSecond hammered from start to end: at most the bound on the calls
 // answered by end, at most the bound over [start, last admitted reply] on
 // all, and at least least in all.
-func checkAdmitted(t *testing.T, got storefault.Tally, burst, perSecond int64, start, end time.Time, least int64) {
+func checkAdmitted(t *testing.T, got redisfaults.Tally, burst, perSecond int64, start, end time.Time, least int64) {
 	t.Helper()
 	onTime := got.Admitted - got.Late
 	if want := maxAdmitted(burst, perSecond, end.Sub(start)); onTime > want {
@@ -162,7 +162,7 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 		name  string
 		store core.Store
 		req   core.Request
-		got   storefault.Tally
+		got   redisfaults.Tally
 		err   error
 	}
 	var runs []*run
@@ -187,7 +187,7 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 	end := start.Add(window)
 	var wg sync.WaitGroup
 	for _, r := range runs {
-		wg.Go(func() { r.got, r.err = storefault.Hammer(r.store, r.req, goroutines, start, end) })
+		wg.Go(func() { r.got, r.err = redisfaults.Hammer(r.store, r.req, goroutines, start, end) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -294,11 +294,11 @@ func TestNoOvergrantProcesses(t *testing.T) {
 		workers[i] = w
 	}
 
-	var total storefault.Tally
+	var total redisfaults.Tally
 	var failed bool
 	for i, w := range workers {
 		err := w.cmd.Wait()
-		var got storefault.Tally
+		var got redisfaults.Tally
 		var lastNs, lagNs int64
 		var reported bool
 		sc := bufio.NewScanner(bytes.NewReader(w.stdout.Bytes()))
@@ -367,7 +367,7 @@ func overgrantWorker(t *testing.T, kind string) {
 		fail("peek before the start: %v", err)
 	}
 	lag := time.Since(start) // negative when the worker was ready in time
-	got, err := storefault.Hammer(store, req, procGoroutines, start, end)
+	got, err := redisfaults.Hammer(store, req, procGoroutines, start, end)
 	if err != nil {
 		fail("%v (after %d decisions)", err, got.Decisions)
 	}

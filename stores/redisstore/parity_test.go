@@ -14,8 +14,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -181,12 +181,12 @@ func (b *bytesSource) Uint64() uint64 {
 func FuzzParity(f *testing.F) {
 	srv := redistest.Shared(f)
 	store := core.StoreFunc(func(_ context.Context, req core.Request) (core.Decision, error) {
-		script, err := wire.Script(&req)
+		script, err := redisscript.Script(&req)
 		if err != nil {
 			return core.Decision{}, err
 		}
-		key := wire.Key("fuzz:", req.Key, req.Algorithm.Name())
-		args := string(wire.AppendArgs(nil, &req))
+		key := redisscript.Key("fuzz:", req.Key, req.Algorithm.Name())
+		args := string(redisscript.AppendArgs(nil, &req))
 		r, err := srv.Do("EVALSHA", script.Hash(), "1", key, args)
 		var re *redistest.RedisError
 		if errors.As(err, &re) && re.Prefix() == "NOSCRIPT" {
@@ -196,16 +196,16 @@ func FuzzParity(f *testing.F) {
 			return core.Decision{}, err
 		}
 		vals, err := r.Array()
-		if err != nil || len(vals) != wire.ReplyLen {
+		if err != nil || len(vals) != redisscript.ReplyLen {
 			return core.Decision{}, fmt.Errorf("reply %v: %v", r, err)
 		}
-		var ints [wire.ReplyLen]int64
+		var ints [redisscript.ReplyLen]int64
 		for i, v := range vals {
 			if ints[i], err = v.Int(); err != nil {
 				return core.Decision{}, err
 			}
 		}
-		return wire.Decision(ints)
+		return redisscript.Decision(ints)
 	})
 	seed := rand.New(rand.NewPCG(1, 2))
 	for range 8 {

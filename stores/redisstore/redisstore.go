@@ -11,13 +11,13 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
 // of [algorithms.Script]: not six integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
-var ErrMalformed = wire.ErrMalformed
+var ErrMalformed = redisscript.ErrMalformed
 
 // Config configures a [Store]. The zero Config is ready to use.
 type Config struct {
@@ -62,7 +62,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	prefix, err := wire.Prefix(cfg.Prefix)
+	prefix, err := redisscript.Prefix(cfg.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
@@ -81,7 +81,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 // otherwise send it again. Requests under [core.Inf] are allowed without a
 // call.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	script, err := wire.Script(&req)
+	script, err := redisscript.Script(&req)
 	switch {
 	case err != nil:
 		return core.Decision{}, err
@@ -130,7 +130,7 @@ func (s *Store) script(ctx context.Context, c *call, script *algorithms.Script) 
 	}
 	switch {
 	case errors.Is(err, redis.Nil):
-		return nil, fmt.Errorf("%w: no reply", wire.ErrMalformed)
+		return nil, fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
 	case err != nil:
 		s.reloadOnFailure(ctx, err)
 		return nil, err
@@ -177,12 +177,12 @@ func (s *Store) encode(req *core.Request, script *algorithms.Script) *call {
 	c := new(call)
 	alg := req.Algorithm.Name()
 	buf := c.buf[:0]
-	if n := len(s.prefix) + 3*len(req.Key) + len(alg) + 4 + wire.ArgsLen; n > len(c.buf) {
+	if n := len(s.prefix) + 3*len(req.Key) + len(alg) + 4 + redisscript.ArgsLen; n > len(c.buf) {
 		buf = make([]byte, 0, n)
 	}
-	buf = wire.AppendKey(buf, s.prefix, req.Key, alg)
+	buf = redisscript.AppendKey(buf, s.prefix, req.Key, alg)
 	n := len(buf)
-	buf = wire.AppendArgs(buf, req)
+	buf = redisscript.AppendArgs(buf, req)
 	c.hash = script.Hash()
 	c.key = unsafe.String(&buf[0], n)
 	c.req = unsafe.String(&buf[n], len(buf)-n)
@@ -196,18 +196,18 @@ func (s *Store) encode(req *core.Request, script *algorithms.Script) *call {
 // decode checks a script's reply, as go-redis parsed it.
 func decode(reply any) (core.Decision, error) {
 	vals, ok := reply.([]any)
-	if !ok || len(vals) != wire.ReplyLen {
-		return core.Decision{}, fmt.Errorf("%w: %T %v", wire.ErrMalformed, reply, reply)
+	if !ok || len(vals) != redisscript.ReplyLen {
+		return core.Decision{}, fmt.Errorf("%w: %T %v", redisscript.ErrMalformed, reply, reply)
 	}
-	var ints [wire.ReplyLen]int64
+	var ints [redisscript.ReplyLen]int64
 	for i, v := range vals {
 		n, ok := v.(int64)
 		if !ok {
-			return core.Decision{}, fmt.Errorf("%w: element %d is %T %v", wire.ErrMalformed, i, v, v)
+			return core.Decision{}, fmt.Errorf("%w: element %d is %T %v", redisscript.ErrMalformed, i, v, v)
 		}
 		ints[i] = n
 	}
-	return wire.Decision(ints)
+	return redisscript.Decision(ints)
 }
 
 // Reset forgets key's state under alg, as if it had never been charged.
@@ -221,7 +221,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
-	if err := s.client.Del(ctx, wire.Key(s.prefix, key, alg.Name())).Err(); err != nil {
+	if err := s.client.Del(ctx, redisscript.Key(s.prefix, key, alg.Name())).Err(); err != nil {
 		return fmt.Errorf("redisstore: reset: %w", err)
 	}
 	return nil

@@ -9,9 +9,9 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
-	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -34,7 +34,7 @@ func TestClusterReloadsAfterFailure(t *testing.T) {
 	if _, err := store.Apply(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	victim, err := c.Owner(wire.Key(wire.DefaultPrefix, req.Key, req.Algorithm.Name()))
+	victim, err := c.Owner(redisscript.Key(redisscript.DefaultPrefix, req.Key, req.Algorithm.Name()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestClusterReloadsAfterFailure(t *testing.T) {
 		var n int64
 		for _, s := range c.Servers() {
 			if s != victim {
-				n += storefault.InfoCount(storefault.Info(t, s, "commandstats"), "cmdstat_cluster|slots", "calls")
+				n += redisfaults.InfoCount(redisfaults.Info(t, s, "commandstats"), "cmdstat_cluster|slots", "calls")
 			}
 		}
 		return n

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/storefault"
 )
 
 // The helpers are package storefault's, shared with redisstore; these
@@ -26,7 +26,7 @@ import (
 func TestScriptFlushUnderLoad(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	t.Log(storefault.FlushUnderLoad(t, srv, newStore(t, newClient(t, srv.Addr()))))
+	t.Log(redisfaults.FlushUnderLoad(t, srv, newStore(t, newClient(t, srv.Addr()))))
 }
 
 // TestTimedOutCallNotReplayed makes a call that times out after 50 ms
@@ -40,7 +40,7 @@ func TestTimedOutCallNotReplayed(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	store := newStore(t, newClient(t, srv.Addr()))
-	timeout := storefault.TimeoutContexts(t, 50*time.Millisecond)
+	timeout := redisfaults.TimeoutContexts(t, 50*time.Millisecond)
 	// CLIENT PAUSE 400 ALL: the server reads the call and holds it until
 	// the pause ends. A connection used by one caller at a time (as here)
 	// is closed when its call's deadline passes, and the server drops a
@@ -48,9 +48,9 @@ func TestTimedOutCallNotReplayed(t *testing.T) {
 	// remain. A connection shared by concurrent callers is kept, and the
 	// call runs when the pause ends: 4 remain. Either way, never 3.
 	t.Run("pause", func(t *testing.T) {
-		r := storefault.PausedCall(t, srv, store, "paused", timeout, warm)
+		r := redisfaults.PausedCall(t, srv, store, "paused", timeout, warm)
 		t.Logf("Apply returned after %v: %+v, %v", r.Took.Round(time.Millisecond), r.D, r.Err)
-		t.Logf("the caller got %q (%s); then %d remaining", r.Err, storefault.DescribeTimeout(r.Err), r.Remaining)
+		t.Logf("the caller got %q (%s); then %d remaining", r.Err, redisfaults.DescribeTimeout(r.Err), r.Remaining)
 		if r.Remaining != 4 && r.Remaining != 5 {
 			t.Errorf("after the timed-out call, Remaining = %d, want 5 (dropped with its connection) or 4 (applied once); 3 or less is a replay", r.Remaining)
 		}
@@ -60,7 +60,7 @@ func TestTimedOutCallNotReplayed(t *testing.T) {
 	// after the caller gave up, whether or not the connection was closed
 	// meanwhile. Applied exactly once: 4 remain; a replay leaves 3.
 	t.Run("busy", func(t *testing.T) {
-		storefault.CheckBusyTimedOut(t, srv, store, timeout, warm)
+		redisfaults.CheckBusyTimedOut(t, srv, store, timeout, warm)
 	})
 }
 
@@ -73,12 +73,12 @@ func TestTimedOutCallNotReplayed(t *testing.T) {
 // connections undialled with a chance of about 4·(3/4)^64 ≈ 4·10⁻⁸.
 const warmPeeks = 64
 
-// warm is the rueidis client's [storefault.Warm]: it opens the store's
+// warm is the rueidis client's [redisfaults.Warm]: it opens the store's
 // connections with peeks of key, checking that its bucket is full.
 func warm(t testing.TB, store core.Store, key string) {
 	t.Helper()
 	for range warmPeeks {
-		if n := storefault.RemainingOf(t, store, key); n != 5 {
+		if n := redisfaults.RemainingOf(t, store, key); n != 5 {
 			t.Fatalf("%d remaining before the call, want 5", n)
 		}
 	}
@@ -86,7 +86,7 @@ func warm(t testing.TB, store core.Store, key string) {
 
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
-// panic. An error wraps wire.ErrMalformed where the reply is not six
+// panic. An error wraps redisscript.ErrMalformed where the reply is not six
 // integers a decision can hold, else it says what the server said; where a
 // reply has the wrong elements, rueidisstore's error also says which.
 func TestMalformedReplies(t *testing.T) {
@@ -97,9 +97,9 @@ func TestMalformedReplies(t *testing.T) {
 		"string-element": "element 5",
 		"nested":         "element 0",
 	}
-	for i, tt := range storefault.MalformedCases(says) {
+	for i, tt := range redisfaults.MalformedCases(says) {
 		t.Run(tt.Name, func(t *testing.T) {
-			storefault.CheckMalformed(t, store, fmt.Sprintf("bad-%d", i), tt)
+			redisfaults.CheckMalformed(t, store, fmt.Sprintf("bad-%d", i), tt)
 		})
 	}
 }
@@ -127,5 +127,5 @@ func (c *countingClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed)
 func TestUnsupportedAlgorithm(t *testing.T) {
 	t.Parallel()
 	client := &countingClient{Client: newClient(t, testAddr(t))}
-	storefault.CheckUnsupported(t, newStore(t, client), client.n.Load, "commands")
+	redisfaults.CheckUnsupported(t, newStore(t, client), client.n.Load, "commands")
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // TestBracesCannotPickASlot charges 10,000 keys crafted to share the hash
@@ -25,7 +25,7 @@ func TestBracesCannotPickASlot(t *testing.T) {
 	slots := map[int]bool{}
 	for i := range n {
 		key := fmt.Sprintf("{same}x%d", i)
-		slots[redistest.Slot(wire.Key(prefix, key, algorithms.GCRA.Name()))] = true
+		slots[redistest.Slot(redisscript.Key(prefix, key, algorithms.GCRA.Name()))] = true
 		_, err := store.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: core.PerMinute(1), Cost: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -65,8 +65,8 @@ func TestEveryKeyHasATTL(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				horizon[wire.Key(store.Prefix(), key, alg.Name())] = alg.Horizon(l)
-				written[wire.Key(store.Prefix(), key, alg.Name())] = time.Now()
+				horizon[redisscript.Key(store.Prefix(), key, alg.Name())] = alg.Horizon(l)
+				written[redisscript.Key(store.Prefix(), key, alg.Name())] = time.Now()
 			}
 		}
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // ApplyAll decides reqs together (see [core.Store]) in one call of
@@ -26,7 +26,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
-	keys, packed, algs, at, ok := wire.Together(s.prefix, reqs, out, s.client.Mode() == rueidis.ClientModeCluster)
+	keys, packed, algs, at, ok := redisscript.Together(s.prefix, reqs, out, s.client.Mode() == rueidis.ClientModeCluster)
 	switch {
 	case !ok:
 		return core.ApplyInTurn(ctx, s, reqs, out)
@@ -35,7 +35,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	}
 	ints, err := s.evalMulti(ctx, keys, packed, algs)
 	if err == nil {
-		err = wire.Place(ints, at, out)
+		err = redisscript.Place(ints, at, out)
 	}
 	if err != nil {
 		return fmt.Errorf("rueidisstore: multi: %w", err)
@@ -48,18 +48,18 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
 	res := s.script(ctx, algorithms.MultiScript(), keys, packed, algs)
 	if err := res.Error(); rueidis.IsRedisNil(err) {
-		return nil, fmt.Errorf("%w: no reply", wire.ErrMalformed)
+		return nil, fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
 	} else if err != nil {
 		return nil, err
 	}
 	vals, err := res.ToArray()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", wire.ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
 	}
 	ints := make([]int64, len(vals))
 	for i := range vals {
 		if ints[i], err = vals[i].ToInt64(); err != nil {
-			return nil, fmt.Errorf("%w: element %d: %w", wire.ErrMalformed, i, err)
+			return nil, fmt.Errorf("%w: element %d: %w", redisscript.ErrMalformed, i, err)
 		}
 	}
 	return ints, nil

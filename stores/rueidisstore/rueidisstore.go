@@ -11,13 +11,13 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
 // of [algorithms.Script]: not six integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
-var ErrMalformed = wire.ErrMalformed
+var ErrMalformed = redisscript.ErrMalformed
 
 // Config configures a [Store]. The zero Config is ready to use.
 type Config struct {
@@ -53,7 +53,7 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("rueidisstore: nil client")
 	}
-	prefix, err := wire.Prefix(cfg.Prefix)
+	prefix, err := redisscript.Prefix(cfg.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("rueidisstore: %w", err)
 	}
@@ -66,7 +66,7 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 // failure is retried: a call that timed out may have been applied.
 // Requests under [core.Inf] are allowed without a call.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	script, err := wire.Script(&req)
+	script, err := redisscript.Script(&req)
 	switch {
 	case err != nil:
 		return core.Decision{}, err
@@ -100,10 +100,10 @@ func (s *Store) script(ctx context.Context, script *algorithms.Script, keys []st
 // allocation.
 func (s *Store) encode(req *core.Request) (key, args string) {
 	alg := req.Algorithm.Name()
-	buf := make([]byte, 0, len(s.prefix)+3*len(req.Key)+len(alg)+4+wire.ArgsLen)
-	buf = wire.AppendKey(buf, s.prefix, req.Key, alg)
+	buf := make([]byte, 0, len(s.prefix)+3*len(req.Key)+len(alg)+4+redisscript.ArgsLen)
+	buf = redisscript.AppendKey(buf, s.prefix, req.Key, alg)
 	n := len(buf)
-	buf = wire.AppendArgs(buf, req)
+	buf = redisscript.AppendArgs(buf, req)
 	// buf is never written again, so the strings may share it.
 	return unsafe.String(&buf[0], n), unsafe.String(&buf[n], len(buf)-n)
 }
@@ -111,26 +111,26 @@ func (s *Store) encode(req *core.Request) (key, args string) {
 // decode checks a script's reply.
 func decode(res rueidis.RedisResult) (core.Decision, error) {
 	if err := res.Error(); rueidis.IsRedisNil(err) {
-		return core.Decision{}, fmt.Errorf("%w: no reply", wire.ErrMalformed)
+		return core.Decision{}, fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
 	} else if err != nil {
 		return core.Decision{}, err // the connection's, or the script's
 	}
 	vals, err := res.ToArray()
 	if err != nil {
-		return core.Decision{}, fmt.Errorf("%w: %w", wire.ErrMalformed, err)
+		return core.Decision{}, fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
 	}
-	if len(vals) != wire.ReplyLen {
-		return core.Decision{}, fmt.Errorf("%w: %d elements", wire.ErrMalformed, len(vals))
+	if len(vals) != redisscript.ReplyLen {
+		return core.Decision{}, fmt.Errorf("%w: %d elements", redisscript.ErrMalformed, len(vals))
 	}
-	var ints [wire.ReplyLen]int64
+	var ints [redisscript.ReplyLen]int64
 	for i := range vals {
 		n, err := vals[i].ToInt64()
 		if err != nil {
-			return core.Decision{}, fmt.Errorf("%w: element %d: %w", wire.ErrMalformed, i, err)
+			return core.Decision{}, fmt.Errorf("%w: element %d: %w", redisscript.ErrMalformed, i, err)
 		}
 		ints[i] = n
 	}
-	return wire.Decision(ints)
+	return redisscript.Decision(ints)
 }
 
 // Reset forgets key's state under alg, as if it had never been charged.
@@ -144,7 +144,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
-	k := wire.Key(s.prefix, key, alg.Name())
+	k := redisscript.Key(s.prefix, key, alg.Name())
 	if err := s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
 		return fmt.Errorf("rueidisstore: reset: %w", err)
 	}

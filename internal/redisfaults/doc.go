@@ -1,4 +1,4 @@
-// Package storefault holds the fault tests that redisstore and
+// Package redisfaults holds the fault tests that redisstore and
 // rueidisstore share: the checks that a Redis store survives a server that
 // forgets its scripts, a server that cannot answer in time, and scripts
 // whose replies break the calling convention. Each store's fault_test.go
@@ -19,4 +19,4 @@
 // test's own, because SCRIPT FLUSH and CLIENT PAUSE reach every client,
 // say so. They fail the test through t, and mark themselves with t.Helper,
 // so that a failure or a log names the line of the calling test.
-package storefault
+package redisfaults

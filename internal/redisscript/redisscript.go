@@ -1,4 +1,4 @@
-package wire
+package redisscript
 
 import (
 	"crypto/sha256"

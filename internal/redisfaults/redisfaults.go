@@ -1,4 +1,4 @@
-package storefault
+package redisfaults
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // FlushResult is what [FlushUnderLoad] saw.
@@ -450,11 +450,11 @@ func ApplyNoPanic(t testing.TB, store core.Store, req core.Request) (d core.Deci
 
 // MalformedCase is a script whose reply breaks the calling convention,
 // with what a store must return for it: an error wrapping
-// [wire.ErrMalformed] where the reply is not six integers a decision can
+// [redisscript.ErrMalformed] where the reply is not six integers a decision can
 // hold, else an error that says what the server said.
 type MalformedCase struct {
 	Name, Src string
-	Malformed bool   // the error wraps wire.ErrMalformed
+	Malformed bool   // the error wraps redisscript.ErrMalformed
 	Says      string // and the error's text contains this
 }
 
@@ -507,8 +507,8 @@ func CheckMalformed(t testing.TB, store core.Store, alg string, c MalformedCase)
 	if d != (core.Decision{}) {
 		t.Errorf("Apply with %q = %+v with its error; want a zero Decision", c.Src, d)
 	}
-	if errors.Is(err, wire.ErrMalformed) != c.Malformed {
-		t.Errorf("Apply with %q: errors.Is(%v, wire.ErrMalformed) = %v, want %v", c.Src, err, !c.Malformed, c.Malformed)
+	if errors.Is(err, redisscript.ErrMalformed) != c.Malformed {
+		t.Errorf("Apply with %q: errors.Is(%v, redisscript.ErrMalformed) = %v, want %v", c.Src, err, !c.Malformed, c.Malformed)
 	}
 	if !strings.Contains(err.Error(), c.Says) {
 		t.Errorf("Apply with %q: error %q does not say %q", c.Src, err, c.Says)
