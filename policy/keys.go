@@ -160,6 +160,24 @@ func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 	if err := core.ValidateAll(reqs, out); err != nil {
 		return err
 	}
+	if p.limit == nil && !p.listed(reqs) {
+		// Nothing to change in the batch: pass it on as it is, with no
+		// copy.
+		if err := p.inner.ApplyAll(ctx, reqs, out); err != nil {
+			return err
+		}
+		admitted := true
+		for i := range out {
+			admitted = admitted && out[i].Allowed
+		}
+		for i := range reqs {
+			if admitted {
+				p.near(&reqs[i], out[i])
+			}
+			out[i] = p.after(&reqs[i], out[i])
+		}
+		return nil
+	}
 	all := append([]core.Request(nil), reqs...) // under their overrides
 	rs := make([]core.Request, 0, len(reqs))
 	at := make([]int, 0, len(reqs))
@@ -209,6 +227,16 @@ func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 		out[i] = p.after(&all[i], out[i])
 	}
 	return nil
+}
+
+// listed reports whether a request's key is on the deny or the allow list.
+func (p *Policy) listed(reqs []core.Request) bool {
+	for i := range reqs {
+		if p.deny != nil && p.deny(reqs[i].Key) || p.allow != nil && p.allow(reqs[i].Key) {
+			return true
+		}
+	}
+	return false
 }
 
 // before answers req from the deny and allow lists, reporting whether it
