@@ -281,6 +281,35 @@ func isMajorVersion(s string) bool {
 	return true
 }
 
+// stopwatch times a decision for the duration histogram, when on.
+type stopwatch struct {
+	on    bool
+	start time.Time
+}
+
+// seconds returns the time since the stopwatch started, or 0 if it is
+// off.
+func (w stopwatch) seconds() float64 {
+	if !w.on {
+		return 0
+	}
+	return time.Since(w.start).Seconds()
+}
+
+// begin starts a decision's span, if it is traced (span is nil if not),
+// and its stopwatch, if its duration is recorded.
+func (s *Store) begin(ctx context.Context) (context.Context, trace.Span, stopwatch) {
+	var span trace.Span
+	if s.tracing() {
+		ctx, span = s.tracer.Start(ctx, SpanName, s.startOpts...)
+	}
+	var w stopwatch
+	if s.duration.Enabled(ctx) {
+		w = stopwatch{on: true, start: time.Now()}
+	}
+	return ctx, span, w
+}
+
 // Apply decides req with the inner store, in a span of its own, and
 // records the decision's metrics. It returns exactly what the inner store
 // returns; after [Store.Close] it fails with [core.ErrClosed].
@@ -288,21 +317,10 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	if s.closed.Load() {
 		return core.Decision{}, core.ErrClosed
 	}
-	var span trace.Span
-	traced := s.tracing()
-	if traced {
-		ctx, span = s.tracer.Start(ctx, SpanName, s.startOpts...)
-	}
-	timed := s.duration.Enabled(ctx)
-	var start time.Time
-	if timed {
-		start = time.Now()
-	}
+	ctx, span, clock := s.begin(ctx)
+	traced, timed := span != nil, clock.on
 	d, err := s.inner.Apply(ctx, req)
-	var elapsed float64
-	if timed {
-		elapsed = time.Since(start).Seconds()
-	}
+	elapsed := clock.seconds()
 	counted := s.decisions.Enabled(ctx)
 	near := err == nil && s.isNear(&req, d)
 	if !traced && !timed && !counted && !near && err == nil {
@@ -336,21 +354,10 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
-	var span trace.Span
-	traced := s.tracing()
-	if traced {
-		ctx, span = s.tracer.Start(ctx, SpanName, s.startOpts...)
-	}
-	timed := s.duration.Enabled(ctx)
-	var start time.Time
-	if timed {
-		start = time.Now()
-	}
+	ctx, span, clock := s.begin(ctx)
+	traced, timed := span != nil, clock.on
 	err := s.inner.ApplyAll(ctx, reqs, out)
-	var elapsed float64
-	if timed {
-		elapsed = time.Since(start).Seconds()
-	}
+	elapsed := clock.seconds()
 	counted := s.decisions.Enabled(ctx)
 	if err != nil {
 		var req core.Request

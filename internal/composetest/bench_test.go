@@ -33,26 +33,12 @@ func BenchmarkChain(b *testing.B) {
 		b.Run(be.name+"/bare/1-rule", func(b *testing.B) {
 			store := be.new(b)
 			defer store.Close()
-			lim, err := core.NewLimiter(store, algorithms.TokenBucket, high)
-			if err != nil {
-				b.Fatal(err)
-			}
-			run(b, func(ctx context.Context, user, tenant string) (bool, error) {
-				d, err := lim.Allow(ctx, user)
-				return d.Allowed, err
-			})
+			oneRule(b, store, high)
 		})
 		b.Run(be.name+"/chain/1-rule", func(b *testing.B) {
 			store, _ := chain(b, be.new(b))
 			defer store.Close()
-			lim, err := core.NewLimiter(store, algorithms.TokenBucket, high)
-			if err != nil {
-				b.Fatal(err)
-			}
-			run(b, func(ctx context.Context, user, tenant string) (bool, error) {
-				d, err := lim.Allow(ctx, user)
-				return d.Allowed, err
-			})
+			oneRule(b, store, high)
 		})
 		b.Run(be.name+"/chain/3-rules", func(b *testing.B) {
 			store, _ := chain(b, be.new(b))
@@ -71,6 +57,18 @@ func BenchmarkChain(b *testing.B) {
 			})
 		})
 	}
+}
+
+// oneRule runs a token bucket's decisions on store.
+func oneRule(b *testing.B, store core.Store, limit core.Limit) {
+	lim, err := core.NewLimiter(store, algorithms.TokenBucket, limit)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run(b, func(ctx context.Context, user, tenant string) (bool, error) {
+		d, err := lim.Allow(ctx, user)
+		return d.Allowed, err
+	})
 }
 
 // run calls decide from 64 goroutines on 2 CPUs (32 per GOMAXPROCS
