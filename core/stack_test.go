@@ -401,3 +401,13 @@ func TestApplyAllInvalid(t *testing.T) {
 		t.Errorf("invalid requests reached the store's Apply %d times", n)
 	}
 }
+
+// TestAllowAllocatesNothing checks the hot path: Limiter.Allow on the
+// memory store allocates nothing.
+func TestAllowAllocatesNothing(t *testing.T) {
+	lim, _ := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1000))
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "hot") }); n != 0 {
+		t.Errorf("Limiter.Allow on memstore: %v allocations, want 0", n)
+	}
+}
