@@ -68,7 +68,8 @@ func forget(d core.Decision, now, e int64) core.Decision {
 	return d
 }
 
-// MaxBatch returns the token bucket's largest batch under l: its burst.
+// MaxBatch returns the token bucket's largest batch under l, its burst,
+// for the leases of package layered (its Batcher).
 func (tokenBucket) MaxBatch(l core.Limit) int64 { return l.Burst() }
 
 // MaxBatch returns GCRA's largest batch under l: its burst.
@@ -87,9 +88,3 @@ func (gcra) Windowed() bool { return false }
 // Windowed reports true: the fixed window's capacity comes back at each
 // window's start.
 func (fixedWindow) Windowed() bool { return true }
-
-var (
-	_ core.Batcher = tokenBucket{}
-	_ core.Batcher = gcra{}
-	_ core.Batcher = fixedWindow{}
-)

@@ -186,11 +186,6 @@ func (r *Request) Validate() error {
 	return r.Algorithm.Validate(r.Limit)
 }
 
-// Changes reports whether the request may change its key's state: a
-// charge, refund or reservation of a positive cost. Peeks and zero costs
-// never do.
-func (r *Request) Changes() bool { return r.Op != OpPeek && r.Cost > 0 }
-
 // Step returns what the request asks of its algorithm at now, in µs since
 // the Unix epoch: the arguments of [Algorithm.Transition]. Its limit must
 // not be [Inf].
@@ -398,39 +393,6 @@ func Reserves(alg Algorithm) bool {
 	return ok && r.Reserves()
 }
 
-// Batcher is implemented by algorithms whose capacity a caching store may
-// take from a remote store in batches and spend locally (package
-// layered's leases) within an exact bound: the token bucket, GCRA and the
-// fixed window. The sliding windows are not: a batch charged at one
-// instant and spent later weighs differently in them.
-type Batcher interface {
-	Algorithm
-	// MaxBatch returns the largest batch, in units of cost, that may be
-	// taken at once under l (its capacity); 0 if none may.
-	MaxBatch(l Limit) int64
-	// Windowed reports whether capacity comes back all at once at the
-	// end of an epoch-aligned window (the fixed window), so that a batch
-	// must not be spent after the window it was taken in ends; a bucket's
-	// capacity comes back continuously.
-	Windowed() bool
-}
-
-// Windowed reports whether alg is a [Batcher] (or wraps one, see
-// [AlgorithmAs]) whose capacity comes back at window boundaries.
-func Windowed(alg Algorithm) bool {
-	b, ok := AlgorithmAs[Batcher](alg)
-	return ok && b.Windowed()
-}
-
-// MaxBatch returns alg's [Batcher.MaxBatch] for l, or 0 when alg is not a
-// Batcher and wraps none (see [AlgorithmAs]).
-func MaxBatch(alg Algorithm, l Limit) int64 {
-	if b, ok := AlgorithmAs[Batcher](alg); ok {
-		return b.MaxBatch(l)
-	}
-	return 0
-}
-
 // Store keeps limiter state and runs algorithms' transitions on it
 // atomically. Every method is required, so that an ability cannot be lost
 // on the way through a chain of decorators: a decorator that does not say
@@ -446,10 +408,11 @@ type Store interface {
 	// ApplyAll decides reqs together, writing each request's decision to
 	// out (as long as reqs): if every request is admitted, all take
 	// effect; if any is denied, none does, and out holds what each would
-	// have got. It rejects what [ValidateAll] rejects before touching any
-	// state. A store that decides a batch in one atomic step says so in
-	// its documentation; one that cannot calls [ApplyInTurn], which
-	// charges in turn and refunds, by name.
+	// have got. It rejects what stores.ValidateAll rejects before
+	// touching any state. A store that decides a batch in one atomic step
+	// says so in its documentation; one that cannot calls
+	// stores.ApplyInTurn, which charges in turn and refunds, by name
+	// (package [github.com/sluicehq/sluice/stores]).
 	ApplyAll(ctx context.Context, reqs []Request, out []Decision) error
 	// Reset forgets key's state under alg, as if it had never been
 	// charged. A store that cannot forget returns an error wrapping
@@ -460,28 +423,3 @@ type Store interface {
 	// with [ErrClosed].
 	Close() error
 }
-
-// StoreFunc adapts a function to a [Store], as [net/http.HandlerFunc] does
-// for handlers. It suits tests and small decorators. Its ApplyAll decides
-// in turn ([ApplyInTurn]), its Reset fails with [ErrUnsupported], and its
-// Close does nothing.
-type StoreFunc func(ctx context.Context, req Request) (Decision, error)
-
-// Apply calls f(ctx, req).
-func (f StoreFunc) Apply(ctx context.Context, req Request) (Decision, error) { return f(ctx, req) }
-
-// ApplyAll decides reqs in turn through f (see [ApplyInTurn]).
-func (f StoreFunc) ApplyAll(ctx context.Context, reqs []Request, out []Decision) error {
-	if err := ValidateAll(reqs, out); err != nil {
-		return err
-	}
-	return ApplyInTurn(ctx, f, reqs, out)
-}
-
-// Reset fails with [ErrUnsupported]: a function has no state to forget.
-func (f StoreFunc) Reset(context.Context, string, Algorithm) error {
-	return fmt.Errorf("%w: a StoreFunc has no Reset", ErrUnsupported)
-}
-
-// Close does nothing.
-func (f StoreFunc) Close() error { return nil }

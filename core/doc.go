@@ -41,12 +41,14 @@
 // every method is required, a decorator (the breaker, telemetry, the
 // layered cache) cannot lose an ability on the way through a chain: one
 // that does not say what it does with a batch does not compile. A store
-// that cannot decide a batch atomically calls [ApplyInTurn] from its
-// ApplyAll, by name. A request's [Op] is its verb: [OpCharge],
-// [OpPeek], [OpRefund] or [OpReserve]. [StoreFunc] turns a function
-// into a Store, for tests. docs/architecture.md explains the contract
-// and what each decorator does with a batch; package storetest is the
-// conformance suite every store runs.
+// that cannot decide a batch atomically calls stores.ApplyInTurn from its
+// ApplyAll, by name. A request's [Op] is its verb: [OpCharge], [OpPeek],
+// [OpRefund] or [OpReserve]. The helpers only store authors need are in
+// package [github.com/sluicehq/sluice/stores] (ValidateAll, ApplyInTurn,
+// and Func, which turns a function into a Store for tests);
+// docs/architecture.md explains the contract and what each decorator
+// does with a batch; package storetest is the conformance suite every
+// store runs.
 //
 // # Writing an algorithm
 //
@@ -55,9 +57,9 @@
 // Because every store runs the same transition with the same integer
 // arithmetic, a decision never depends on the backend. What an algorithm
 // can do beyond deciding is asked of it through interfaces: [Reserver] (it can hold debt, for reservations), [Leaser]
-// (it holds concurrency leases), [Batcher] (a cache may take its capacity
-// in batches), and, in package algorithms, Scripted (it has a Lua twin,
-// for the Redis stores). [AlgorithmAs] finds them, looking through
+// (it holds concurrency leases), and interfaces of the packages that use
+// them: algorithms.Scripted (a Lua twin, for the Redis stores) and
+// layered.Batcher (a cache may take its capacity in batches). [AlgorithmAs] finds them, looking through
 // wrappers such as a stack's rules.
 //
 // Every request carries its limit, so a key's limit can change between

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -72,27 +71,6 @@ func ExampleRequest() {
 	// true 1 1m0s
 	// false 1 30s
 	// true
-}
-
-// StoreFunc makes a decorator out of a function: this one counts denials
-// before passing decisions on.
-func ExampleStoreFunc() {
-	store, _ := memstore.New(memstore.Config{})
-	defer store.Close()
-	var denials atomic.Int64 // a store must be safe for concurrent use
-	counting := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
-		d, err := store.Apply(ctx, req)
-		if err == nil && !d.Allowed {
-			denials.Add(1)
-		}
-		return d, err
-	})
-	limiter, _ := core.NewLimiter(counting, algorithms.GCRA, core.PerHour(2))
-	for range 5 {
-		limiter.Allow(context.Background(), "k")
-	}
-	fmt.Println("denials:", denials.Load())
-	// Output: denials: 3
 }
 
 // Wait queues callers on a key instead of turning them away: each call

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // inTurn is a store that decides batches in turn, as a store that cannot
@@ -17,10 +18,10 @@ import (
 type inTurn struct{ core.Store }
 
 func (s inTurn) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := core.ValidateAll(reqs, out); err != nil {
+	if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
-	return core.ApplyInTurn(ctx, s.Store, reqs, out)
+	return stores.ApplyInTurn(ctx, s.Store, reqs, out)
 }
 
 // TestStackSteps runs a burst limit and a daily quota on one user, under
@@ -379,7 +380,7 @@ func TestApplyAllInvalid(t *testing.T) {
 	other.Key = "other"
 	bad.Cost = -1
 	waits.MaxWait = time.Second
-	for _, store := range []core.Store{c, core.StoreFunc(c.Apply), inTurn{c}} {
+	for _, store := range []core.Store{c, stores.Func(c.Apply), inTurn{c}} {
 		for _, tc := range []struct {
 			reqs []core.Request
 			out  int

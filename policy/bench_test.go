@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -51,7 +52,7 @@ func BenchmarkBreaker(b *testing.B) {
 		}
 		run(b, br)
 	})
-	down := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, refused })
+	down := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, refused })
 	for _, mode := range []Mode{FailOpen, FailClosed, Degrade} {
 		b.Run("open/"+mode.String(), func(b *testing.B) {
 			br, err := NewBreaker(down, WithMode(mode), WithInstances(4), WithOpenTimeout(time.Hour))

@@ -11,6 +11,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -260,7 +261,7 @@ func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 		if err := reqs[0].Validate(); err != nil {
 			return err
 		}
-	} else if err := core.ValidateAll(reqs, out); err != nil {
+	} else if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
 	if unlimited(reqs, out) {

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisscript"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // fake is a remote store whose answers a test sets: every request
@@ -57,7 +58,7 @@ func (f *fake) Apply(ctx context.Context, req core.Request) (core.Decision, erro
 // ApplyAll answers the whole batch as one call: every request allowed,
 // or the call's error.
 func (f *fake) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := core.ValidateAll(reqs, out); err != nil {
+	if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
 	f.batches.Add(1)
@@ -515,7 +516,7 @@ func TestNotCounted(t *testing.T) {
 // TestDenialIsSuccess checks that denials count as successes.
 func TestDenialIsSuccess(t *testing.T) {
 	t.Parallel()
-	denied := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+	denied := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 		return core.Decision{Allowed: false, RetryAfter: time.Second}, nil
 	})
 	b := newBreaker(t, denied, WithTrip(1, 0.01))
@@ -714,7 +715,7 @@ func TestCloseResetUnwrap(t *testing.T) {
 	}
 
 	// A remote store that cannot reset.
-	plain := newBreaker(t, core.StoreFunc(f.Apply))
+	plain := newBreaker(t, stores.Func(f.Apply))
 	if err := plain.Reset(ctx, "k", algorithms.TokenBucket); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("Reset over a store without Reset = %v, want core.ErrUnsupported", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -18,7 +19,7 @@ import (
 // 25. A login limiter answers fail-closed over the same circuit.
 func Example() {
 	// A store standing in for a Redis that refuses connections.
-	down := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+	down := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 		return core.Decision{}, fmt.Errorf("dial tcp 10.0.0.7:6379: %w", syscall.ECONNREFUSED)
 	})
 	breaker, err := policy.NewBreaker(down,
@@ -73,7 +74,7 @@ func Example() {
 // 100 a minute per user, 10 of 40 a minute in all), and a request either
 // rule denies charges neither.
 func Example_stack() {
-	down := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+	down := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 		return core.Decision{}, fmt.Errorf("dial tcp 10.0.0.7:6379: %w", syscall.ECONNREFUSED)
 	})
 	breaker, err := policy.NewBreaker(down, policy.WithMode(policy.Degrade), policy.WithInstances(4))

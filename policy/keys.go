@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // Policy applies per-key policy around a store: limit overrides (tiers),
@@ -157,7 +158,7 @@ func (p *Policy) Apply(ctx context.Context, req core.Request) (core.Decision, er
 // store admitted, as no rule of a denied batch was charged; in shadow
 // mode every denial is reported as allowed.
 func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := core.ValidateAll(reqs, out); err != nil {
+	if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
 	if p.limit == nil && !p.listed(reqs) {

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 )
@@ -170,7 +171,7 @@ func (r *rig) start(t *testing.T, store core.Store, warm time.Duration) {
 	var target atomic.Pointer[core.Store]
 	direct := r.rec.Store
 	target.Store(&direct)
-	r.load = startLoad(core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+	r.load = startLoad(stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		return (*target.Load()).Apply(ctx, req)
 	}), r.t0, loadPause, r.req)
 	time.Sleep(200 * time.Millisecond)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/storetest"
 	"github.com/sluicehq/sluice/telemetry"
@@ -261,7 +262,7 @@ func TestBatchFailure(t *testing.T) {
 	// The user's key is part of the tenant's: both must be redacted,
 	// the longer first.
 	const userKey, tenantKey = "acme", "acme-tenant"
-	busy := core.StoreFunc(func(_ context.Context, req core.Request) (core.Decision, error) {
+	busy := stores.Func(func(_ context.Context, req core.Request) (core.Decision, error) {
 		if req.Key == tenantKey {
 			return core.Decision{}, fmt.Errorf("backend: slot of %s is busy", req.Key)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -52,7 +53,7 @@ var benchKeys = func() []string {
 //
 // Compare the providers with: benchstat -col /provider.
 func BenchmarkTelemetry(b *testing.B) {
-	fixed := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+	fixed := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 		return core.Decision{Allowed: true, Limit: 1_000_000, Remaining: 999_999}, nil
 	})
 	for _, backend := range []string{"memstore", "fixed"} {

@@ -79,7 +79,7 @@ func WithName(name string) Option {
 // default is derived from the backend, the innermost store of the chain
 // (found through Unwrap): the last element of its type's package path, so
 // "memstore", "redisstore" or "rueidisstore" for sluice's stores, and
-// "func" for a [core.StoreFunc].
+// "func" for a [stores.Func].
 func WithStoreName(name string) Option {
 	return optionFunc(func(c *config) { c.store, c.storeSet = name, true })
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/telemetry"
 )
 
@@ -101,7 +102,7 @@ func TestNoKeyLeaks(t *testing.T) {
 			t.Parallel()
 			mem := newMem(t)
 			var calls int
-			inner := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+			inner := stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 				calls++ // the limiter below is used from one goroutine
 				switch {
 				case calls%50 == 0:

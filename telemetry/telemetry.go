@@ -26,6 +26,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // ScopeName is the instrumentation scope of the decorator's tracer and
@@ -250,7 +251,7 @@ func (s *Store) tracing() bool {
 // storeName names a backend by the last element of its type's package
 // path, skipping a major version suffix ("/v2").
 func storeName(s core.Store) string {
-	if _, ok := s.(core.StoreFunc); ok {
+	if _, ok := s.(stores.Func); ok {
 		return "func"
 	}
 	t := reflect.TypeOf(s)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/storetest"
 	"github.com/sluicehq/sluice/telemetry"
@@ -231,7 +232,7 @@ func TestSources(t *testing.T) {
 		t.Run(src.String(), func(t *testing.T) {
 			t.Parallel()
 			allowed := src != core.SourceFailClosed && src != core.SourceCache && src != core.SourceDenyList
-			inner := core.StoreFunc(func(_ context.Context, req core.Request) (core.Decision, error) {
+			inner := stores.Func(func(_ context.Context, req core.Request) (core.Decision, error) {
 				d := core.Decision{Allowed: allowed, Limit: 10, Remaining: 5, Source: src}
 				if !allowed {
 					d.Remaining, d.RetryAfter = 0, time.Second
@@ -262,7 +263,7 @@ func TestSources(t *testing.T) {
 	}
 	t.Run("unknown", func(t *testing.T) {
 		t.Parallel()
-		inner := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+		inner := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 			return core.Decision{Allowed: true, Limit: 1, Source: core.Source(200)}, nil
 		})
 		h := newHarness(t, inner)
@@ -293,10 +294,10 @@ func TestFailures(t *testing.T) {
 		{"unknown operation", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve + 1}, nil, "invalid_request"},
 		{"max wait on a charge", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, MaxWait: time.Second}, nil, "invalid_request"},
 		{"reservation unsupported", nil, core.Request{Key: "user:1", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second}, nil, "unsupported"},
-		{"store error", core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+		{"store error", stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 			return core.Decision{}, fmt.Errorf("fake: %w", dead)
 		}), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}, nil, "*errors.errorString"},
-		{"deadline", core.StoreFunc(func(ctx context.Context, _ core.Request) (core.Decision, error) {
+		{"deadline", stores.Func(func(ctx context.Context, _ core.Request) (core.Decision, error) {
 			<-ctx.Done()
 			return core.Decision{}, fmt.Errorf("fake: %w", ctx.Err())
 		}), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}, func() (context.Context, context.CancelFunc) {
@@ -383,7 +384,7 @@ func TestKeys(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			fail := false
-			inner := core.StoreFunc(func(_ context.Context, req core.Request) (core.Decision, error) {
+			inner := stores.Func(func(_ context.Context, req core.Request) (core.Decision, error) {
 				if fail {
 					return core.Decision{}, fmt.Errorf("fake: no room for %q (key %s)", req.Key, req.Key)
 				}
@@ -640,7 +641,7 @@ func TestDecorator(t *testing.T) {
 	}
 
 	// A store without Reset.
-	f := newHarness(t, core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, nil }))
+	f := newHarness(t, stores.Func(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, nil }))
 	if err := f.store.Reset(ctx, "user:1", algorithms.GCRA); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("Reset on a StoreFunc = %v, want ErrUnsupported", err)
 	}
@@ -726,7 +727,7 @@ type customStore struct{ core.Store }
 func TestStoreName(t *testing.T) {
 	t.Parallel()
 	mem := newMem(t)
-	fn := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{Allowed: true}, nil })
+	fn := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{Allowed: true}, nil })
 	cases := []struct {
 		inner core.Store
 		opts  []telemetry.Option

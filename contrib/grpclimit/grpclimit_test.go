@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/contrib/grpclimit"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -185,7 +186,7 @@ func TestStreamDenied(t *testing.T) {
 }
 
 func answering(d core.Decision, err error) core.Store {
-	return core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return d, err })
+	return stores.Func(func(context.Context, core.Request) (core.Decision, error) { return d, err })
 }
 
 // TestErrorHandler checks that every failure of the limiter reaches the

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -364,13 +365,13 @@ func TestUnsatisfiable(t *testing.T) {
 }
 
 // failing is a store that always fails.
-var failing = core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) {
+var failing = stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 	return core.Decision{}, errors.New("connection refused")
 })
 
 // answering returns a store that answers d to every request.
 func answering(d core.Decision) core.Store {
-	return core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return d, nil })
+	return stores.Func(func(context.Context, core.Request) (core.Decision, error) { return d, nil })
 }
 
 // TestOutcomes checks the status of every outcome over a real server,

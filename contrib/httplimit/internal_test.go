@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // TestHeaderNamesCanonical checks that the names the middleware writes
@@ -70,7 +71,7 @@ func TestPolicyItem(t *testing.T) {
 // the headers need no escaping. It fails if core.NewStack ever accepts a
 // byte a header cannot carry as it is.
 func TestRuleNamesAreStructuredFieldStrings(t *testing.T) {
-	store := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, nil })
+	store := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, nil })
 	accepted := 0
 	for c := range 256 {
 		name := "a" + string(rune(c))

@@ -26,7 +26,7 @@
 //   - a three-rule stack (per user, per tenant, global) making N decisions
 //     on a Redis of the test's own: the Counter sees N ApplyAll calls and
 //     no Apply, and the server's INFO commandstats N EVALSHA and no EVAL;
-//     a decorator that decided batches in turn (core.ApplyInTurn) would
+//     a decorator that decided batches in turn (stores.ApplyInTurn) would
 //     show 3N Apply calls and 3N script calls;
 //   - Stack.Wait from 64 goroutines through the chain on Redis, with a
 //     per-user rule and a tighter shared one: admissions follow the

@@ -180,7 +180,7 @@ func Script(req *core.Request) (*algorithms.Script, error) {
 // when the requests cannot be decided in one call: an algorithm has no
 // twin in the script, or, on a Redis Cluster (cluster set), the keys are
 // not one user key (and so not one slot). The requests must have passed
-// [core.ValidateAll].
+// [stores.ValidateAll].
 func Together(prefix string, reqs []core.Request, out []core.Decision, cluster bool) (keys []string, packed, algs string, at []int, ok bool) {
 	var p, a []byte
 	for i := range reqs {

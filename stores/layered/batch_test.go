@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
@@ -341,7 +342,7 @@ func TestBatchErrors(t *testing.T) {
 	mem := newMem(t, c)
 	var down atomic.Bool
 	errDown := errors.New("remote down")
-	counter := storetest.NewCounter(core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+	counter := storetest.NewCounter(stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		if down.Load() {
 			return core.Decision{}, errDown
 		}

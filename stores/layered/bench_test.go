@@ -8,6 +8,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/layered"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkLayered(b *testing.B) {
 	ctx := context.Background()
 	b.Run("DenyHit", func(b *testing.B) {
 		deny := core.Decision{Limit: 1, RetryAfter: time.Hour, ResetAfter: time.Hour}
-		remote := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
+		remote := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
 		s := newLayered(b, remote, layered.Config{})
 		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1}
 		s.Apply(ctx, req)
@@ -58,7 +59,7 @@ func BenchmarkLayered(b *testing.B) {
 		// A two-rule batch whose first rule's denial is cached: denied
 		// locally, the other rule reported unknown.
 		deny := core.Decision{Limit: 1, RetryAfter: time.Hour, ResetAfter: time.Hour}
-		remote := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
+		remote := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
 		s := newLayered(b, remote, layered.Config{})
 		reqs := []core.Request{
 			{Key: "hot", Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerHour(1), Cost: 1},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
@@ -308,7 +309,7 @@ func TestRemoteError(t *testing.T) {
 	mem := newMem(t, c)
 	var down atomic.Bool
 	errDown := errors.New("remote down")
-	remote := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+	remote := stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		if down.Load() {
 			return core.Decision{}, errDown
 		}
@@ -384,7 +385,7 @@ func TestDecorator(t *testing.T) {
 		t.Error("Unwrap does not return the remote")
 	}
 	// A remote that cannot forget says so; the error comes back wrapped.
-	funcStore := newLayered(t, core.StoreFunc(mem.Apply), layered.Config{})
+	funcStore := newLayered(t, stores.Func(mem.Apply), layered.Config{})
 	if err := funcStore.Reset(ctx, "k", algorithms.GCRA); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("Reset over a StoreFunc: %v, want ErrUnsupported", err)
 	}
@@ -465,7 +466,7 @@ func TestFloodStaysBounded(t *testing.T) {
 		n = 100_000
 	}
 	deny := core.Decision{Limit: 1, RetryAfter: time.Minute, ResetAfter: time.Minute}
-	remote := core.StoreFunc(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
+	remote := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
 	s := newLayered(t, remote, layered.Config{})
 	ctx := context.Background()
 	req := core.Request{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1}
@@ -498,7 +499,7 @@ func TestRefundOverlappingDenial(t *testing.T) {
 	mem := newMem(t, c)
 	decided, release := make(chan struct{}), make(chan struct{})
 	var hold atomic.Bool
-	remote := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+	remote := stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		d, err := mem.Apply(ctx, req)
 		if hold.CompareAndSwap(true, false) {
 			close(decided)

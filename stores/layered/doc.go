@@ -57,10 +57,10 @@
 // takes, and no lock is held across a remote call.
 //
 // Leases are limited to the algorithms that say they may be taken in
-// batches by implementing [core.Batcher]: the token bucket, GCRA and the
+// batches by implementing [Batcher]: the token bucket, GCRA and the
 // fixed window, the same under [core.Named] (a [core.Stack]'s rules), and
 // an algorithm of your own that implements it. The store asks
-// [core.MaxBatch], never which algorithm it is; an algorithm that is not a
+// its MaxBatch, never which algorithm it is; an algorithm that is not a
 // Batcher is not leased. Leases are also limited to plain single requests:
 // peeks are answered from a lease that holds enough but never take one,
 // refunds and reservations go to the remote, and batches
@@ -68,7 +68,7 @@
 // the algorithm's MaxBatch for the limit (the burst, or the window's
 // rate) nor the request's batch, and a request of cost above the batch
 // goes to the remote. Under an algorithm whose capacity comes back all at
-// once when a window ends (the fixed window; [core.Windowed] reports it),
+// once when a window ends (the fixed window; [Batcher]'s Windowed reports it),
 // a lease also lapses when the window it was taken in ends. The batch adapts
 // between 1 and the configured size: it doubles when a lease is spent
 // before it lapses, and shrinks to what was spent of one that lapsed.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
@@ -45,7 +46,7 @@ func Example_lease() {
 		panic(err)
 	}
 	calls := 0
-	counted := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+	counted := stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		calls++
 		return remote.Apply(ctx, req)
 	})

@@ -13,6 +13,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // Defaults for [Config]'s zero fields.
@@ -65,10 +66,10 @@ type Config struct {
 	// units of cost, to lease for a request, or 0 (or 1) for no lease.
 	// It is called on every request that could be leased (see the
 	// package documentation: single requests without an explicit Now,
-	// under an algorithm that is a [core.Batcher], such as the token
+	// under an algorithm that is a [Batcher], such as the token
 	// bucket, GCRA or the fixed window), so it must be cheap and safe for
 	// concurrent use. The store never leases more than the algorithm's
-	// [core.MaxBatch] for the limit (the burst, or the window's rate), and
+	// its MaxBatch for the limit (the burst, or the window's rate), and
 	// adapts the batch between 1 and the returned size to what the key
 	// spends. The default is nil: no leases.
 	Lease func(req core.Request) int64
@@ -244,7 +245,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 // knows nothing of the rules it holds no denial for. Batches never spend or take leases. Invalid batches fail with
 // the core sentinels before anything is looked up or sent.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := core.ValidateAll(reqs, out); err != nil {
+	if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
 	if s.closed.Load() {

@@ -35,15 +35,49 @@ type lease struct {
 	refill chan struct{}
 }
 
+// Batcher is implemented by algorithms whose capacity the store may take
+// from the remote in batches and spend locally (its leases) within an
+// exact bound: the token bucket, GCRA and the fixed window. The sliding
+// windows are not: a batch charged at one instant and spent later weighs
+// differently in them. The store finds it through wrappers such as a
+// stack's rules (see core.AlgorithmAs), so an algorithm of your own is
+// leased if it, or an algorithm it unwraps to, implements Batcher.
+type Batcher interface {
+	core.Algorithm
+	// MaxBatch returns the largest batch, in units of cost, that may be
+	// taken at once under l (its capacity); 0 if none may.
+	MaxBatch(l core.Limit) int64
+	// Windowed reports whether capacity comes back all at once at the
+	// end of an epoch-aligned window (the fixed window), so that a batch
+	// must not be spent after the window it was taken in ends; a bucket's
+	// capacity comes back continuously.
+	Windowed() bool
+}
+
+// maxBatch returns alg's MaxBatch for l, or 0 when alg is no Batcher.
+func maxBatch(alg core.Algorithm, l core.Limit) int64 {
+	if b, ok := core.AlgorithmAs[Batcher](alg); ok {
+		return b.MaxBatch(l)
+	}
+	return 0
+}
+
+// windowed reports whether alg is a Batcher whose capacity comes back at
+// window boundaries.
+func windowed(alg core.Algorithm) bool {
+	b, ok := core.AlgorithmAs[Batcher](alg)
+	return ok && b.Windowed()
+}
+
 // leaseSize returns the largest batch to lease for req, or 0 if req is not
 // leased: leases are off, the request carries an explicit Now, its cost is
 // zero or above the batch, or its algorithm may not be taken in batches
-// (its [core.MaxBatch] is 0: it is not a [core.Batcher]).
+// (its MaxBatch is 0, or it is not a [Batcher]).
 func (s *Store) leaseSize(req *core.Request) int64 {
 	if s.lease == nil || req.Cost <= 0 || req.Op == core.OpRefund || req.Op == core.OpReserve {
 		return 0
 	}
-	capacity := core.MaxBatch(req.Algorithm, req.Limit)
+	capacity := maxBatch(req.Algorithm, req.Limit)
 	if capacity <= 0 {
 		return 0
 	}
@@ -177,7 +211,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 	breq := *req
 	breq.Cost = batch
 	d, err := s.remote.Apply(ctx, breq)
-	win := core.Windowed(req.Algorithm)
+	win := windowed(req.Algorithm)
 
 	e.mu.Lock()
 	l.refill = nil

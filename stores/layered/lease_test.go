@@ -53,7 +53,7 @@ func TestLease(t *testing.T) {
 	const ms = time.Millisecond
 	// The algorithms are asked what they can do, never compared with
 	// sluice's own: a stack's rule (core.Named) and an algorithm of a
-	// user's own that is a core.Batcher lease as the bucket they wrap.
+	// user's own that is a Batcher lease as the bucket they wrap.
 	for _, alg := range []core.Algorithm{
 		algorithms.TokenBucket, algorithms.GCRA,
 		core.Named(algorithms.TokenBucket, "rule"), core.Named(algorithms.GCRA, "rule"),
@@ -90,7 +90,7 @@ func TestLease(t *testing.T) {
 // TestLeaseFixedWindow checks that a lease under the fixed window lapses
 // when its window ends, so that no window admits more than the rate; the
 // same under a stack's rule (core.Named) and under a window algorithm of
-// a user's own that is a core.Batcher, which the store cannot recognise
+// a user's own that is a Batcher, which the store cannot recognise
 // by name.
 func TestLeaseFixedWindow(t *testing.T) {
 	t.Parallel()
@@ -304,14 +304,14 @@ func TestLeaseConcurrentSafe(t *testing.T) {
 	}
 }
 
-// plainAlg is an algorithm of a user's own that is not a core.Batcher: it
+// plainAlg is an algorithm of a user's own that is not a Batcher: it
 // decides as the algorithm it wraps, whose abilities the embedded
 // interface hides.
 type plainAlg struct{ core.Algorithm }
 
 func (plainAlg) Name() string { return "user-plain" }
 
-// batchingAlg is an algorithm of a user's own that is a core.Batcher, up
+// batchingAlg is an algorithm of a user's own that is a Batcher, up
 // to its burst; it decides as the bucket it wraps.
 type batchingAlg struct{ core.Algorithm }
 
@@ -321,7 +321,7 @@ func (batchingAlg) MaxBatch(l core.Limit) int64 { return l.Burst() }
 
 func (batchingAlg) Windowed() bool { return false }
 
-// windowAlg is a window algorithm of a user's own that is a core.Batcher,
+// windowAlg is a window algorithm of a user's own that is a Batcher,
 // up to its rate; it decides as the window it wraps.
 type windowAlg struct{ core.Algorithm }
 
@@ -331,11 +331,11 @@ func (windowAlg) MaxBatch(l core.Limit) int64 { return l.Rate() }
 
 func (windowAlg) Windowed() bool { return true }
 
-// TestLeaseByAbility checks that leasing is decided by core.Batcher, not
+// TestLeaseByAbility checks that leasing is decided by Batcher, not
 // by which algorithm a request names: sluice's batchable algorithms, the
 // same as a stack's rules (core.Named; they were not leased before the
-// store asked core.MaxBatch), and a user's algorithm that implements
-// core.Batcher are leased; a user's algorithm that does not, and the
+// store asked MaxBatch), and a user's algorithm that implements
+// Batcher are leased; a user's algorithm that does not, and the
 // sliding windows, are not, named or not.
 func TestLeaseByAbility(t *testing.T) {
 	t.Parallel()
@@ -401,5 +401,34 @@ func TestLeaseStackRule(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("10 decisions of a one-rule stack made %d remote calls, want 1 (a take of 10)", n)
+	}
+}
+
+// TestBatchers checks which of sluice's algorithms are Batchers, named
+// for a stack's rule or not, with what batch and whether windowed.
+func TestBatchers(t *testing.T) {
+	l := core.PerSecond(10).WithBurst(5)
+	for _, tc := range []struct {
+		alg      core.Algorithm
+		batch    int64
+		windowed bool
+	}{
+		{algorithms.TokenBucket, 5, false},
+		{algorithms.GCRA, 5, false},
+		{algorithms.FixedWindow, 10, true},
+		{algorithms.SlidingWindowCounter, 0, false},
+		{algorithms.SlidingWindowLog, 0, false},
+		{algorithms.Concurrency, 0, false},
+	} {
+		for _, alg := range []core.Algorithm{tc.alg, core.Named(tc.alg, "rule")} {
+			b, ok := core.AlgorithmAs[layered.Batcher](alg)
+			if ok != (tc.batch > 0) {
+				t.Errorf("%s: a Batcher = %v, want %v", alg.Name(), ok, tc.batch > 0)
+				continue
+			}
+			if ok && (b.MaxBatch(l) != tc.batch || b.Windowed() != tc.windowed) {
+				t.Errorf("%s: MaxBatch %d, Windowed %v; want %d, %v", alg.Name(), b.MaxBatch(l), b.Windowed(), tc.batch, tc.windowed)
+			}
+		}
 	}
 }

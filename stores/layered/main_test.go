@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
@@ -39,10 +40,10 @@ func (c *clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// counted wraps a store in a core.StoreFunc that counts its calls.
+// counted wraps a store in a stores.Func that counts its calls.
 func counted(s core.Store) (core.Store, *atomic.Int64) {
 	var calls atomic.Int64
-	return core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+	return stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		calls.Add(1)
 		return s.Apply(ctx, req)
 	}), &calls

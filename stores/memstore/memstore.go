@@ -293,7 +293,7 @@ func (s *Store) decide(req *core.Request, at, clock int64, d *core.Decision) err
 	if t := sh.table(alg, false); t != nil {
 		e = t.find(h, req.Key)
 	}
-	changes := req.Changes()
+	changes := changes(req)
 	if e == nil {
 		// Run a fresh key on the shard's scratch state and keep it only if
 		// it was charged: denials, peeks and refunds of unknown keys store
@@ -501,3 +501,8 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
+
+// changes reports whether req may change its key's state: a charge,
+// refund or reservation of a positive cost. Peeks and zero costs never
+// do.
+func changes(req *core.Request) bool { return req.Op != core.OpPeek && req.Cost > 0 }

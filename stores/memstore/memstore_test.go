@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
@@ -189,7 +190,7 @@ func TestStoreFuncAndLimiterReset(t *testing.T) {
 		t.Fatal("request after Reset denied")
 	}
 	// A store without Reset: the limiter says so.
-	plain, _ := core.NewLimiter(core.StoreFunc(s.Apply), algorithms.GCRA, core.PerMinute(1))
+	plain, _ := core.NewLimiter(stores.Func(s.Apply), algorithms.GCRA, core.PerMinute(1))
 	if err := plain.Reset(ctx, "k"); !errors.Is(err, core.ErrUnsupported) {
 		t.Fatalf("Reset through a StoreFunc: %v, want %v", err, core.ErrUnsupported)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // ApplyAll decides reqs as one atomic step (see [core.Store]), whatever
@@ -17,7 +18,7 @@ import (
 // cost adds a key the store does not hold; peeks, refunds and zero costs
 // never do.
 func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := core.ValidateAll(reqs, out); err != nil {
+	if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
 	clock := s.now()
@@ -71,13 +72,13 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 	// Keep the new states: first those of keys the store holds, then new
 	// keys, whose insertion may evict.
 	for i, e := range entries {
-		if e != nil && reqs[i].Changes() {
+		if e != nil && changes(&reqs[i]) {
 			e.state = states[i]
 			e.expires = expiry(&reqs[i], &e.state, clock)
 		}
 	}
 	for i, e := range entries {
-		if req := &reqs[i]; e == nil && req.Changes() && req.Op != core.OpRefund && !req.Limit.IsInf() {
+		if req := &reqs[i]; e == nil && changes(req) && req.Op != core.OpRefund && !req.Limit.IsInf() {
 			s.insert(&s.shards[idx[i]], req.Algorithm.Name(), hashes[i], req.Key, &entry{state: states[i], expires: expiry(req, &states[i], clock)}, clock)
 		}
 	}

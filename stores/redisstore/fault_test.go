@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -133,7 +134,7 @@ func TestNoReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The store's own reads, and a plain EVALSHA for the call.
-		plain := core.StoreFunc(func(ctx context.Context, req core.Request) (core.Decision, error) {
+		plain := stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 			if req.Op == core.OpPeek {
 				return store.Apply(ctx, req)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisscript"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // ApplyAll decides reqs together (see [core.Store]) in one call of
@@ -18,10 +19,10 @@ import (
 // single Redis always, and on a Cluster when every request is for one key
 // (and so one slot), such as a burst limit and a daily quota on one user.
 // Otherwise, or for an algorithm of your own, it decides in turn and
-// refunds ([core.ApplyInTurn]): charges are then briefly visible to
+// refunds ([stores.ApplyInTurn]): charges are then briefly visible to
 // other callers. Requests under [core.Inf] are allowed without a call.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := core.ValidateAll(reqs, out); err != nil {
+	if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
 	if s.closed.Load() {
@@ -35,7 +36,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	keys, packed, algs, at, ok := redisscript.Together(s.prefix, reqs, out, cluster)
 	switch {
 	case !ok:
-		return core.ApplyInTurn(ctx, s, reqs, out)
+		return stores.ApplyInTurn(ctx, s, reqs, out)
 	case len(at) == 0:
 		return nil
 	}

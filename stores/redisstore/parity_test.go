@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -180,7 +181,7 @@ func (b *bytesSource) Uint64() uint64 {
 // run would cut the runs a second a hundredfold.
 func FuzzParity(f *testing.F) {
 	srv := redistest.Shared(f)
-	store := core.StoreFunc(func(_ context.Context, req core.Request) (core.Decision, error) {
+	store := stores.Func(func(_ context.Context, req core.Request) (core.Decision, error) {
 		script, err := redisscript.Script(&req)
 		if err != nil {
 			return core.Decision{}, err

@@ -140,7 +140,7 @@ func allowed(ds []core.Decision) []bool {
 // sliding window counter charged in one window, then in a batch of the
 // next that another rule denies, still gives a refund back to the first
 // window. A store that charged the batch in turn and refunded it
-// ([core.ApplyInTurn]) would leave the key as if last charged in the
+// ([stores.ApplyInTurn]) would leave the key as if last charged in the
 // second window, whose count the refund would take from instead.
 func testBatchDenied(t *testing.T, s core.Store) {
 	algs := []core.Algorithm{algorithms.SlidingWindowCounter, algorithms.TokenBucket}
@@ -418,7 +418,7 @@ func testBatchLeases(t *testing.T, s core.Store) {
 	}
 }
 
-// testBatchBadInput checks that ApplyAll rejects what core.ValidateAll
+// testBatchBadInput checks that ApplyAll rejects what stores.ValidateAll
 // rejects, with the sentinel it names, and charges nothing.
 func testBatchBadInput(t *testing.T, s core.Store) {
 	ctx := context.Background()

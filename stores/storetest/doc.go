@@ -25,11 +25,11 @@
 // (BatchPeek); a batch of reservations is all or nothing, each rule owing
 // the Delay a reservation alone would get (BatchReserve); refunds
 // (BatchRefund); a concurrency rule's leases acquired, renewed and released
-// beside a rate rule (BatchLeases); and the batches [core.ValidateAll]
+// beside a rate rule (BatchLeases); and the batches [stores.ValidateAll]
 // rejects (BatchBadInput). Each runs with every rule on one key and with a
 // key per rule. Under 64 goroutines a store must admit concurrent batches
 // exactly (MultiConcurrentSafe), unless it decides some batches in turn
-// ([core.ApplyInTurn]) and says so with the option [InTurn].
+// ([stores.ApplyInTurn]) and says so with the option [InTurn].
 //
 // To check that a chain of decorators hands a batch to the backend as one
 // call, put a [Counter] under it and read its [Counter.Counts].

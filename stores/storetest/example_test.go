@@ -25,7 +25,7 @@ func ExampleRun() {
 	})
 }
 
-// A store that decides some batches in turn, by calling core.ApplyInTurn
+// A store that decides some batches in turn, by calling stores.ApplyInTurn
 // from its ApplyAll, says so: this is how the Redis stores run the suite
 // on a Cluster, where a batch of keys in different slots cannot be one
 // script call.

@@ -36,7 +36,7 @@ var T0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 // for at least the algorithm's horizon after its last charge, measured on
 // the store's own clock; its limits have horizons of a second or more.
 //
-// A store whose ApplyAll decides some batches in turn ([core.ApplyInTurn]),
+// A store whose ApplyAll decides some batches in turn ([stores.ApplyInTurn]),
 // such as a Redis Cluster store for keys in different slots, passes
 // [InTurn]: concurrent batches may then be denied while another batch's
 // refunds are in flight, and the suite checks only that none over-admits.
@@ -836,7 +836,7 @@ type config struct {
 }
 
 // InTurn tells [Run] that the store decides some batches in turn
-// ([core.ApplyInTurn]) rather than in one atomic step, as a Redis Cluster
+// ([stores.ApplyInTurn]) rather than in one atomic step, as a Redis Cluster
 // store does for keys in different slots. MultiConcurrentSafe then
 // checks only that no rule admits more than its capacity: a batch may be
 // denied while another batch's charges are waiting to be refunded; and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
@@ -93,10 +94,10 @@ func (b brokenApply) Apply(ctx context.Context, req core.Request) (core.Decision
 }
 
 func (b brokenApply) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := core.ValidateAll(reqs, out); err != nil {
+	if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
-	return core.ApplyInTurn(ctx, b, reqs, out)
+	return stores.ApplyInTurn(ctx, b, reqs, out)
 }
 
 // brokenBatch is a store whose ApplyAll is broken: Apply, Reset and Close
@@ -194,15 +195,15 @@ func breakStore(broken string, inner *memstore.Store) core.Store {
 	case "decides-in-turn":
 		// Correct, but does not say so with storetest.InTurn.
 		return batch(func(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-			if err := core.ValidateAll(reqs, out); err != nil {
+			if err := stores.ValidateAll(reqs, out); err != nil {
 				return err
 			}
-			return core.ApplyInTurn(ctx, inner, reqs, out)
+			return stores.ApplyInTurn(ctx, inner, reqs, out)
 		})
 	case "keeps-denied-batches":
 		// Charges in turn, and refunds nothing after a denial.
 		return batch(func(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-			if err := core.ValidateAll(reqs, out); err != nil {
+			if err := stores.ValidateAll(reqs, out); err != nil {
 				return err
 			}
 			for i := range reqs {
@@ -236,9 +237,9 @@ func breakStore(broken string, inner *memstore.Store) core.Store {
 		return changeOp(func(r *core.Request) { r.Lease = 0 })
 	case "lets-bad-batches-in":
 		// Decides what it can, request by request, of a batch
-		// core.ValidateAll rejects.
+		// stores.ValidateAll rejects.
 		return batch(func(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-			if core.ValidateAll(reqs, out) == nil {
+			if stores.ValidateAll(reqs, out) == nil {
 				return inner.ApplyAll(ctx, reqs, out)
 			}
 			for i := range min(len(reqs), len(out)) {
@@ -284,10 +285,10 @@ func (u *unatomic) Apply(_ context.Context, req core.Request) (core.Decision, er
 }
 
 func (u *unatomic) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := core.ValidateAll(reqs, out); err != nil {
+	if err := stores.ValidateAll(reqs, out); err != nil {
 		return err
 	}
-	return core.ApplyInTurn(ctx, u, reqs, out)
+	return stores.ApplyInTurn(ctx, u, reqs, out)
 }
 
 func (u *unatomic) Reset(_ context.Context, key string, alg core.Algorithm) error {

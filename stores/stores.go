@@ -1,0 +1,142 @@
+package stores
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// ValidateAll checks requests to be decided together ([core.Store]'s ApplyAll):
+// there is at least one, each is valid, all share one [core.Op], no two name
+// the same key and algorithm, and out is as long as reqs. Its errors name
+// the request at fault by its index.
+func ValidateAll(reqs []core.Request, out []core.Decision) error {
+	switch {
+	case len(reqs) == 0:
+		return fmt.Errorf("%w: no requests", core.ErrInvalidRequest)
+	case len(out) != len(reqs):
+		return fmt.Errorf("%w: %d decisions for %d requests", core.ErrInvalidRequest, len(out), len(reqs))
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if r.Op != reqs[0].Op {
+			return fmt.Errorf("%w: request %d is a %v, request 0 a %v: a batch has one operation", core.ErrInvalidRequest, i, r.Op, reqs[0].Op)
+		}
+		for j := range i {
+			if reqs[j].Key == r.Key && reqs[j].Algorithm.Name() == r.Algorithm.Name() {
+				return fmt.Errorf("%w: requests %d and %d name the same key and algorithm", core.ErrInvalidRequest, j, i)
+			}
+		}
+	}
+	return nil
+}
+
+// ApplyInTurn is [core.Store]'s ApplyAll for a store that cannot decide several
+// requests in one atomic step; such a store calls it by name from its
+// ApplyAll. The requests must have passed [ValidateAll].
+//
+// Peeks are made in turn. Refunds are made in turn, each whatever the
+// others' fate. Charges and reservations are made in order and, at the
+// first denial, the ones made are refunded and the rest peeked at, so
+// that out is complete; a failure part way also refunds what was charged,
+// as far as the store lets it. Until the refunds land, other callers see
+// those charges: a request may be denied that a moment later would pass.
+// Each refund is made at once, in the same call, so the window is a few
+// store round trips.
+//
+// Two undoings are inexact. Under a window algorithm a charge refunded
+// moves the key's last-charged window to the refund's, so a later refund
+// of an earlier charge may give back nothing. And a batch that renews a
+// concurrency lease and is then denied by a later request releases that
+// lease: the refund of a renewal is a release. Stores that decide a batch
+// atomically have neither problem.
+func ApplyInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []core.Decision) error {
+	switch reqs[0].Op {
+	case core.OpPeek:
+		for i := range reqs {
+			d, err := s.Apply(ctx, reqs[i])
+			if err != nil {
+				return fmt.Errorf("request %d: %w", i, err)
+			}
+			out[i] = d
+		}
+		return nil
+	case core.OpRefund:
+		var errs []error
+		for i := range reqs {
+			d, err := s.Apply(context.WithoutCancel(ctx), reqs[i])
+			if err != nil {
+				errs = append(errs, fmt.Errorf("refund of request %d: %w", i, err))
+			}
+			out[i] = d
+		}
+		return errors.Join(errs...)
+	}
+	refund := func(n int) error {
+		var errs []error
+		for j := n - 1; j >= 0; j-- {
+			r := reqs[j]
+			r.Op, r.MaxWait = core.OpRefund, 0
+			if _, err := s.Apply(context.WithoutCancel(ctx), r); err != nil {
+				errs = append(errs, fmt.Errorf("refund of request %d: %w", j, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for i := range reqs {
+		d, err := s.Apply(ctx, reqs[i])
+		if err != nil {
+			err = fmt.Errorf("request %d: %w", i, err)
+			if rerr := refund(i); rerr != nil {
+				return errors.Join(err, rerr)
+			}
+			return err
+		}
+		out[i] = d
+		if d.Allowed {
+			continue
+		}
+		if err := refund(i); err != nil {
+			return err
+		}
+		for j := i + 1; j < len(reqs); j++ {
+			r := reqs[j]
+			r.Op, r.MaxWait = core.OpPeek, 0
+			if out[j], err = s.Apply(ctx, r); err != nil {
+				return fmt.Errorf("request %d: %w", j, err)
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// Func adapts a function to a [core.Store], as [net/http.HandlerFunc] does
+// for handlers. It suits tests and small decorators. Its ApplyAll decides
+// in turn ([ApplyInTurn]), its Reset fails with [core.ErrUnsupported], and
+// its Close does nothing.
+type Func func(ctx context.Context, req core.Request) (core.Decision, error)
+
+// Apply calls f(ctx, req).
+func (f Func) Apply(ctx context.Context, req core.Request) (core.Decision, error) { return f(ctx, req) }
+
+// ApplyAll decides reqs in turn through f (see [ApplyInTurn]).
+func (f Func) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	if err := ValidateAll(reqs, out); err != nil {
+		return err
+	}
+	return ApplyInTurn(ctx, f, reqs, out)
+}
+
+// Reset fails with [ErrUnsupported]: a function has no state to forget.
+func (f Func) Reset(context.Context, string, core.Algorithm) error {
+	return fmt.Errorf("%w: a stores.Func has no Reset", core.ErrUnsupported)
+}
+
+// Close does nothing.
+func (f Func) Close() error { return nil }
