@@ -94,6 +94,11 @@ type Decision struct {
 	// ResetAfter is the wait until the key is back to full capacity, as if
 	// it had never been used; zero when it already is.
 	ResetAfter time.Duration
+	// Near marks an admission that left less than a near-limit fraction
+	// of Limit: a client about to be limited. Only a policy sets it
+	// (policy.WithNearLimit); middleware and telemetry read it
+	// (ratelimit.near_limit counts it).
+	Near bool
 	// Delay is how long the caller of an admitted reservation
 	// ([Request.MaxWait]) must wait before it acts: the capacity it was
 	// charged is available only then. Zero for every other decision.

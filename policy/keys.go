@@ -101,14 +101,17 @@ func WithShadow(record func(req core.Request, real core.Decision)) Option {
 	})
 }
 
-// WithNearLimit calls signal, on the caller's goroutine, after each
-// admission that leaves less than fraction (0 < fraction ≤ 1) of the
-// decision's Limit: a client about to be limited, worth a warning header
-// or a log line. Telemetry counts the same in ratelimit.near_limit.
+// WithNearLimit marks each admission that leaves less than fraction
+// (0 < fraction ≤ 1) of the decision's Limit as near the limit
+// ([core.Decision].Near): a client about to be limited, worth a warning
+// header or a log line. Package telemetry counts marked decisions in
+// ratelimit.near_limit. signal, if not nil, is called with each such
+// admission, on the caller's goroutine. Charges and reservations are
+// marked; peeks and refunds never are.
 func WithNearLimit(fraction float64, signal func(req core.Request, d core.Decision)) Option {
 	return policyOption(func(p *Policy) error {
-		if !(fraction > 0 && fraction <= 1) || signal == nil {
-			return fmt.Errorf("%w: WithNearLimit(%v, %p): want a fraction in (0, 1] and a function", ErrInvalidOption, fraction, signal)
+		if !(fraction > 0 && fraction <= 1) {
+			return fmt.Errorf("%w: WithNearLimit(%v): want a fraction in (0, 1]", ErrInvalidOption, fraction)
 		}
 		p.nearFrac, p.onNear = fraction, signal
 		return nil
@@ -143,7 +146,7 @@ func (p *Policy) Apply(ctx context.Context, req core.Request) (core.Decision, er
 		if d, err = p.inner.Apply(ctx, req); err != nil {
 			return d, err
 		}
-		p.near(&req, d)
+		d = p.near(&req, d)
 	}
 	return p.after(&req, d), nil
 }
@@ -173,7 +176,7 @@ func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 		}
 		for i := range reqs {
 			if admitted {
-				p.near(&reqs[i], out[i])
+				out[i] = p.near(&reqs[i], out[i])
 			}
 			out[i] = p.after(&reqs[i], out[i])
 		}
@@ -221,7 +224,7 @@ func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 	}
 	if admitted {
 		for j, i := range at {
-			p.near(&rs[j], out[i])
+			out[i] = p.near(&rs[j], out[i])
 		}
 	}
 	for i := range all {
@@ -263,11 +266,16 @@ func (p *Policy) before(req *core.Request) (core.Decision, bool, error) {
 	return core.Decision{}, false, nil
 }
 
-// near signals a near-limit admission.
-func (p *Policy) near(req *core.Request, d core.Decision) {
-	if p.onNear != nil && d.Allowed && d.Limit > 0 && float64(d.Remaining) < p.nearFrac*float64(d.Limit) {
-		p.onNear(*req, d)
+// near marks a near-limit admission, and signals it.
+func (p *Policy) near(req *core.Request, d core.Decision) core.Decision {
+	if p.nearFrac > 0 && d.Allowed && (req.Op == core.OpCharge || req.Op == core.OpReserve) &&
+		d.Limit > 0 && float64(d.Remaining) < p.nearFrac*float64(d.Limit) {
+		d.Near = true
+		if p.onNear != nil {
+			p.onNear(*req, d)
+		}
 	}
+	return d
 }
 
 // after reports a denial as allowed in shadow mode.

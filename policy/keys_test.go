@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -201,13 +202,27 @@ func TestShadowNeverDenies(t *testing.T) {
 func TestPolicyOptions(t *testing.T) {
 	mem, _ := memstore.New(memstore.Config{SweepInterval: -1})
 	defer mem.Close()
-	for _, opt := range []Option{nil, WithOverride(nil), WithAllowList(nil), WithDenyList(nil), WithNearLimit(0, func(core.Request, core.Decision) {}), WithNearLimit(0.5, nil)} {
+	for _, opt := range []Option{nil, WithOverride(nil), WithAllowList(nil), WithDenyList(nil), WithNearLimit(0, func(core.Request, core.Decision) {}), WithNearLimit(1.5, nil), WithNearLimit(math.NaN(), nil)} {
 		if _, err := New(mem, opt); err == nil {
 			t.Errorf("New with a bad option succeeded")
 		}
 	}
 	if _, err := New(nil); !errors.Is(err, core.ErrNoStore) {
 		t.Errorf("New(nil) = %v", err)
+	}
+	// Near-limit without a function only marks decisions.
+	marker, err := New(mem, WithNearLimit(0.5, nil))
+	if err != nil {
+		t.Fatalf("WithNearLimit(0.5, nil): %v", err)
+	}
+	for i, want := range []bool{false, false, true, true} { // remaining 3, 2, 1, 0 of 4
+		d, err := marker.Apply(context.Background(), core.Request{Key: "near", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(4), Cost: 1})
+		if err != nil || d.Near != want {
+			t.Errorf("admission %d = %+v, %v; want Near %v", i, d, err, want)
+		}
+	}
+	if d, _ := marker.Apply(context.Background(), core.Request{Key: "near-peek", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(4), Cost: 4, Op: core.OpPeek}); !d.Allowed || d.Near {
+		t.Errorf("a peek of the whole limit = %+v, want allowed and not marked near", d)
 	}
 	p, err := New(mem, WithAllowList(func(string) bool { return true }), WithDenyList(func(k string) bool { return k == "x" }))
 	if err != nil {

@@ -89,7 +89,7 @@ func wantBatch(limiter string, reqs []core.Request, v core.Verdict) map[attribut
 // under the binding rule's, and near-limit only in admitted batches.
 func TestStackSpan(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, newClockedMem(t), telemetry.WithName("stack"), telemetry.WithNearLimit(0.7))
+	h := newHarness(t, nearAt(t, newClockedMem(t), 0.7), telemetry.WithName("stack"))
 	stack, err := core.NewStack(h.store, threeRules...)
 	if err != nil {
 		t.Fatal(err)

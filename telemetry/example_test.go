@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -29,7 +30,13 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	store, err := telemetry.New(mem,
+	// The policy marks admissions that leave less than a tenth of the
+	// limit; the decorator counts them in ratelimit.near_limit.
+	near, err := policy.New(mem, policy.WithNearLimit(0.1, nil))
+	if err != nil {
+		panic(err)
+	}
+	store, err := telemetry.New(near,
 		telemetry.WithName("login"),
 		telemetry.WithKeyHash([]byte("load me from a secret store!")),
 		telemetry.WithTracerProvider(tp),

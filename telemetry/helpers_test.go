@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -33,6 +34,17 @@ type harness struct {
 
 // newHarness wraps inner in a decorator recording into an in-memory span
 // recorder and a manual metric reader, and closes it when the test ends.
+// nearAt returns inner under a policy that marks admissions leaving less
+// than fraction of their limit near it, which the decorator counts.
+func nearAt(t testing.TB, inner core.Store, fraction float64) core.Store {
+	t.Helper()
+	p, err := policy.New(inner, policy.WithNearLimit(fraction, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func newHarness(t testing.TB, inner core.Store, opts ...telemetry.Option) *harness {
 	t.Helper()
 	h := newProviders(t)

@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"fmt"
-	"math"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -33,20 +32,14 @@ const (
 // candidate and recover the key.
 const MinKeySecret = 16
 
-// DefaultNearLimit is the fraction of [WithNearLimit] when it is not given:
-// an admitted decision is near the limit when less than a tenth of the
-// limit remains.
-const DefaultNearLimit = 0.1
-
 type config struct {
-	tp        trace.TracerProvider // nil: the global provider
-	mp        metric.MeterProvider // nil: the global provider
-	limiter   string
-	store     string // "": derived from the inner store
-	storeSet  bool
-	keys      keyMode
-	secret    []byte
-	nearLimit float64
+	tp       trace.TracerProvider // nil: the global provider
+	mp       metric.MeterProvider // nil: the global provider
+	limiter  string
+	store    string // "": derived from the inner store
+	storeSet bool
+	keys     keyMode
+	secret   []byte
 }
 
 // WithTracerProvider sets the provider of the decorator's tracer. The
@@ -104,16 +97,6 @@ func WithRawKey() Option {
 	return optionFunc(func(c *config) { c.keys, c.secret = keyRaw, nil })
 }
 
-// WithNearLimit sets the fraction of the limit below which an admitted
-// decision counts as near the limit, in the ratelimit.near_limit counter:
-// an admitted charge or reservation (not a peek, nor a refund) counts
-// when its Remaining is less than fraction × its Limit. The fraction is
-// from 0 to 1; 0 turns the counter off. The default is
-// [DefaultNearLimit].
-func WithNearLimit(fraction float64) Option {
-	return optionFunc(func(c *config) { c.nearLimit = fraction })
-}
-
 // maxName is the longest limiter or store name, in bytes.
 const maxName = 64
 
@@ -125,8 +108,6 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: store name must be 1 to %d bytes, not %d", ErrInvalidOption, maxName, len(c.store))
 	case c.keys == keyHash && len(c.secret) < MinKeySecret:
 		return fmt.Errorf("%w: key hash secret of %d bytes is shorter than %d", ErrInvalidOption, len(c.secret), MinKeySecret)
-	case math.IsNaN(c.nearLimit) || c.nearLimit < 0 || c.nearLimit > 1:
-		return fmt.Errorf("%w: near-limit fraction %v is outside 0 to 1", ErrInvalidOption, c.nearLimit)
 	}
 	return nil
 }

@@ -101,7 +101,7 @@ func TestRedisSpans(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			h := newProviders(t)
-			h.wrap(t, st.make(t, h), telemetry.WithName("redis"), telemetry.WithKeyHash([]byte("0123456789abcdef")))
+			h.wrap(t, nearAt(t, st.make(t, h), 0.1), telemetry.WithName("redis"), telemetry.WithKeyHash([]byte("0123456789abcdef")))
 			// Load the script, so that every later decision is one EVALSHA.
 			h.store.Apply(context.Background(), core.Request{Key: "warm", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1})
 			h.ended()

@@ -101,7 +101,6 @@ type Store struct {
 	duration  metric.Float64Histogram
 	errs      metric.Int64Counter
 	near      metric.Int64Counter
-	nearLimit float64
 	reg       metric.Registration // the breaker's callback, or nil
 	algs      entries
 }
@@ -120,7 +119,7 @@ func New(inner core.Store, opts ...Option) (*Store, error) {
 	if inner == nil {
 		return nil, fmt.Errorf("telemetry: %w", core.ErrNoStore)
 	}
-	cfg := config{nearLimit: DefaultNearLimit}
+	var cfg config
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
@@ -132,7 +131,7 @@ func New(inner core.Store, opts ...Option) (*Store, error) {
 	if !cfg.storeSet {
 		cfg.store = storeName(backend(inner))
 	}
-	s := &Store{inner: inner, keys: cfg.keys, nearLimit: cfg.nearLimit, breaker: findBreaker(inner)}
+	s := &Store{inner: inner, keys: cfg.keys, breaker: findBreaker(inner)}
 	if cfg.limiter != "" {
 		s.base = append(s.base, LimiterKey.String(cfg.limiter))
 	}
@@ -199,7 +198,7 @@ func (s *Store) instruments(meter metric.Meter) {
 	}
 	s.near, err = meter.Int64Counter("ratelimit.near_limit",
 		metric.WithUnit("{decision}"),
-		metric.WithDescription("Admitted decisions that left less than the near-limit fraction of the limit."))
+		metric.WithDescription("Admitted decisions a policy marked near the limit (policy.WithNearLimit)."))
 	if err != nil || s.near == nil {
 		handle(err)
 		s.near = metricnoop.Int64Counter{}
@@ -386,7 +385,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 		return nil
 	}
 	out = out[:len(reqs)]
-	near := s.nearLimit > 0 && s.near.Enabled(ctx)
+	near := s.near.Enabled(ctx)
 	if !traced && !timed && !counted && !near {
 		return nil
 	}
@@ -420,11 +419,10 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	return nil
 }
 
-// isNear reports whether an admitted charge or reservation left less than
-// the near-limit fraction of its limit.
+// isNear reports whether an admitted charge or reservation was marked
+// near its limit by a policy below (policy.WithNearLimit).
 func (s *Store) isNear(req *core.Request, d core.Decision) bool {
-	return d.Allowed && req.Op != core.OpPeek && req.Op != core.OpRefund && s.nearLimit > 0 &&
-		float64(d.Remaining) < s.nearLimit*float64(d.Limit)
+	return d.Near && d.Allowed && req.Op != core.OpPeek && req.Op != core.OpRefund
 }
 
 // annotateBatch sets a recording span's batch attributes: the batch's

@@ -104,7 +104,7 @@ func checkDecisionSpan(t testing.TB, what string, s interface {
 // counters.
 func TestDecisionSpans(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, newMem(t), telemetry.WithName("api"))
+	h := newHarness(t, nearAt(t, newMem(t), 0.1), telemetry.WithName("api"))
 	ctx := context.Background()
 	limit := core.PerSecond(1).WithBurst(3)
 	req := func(cost int64, peek bool) core.Request {
@@ -442,24 +442,29 @@ func containsKey(s, key string) bool {
 	return len(key) > 0 && len(s) >= len(key) && regexp.MustCompile(regexp.QuoteMeta(key)).MatchString(s)
 }
 
-// TestNearLimit checks the near-limit counter at its default fraction, at
-// another, and turned off.
+// TestNearLimit checks that the near-limit counter counts what a policy
+// below marked (policy.WithNearLimit), at its fraction, and nothing
+// without one.
 func TestNearLimit(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name string
-		opts []telemetry.Option
-		want float64
+		name     string
+		fraction float64 // 0: no policy
+		want     float64
 	}{
-		{"default 0.1", nil, 1}, // remaining 0 of 10
-		{"0.5", []telemetry.Option{telemetry.WithNearLimit(0.5)}, 5}, // remaining 4, 3, 2, 1, 0
-		{"off", []telemetry.Option{telemetry.WithNearLimit(0)}, 0},
-		{"1", []telemetry.Option{telemetry.WithNearLimit(1)}, 10}, // every admission leaves less than all
+		{"0.1", 0.1, 1}, // remaining 0 of 10
+		{"0.5", 0.5, 5}, // remaining 4, 3, 2, 1, 0
+		{"no policy", 0, 0},
+		{"1", 1, 10}, // every admission leaves less than all
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, newMem(t), c.opts...)
+			var inner core.Store = newMem(t)
+			if c.fraction > 0 {
+				inner = nearAt(t, inner, c.fraction)
+			}
+			h := newHarness(t, inner)
 			for range 12 { // 10 admitted, 2 denied
 				h.store.Apply(context.Background(), core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10), Cost: 1, Now: t0})
 			}
@@ -697,11 +702,6 @@ func TestOptions(t *testing.T) {
 		{"hash", telemetry.WithKeyHash(make([]byte, telemetry.MinKeySecret)), true},
 		{"short secret", telemetry.WithKeyHash(make([]byte, telemetry.MinKeySecret-1)), false},
 		{"nil secret", telemetry.WithKeyHash(nil), false},
-		{"near 0", telemetry.WithNearLimit(0), true},
-		{"near 1", telemetry.WithNearLimit(1), true},
-		{"near negative", telemetry.WithNearLimit(-0.1), false},
-		{"near above 1", telemetry.WithNearLimit(1.5), false},
-		{"near NaN", telemetry.WithNearLimit(math.NaN()), false},
 		{"nil providers", telemetry.WithTracerProvider(nil), true},
 		{"nil option", nil, true},
 	}
