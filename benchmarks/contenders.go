@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -20,11 +21,17 @@ import (
 	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 	"golang.org/x/time/rate"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
+	"github.com/sluicehq/sluice/telemetry"
 )
 
 // A Limit is the one limit every contender is given, in the terms every
@@ -46,6 +53,15 @@ type Contender struct {
 	Allow func(ctx context.Context, key string) (bool, error)
 	// Close releases the contender's clients and goroutines.
 	Close func()
+	// ModeAnswers, for a chain contender, returns how many decisions so
+	// far its breaker answered by its mode (fail-open by default) because
+	// the store failed or missed the per-call deadline, instead of the
+	// store deciding. It is nil for the other contenders.
+	ModeAnswers func() int64
+	// CircuitClosed, for a chain contender, reports whether its breaker's
+	// circuit is closed: whether the store decides the calls. It is nil
+	// for the other contenders.
+	CircuitClosed func() bool
 }
 
 // The contenders' names, as the benchmarks and docs/benchmarks.md use them.
@@ -53,6 +69,8 @@ const (
 	NameRedisStore    = "sluice-redisstore"
 	NamePipeline      = "sluice-redisstore-pipeline"
 	NameRueidisStore  = "sluice-rueidisstore"
+	NameRedisChain    = "sluice-redis-chain"
+	NameRueidisChain  = "sluice-rueidis-chain"
 	NameRedisRate     = "redis_rate"
 	NameThrottled     = "throttled"
 	NameUlule         = "ulule-limiter"
@@ -67,12 +85,33 @@ const (
 	memoryBoundedKeys = 1 << 20 // every bounded in-memory store holds 1M keys, as memstore does by default
 )
 
+// Chains pairs each chain contender with the bare store contender under
+// it: the chain is what users deploy (see [RedisContenders]), the store
+// what it adds its cost to. They are sluice's own, not competitors.
+var Chains = []struct{ Chain, Store string }{
+	{NameRedisChain, NameRedisStore},
+	{NameRueidisChain, NameRueidisStore},
+}
+
 // RedisContenders returns every contender that keeps its state in the
 // Redis at addr, each with its own client and default client options, and
 // its keys under its own prefix.
+//
+// Besides the bare stores it returns sluice's production chain over each
+// of redisstore and rueidisstore ([Chains]): telemetry with no-op
+// OpenTelemetry providers, over a policy without options, over a
+// breaker with default options, over layered with the zero Config, over
+// the store with its default Config.
 func RedisContenders(addr string, lim Limit) ([]Contender, error) {
+	return redisContenders(addr, lim)
+}
+
+// redisContenders is [RedisContenders] with the chains' breakers
+// configured by breaker instead of the defaults, for the tests.
+func redisContenders(addr string, lim Limit, breaker ...policy.BreakerOption) ([]Contender, error) {
 	starts := []func(string, Limit) (Contender, error){
 		newRedisStore(false), newRedisStore(true), newRueidisStore,
+		newRedisChain(breaker), newRueidisChain(breaker),
 		newRedisRate, newThrottled, newUlule,
 		newRefScript, newRefClient, newRefWatch,
 	}
@@ -108,8 +147,9 @@ func startAll(n int, start func(i int) (Contender, error)) ([]Contender, error) 
 }
 
 // sluiceContender decides with a core.Limiter over store: the API a user
-// calls, not the store's Apply.
-func sluiceContender(name string, store core.Store, lim Limit, closeClient func()) (Contender, error) {
+// calls, not the store's Apply. If modeAnswers is not nil it counts the
+// decisions a breaker's mode answered instead of the store.
+func sluiceContender(name string, store core.Store, lim Limit, closeClient func(), modeAnswers *atomic.Int64) (Contender, error) {
 	limiter, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(int64(lim.Rate)).WithBurst(int64(lim.Burst)))
 	if err != nil {
 		store.Close()
@@ -121,6 +161,9 @@ func sluiceContender(name string, store core.Store, lim Limit, closeClient func(
 		Sluice: true,
 		Allow: func(ctx context.Context, key string) (bool, error) {
 			d, err := limiter.Allow(ctx, key)
+			if modeAnswers != nil && isModeAnswer(d.Source) {
+				modeAnswers.Add(1)
+			}
 			return d.Allowed, err
 		},
 		Close: func() {
@@ -128,6 +171,12 @@ func sluiceContender(name string, store core.Store, lim Limit, closeClient func(
 			closeClient()
 		},
 	}, nil
+}
+
+// isModeAnswer reports whether a decision is a breaker's answer for a store
+// that failed or was too slow.
+func isModeAnswer(s core.Source) bool {
+	return s == core.SourceFailOpen || s == core.SourceFailClosed || s == core.SourceDegraded
 }
 
 func newRedisStore(pipeline bool) func(string, Limit) (Contender, error) {
@@ -142,7 +191,7 @@ func newRedisStore(pipeline bool) func(string, Limit) (Contender, error) {
 			client.Close()
 			return Contender{}, err
 		}
-		return sluiceContender(name, store, lim, func() { client.Close() })
+		return sluiceContender(name, store, lim, func() { client.Close() }, nil)
 	}
 }
 
@@ -156,7 +205,82 @@ func newRueidisStore(addr string, lim Limit) (Contender, error) {
 		client.Close()
 		return Contender{}, err
 	}
-	return sluiceContender(NameRueidisStore, store, lim, client.Close)
+	return sluiceContender(NameRueidisStore, store, lim, client.Close, nil)
+}
+
+func newRedisChain(breaker []policy.BreakerOption) func(string, Limit) (Contender, error) {
+	return func(addr string, lim Limit) (Contender, error) {
+		client := redis.NewClient(&redis.Options{Addr: addr})
+		store, err := redisstore.New(client, redisstore.Config{Prefix: NameRedisChain + ":"})
+		if err != nil {
+			client.Close()
+			return Contender{}, err
+		}
+		return chainContender(NameRedisChain, store, lim, func() { client.Close() }, breaker)
+	}
+}
+
+func newRueidisChain(breaker []policy.BreakerOption) func(string, Limit) (Contender, error) {
+	return func(addr string, lim Limit) (Contender, error) {
+		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			return Contender{}, err
+		}
+		store, err := rueidisstore.New(client, rueidisstore.Config{Prefix: NameRueidisChain + ":"})
+		if err != nil {
+			client.Close()
+			return Contender{}, err
+		}
+		return chainContender(NameRueidisChain, store, lim, client.Close, breaker)
+	}
+}
+
+// chainContender decides, as sluiceContender does, with a core.Limiter,
+// over the production chain built on store: telemetry (no-op providers)
+// → policy (no options) → breaker (configured by breaker: the defaults
+// unless a test says otherwise) → layered (zero Config) → store. It counts
+// the decisions the breaker's mode answered.
+func chainContender(name string, store core.Store, lim Limit, closeClient func(), breaker []policy.BreakerOption) (Contender, error) {
+	var (
+		chain   core.Store = store
+		circuit *policy.Breaker
+	)
+	wrap := func(f func(core.Store) (core.Store, error)) error {
+		outer, err := f(chain)
+		if err != nil {
+			chain.Close()
+			closeClient()
+			return err
+		}
+		chain = outer
+		return nil
+	}
+	for _, f := range []func(core.Store) (core.Store, error){
+		func(s core.Store) (core.Store, error) { return layered.New(s, layered.Config{}) },
+		func(s core.Store) (core.Store, error) {
+			b, err := policy.NewBreaker(s, breaker...)
+			circuit = b
+			return b, err
+		},
+		func(s core.Store) (core.Store, error) { return policy.New(s) },
+		func(s core.Store) (core.Store, error) {
+			return telemetry.New(s,
+				telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
+				telemetry.WithMeterProvider(metricnoop.NewMeterProvider()))
+		},
+	} {
+		if err := wrap(f); err != nil {
+			return Contender{}, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	var modeAnswers atomic.Int64
+	c, err := sluiceContender(name, chain, lim, closeClient, &modeAnswers)
+	if err != nil {
+		return Contender{}, err
+	}
+	c.ModeAnswers = modeAnswers.Load
+	c.CircuitClosed = func() bool { return circuit.State() == policy.Closed }
+	return c, nil
 }
 
 func newMemStore(lim Limit) (Contender, error) {
@@ -164,7 +288,7 @@ func newMemStore(lim Limit) (Contender, error) {
 	if err != nil {
 		return Contender{}, err
 	}
-	return sluiceContender(NameMemStore, store, lim, func() {})
+	return sluiceContender(NameMemStore, store, lim, func() {}, nil)
 }
 
 // newRedisRate is go-redis/redis_rate: GCRA in one Lua script. Its keys

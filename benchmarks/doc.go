@@ -3,10 +3,12 @@
 //
 // It is a module of its own, so that the other libraries never enter
 // sluice's go.mod. Its non-test code is the contenders: [RedisContenders]
-// returns sluice's Redis stores, go-redis/redis_rate, throttled/throttled,
-// ulule/limiter and three reference token buckets (one script, three
-// commands decided in the client, and WATCH/MULTI), each on its own client
-// with default options; [MemoryContenders] returns memstore,
+// returns sluice's Redis stores, sluice's production chain over each of
+// its two Redis stores ([Chains]: what users deploy, compared with its
+// bare store, not counted as a peer), go-redis/redis_rate,
+// throttled/throttled, ulule/limiter and three reference token buckets
+// (one script, three commands decided in the client, and WATCH/MULTI),
+// each on its own client with default options; [MemoryContenders] returns memstore,
 // golang.org/x/time/rate keyed by a sync.Map, sethvargo/go-limiter,
 // throttled's memstore and ulule/limiter's memory store. Every contender
 // is given the same [Limit] and answers one question: may this key make one

@@ -175,3 +175,17 @@ func (s *resultSet) ratios(a, b, unit string) []float64 {
 	}
 	return out
 }
+
+// diffs returns a's unit minus b's, round by round, for the rounds that
+// ran both.
+func (s *resultSet) diffs(a, b, unit string) []float64 {
+	var out []float64
+	for _, round := range s.rounds {
+		x, ok1 := round[a][unit]
+		y, ok2 := round[b][unit]
+		if ok1 && ok2 {
+			out = append(out, x-y)
+		}
+	}
+	return out
+}

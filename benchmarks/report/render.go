@@ -10,13 +10,17 @@ import (
 	bm "github.com/sluicehq/sluice/benchmarks"
 )
 
-// The contenders, in the order the tables list them.
+// The contenders, in the order the tables list them. redisContenders are
+// the peers compared for the fastest client; redisTables adds sluice's
+// production chains (bm.Chains), which are listed and charted but never
+// counted as peers: each is compared with its own bare store.
 var (
 	redisContenders = []string{
 		bm.NameRedisStore, bm.NamePipeline, bm.NameRueidisStore,
 		bm.NameRedisRate, bm.NameThrottled, bm.NameUlule,
 		bm.NameRefScript, bm.NameRefClient, bm.NameRefWatch,
 	}
+	redisTables      = slices.Concat(redisContenders[:3], chainNames(), redisContenders[3:])
 	memoryContenders = []string{bm.NameMemStore, bm.NameTimeRate, bm.NameGoLimiter, bm.NameThrottledMem, bm.NameUluleMem}
 	goroutines       = []int{1, 16, 64, 256}
 )
@@ -27,7 +31,17 @@ const (
 	goalRedisStore  = 1.3 // redisstore ÷ redis_rate, same
 	goalRedisAllocs = 10  // redisstore's allocations per decision
 	goalMemory      = 1.5 // memstore ÷ the fastest in-memory competitor
+	goalChain       = 0.9 // a production chain ÷ its bare store, 10,000 users (issue 16)
+	goalChainAllocs = 3   // the most allocations per decision a chain may add to its store
+	// goalChainMode is the largest share of a chain's decisions its
+	// breaker may have answered by its mode (fail-open) for its figures
+	// to count: such an answer costs no Redis call, so a chain whose
+	// breaker answered many seems fast for it.
+	goalChainMode = 0.001
 )
+
+// goalChainGoroutines are the goroutine counts goalChain is held to.
+var goalChainGoroutines = []int{16, 64, 256}
 
 func render(s *resultSet, img string) (string, map[string][]byte) {
 	var b strings.Builder
@@ -38,12 +52,14 @@ func render(s *resultSet, img string) (string, map[string][]byte) {
 
 	for _, w := range []struct{ key, title string }{{"hot", "one hot key"}, {"users", "10,000 users"}} {
 		fmt.Fprintf(&b, "### Redis: %s\n\n", w.title)
-		throughputTable(&b, s, "Redis/"+w.key, redisContenders, bm.NameRedisRate)
-		detailTable(&b, s, "Redis/"+w.key+"/g=64", redisContenders, bm.NameRedisRate, true, w.key)
+		throughputTable(&b, s, "Redis/"+w.key, redisTables, bm.NameRedisRate)
+		detailTable(&b, s, "Redis/"+w.key+"/g=64", redisTables, bm.NameRedisRate, true, w.key)
 		name := "bench-redis-" + w.key + ".svg"
-		charts[name] = barChart(fmt.Sprintf("Redis, %s, 64 goroutines: decisions per second", w.title), chartBars(s, "Redis/"+w.key+"/g=64", redisContenders))
+		charts[name] = barChart(fmt.Sprintf("Redis, %s, 64 goroutines: decisions per second", w.title), chartBars(s, "Redis/"+w.key+"/g=64", redisTables))
 		fmt.Fprintf(&b, "![Redis, %s, 64 goroutines](%s/%s)\n\n", w.title, img, name)
 	}
+
+	chainTable(&b, s)
 
 	ceilingTable(&b, s)
 	overgrantTable(&b, s)
@@ -103,6 +119,9 @@ func headline(b *strings.Builder, s *resultSet) {
 		met := len(lows) > 0 && slices.Min(lows) >= goalMemory && allocs == 0
 		goalRow(b, fmt.Sprintf("memstore ≥ %.1f× the fastest in-memory competitor, %s, 0 allocs", goalMemory, w), measured, met)
 	}
+	for _, p := range bm.Chains {
+		chainGoal(b, s, p.Chain, p.Store)
+	}
 	worst := -1.0
 	for _, row := range s.overgrant {
 		if isSluice(row[0]) {
@@ -127,6 +146,110 @@ func ratioText(r []float64) string {
 		return "not measured"
 	}
 	return fmt.Sprintf("%.2f× (%.2f–%.2f)", median(r), slices.Min(r), slices.Max(r))
+}
+
+// chainGoal writes issue 16's goal for one production chain: at least
+// goalChain of its bare store's decisions/s on per-user keys at each of
+// goalChainGoroutines, with at most goalChainAllocs allocations more and
+// at most goalChainMode of its decisions answered by its breaker's mode.
+func chainGoal(b *strings.Builder, s *resultSet, chain, store string) {
+	var parts []string
+	met, worstAllocs, worstMode := true, math.Inf(-1), 0.0
+	for _, g := range goalChainGoroutines {
+		cell := fmt.Sprintf("Redis/users/g=%d/", g)
+		r := s.ratios(cell+chain, cell+store, "decisions/s")
+		d := s.diffs(cell+chain, cell+store, "allocs/op")
+		if len(r) == 0 || len(d) == 0 {
+			met = false
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%.2f× at %d", median(r), g))
+		worstAllocs = max(worstAllocs, median(d))
+		mode, _ := s.med(cell+chain, "mode-answers/op")
+		worstMode = max(worstMode, mode)
+		met = met && median(r) >= goalChain && median(d) <= goalChainAllocs && mode <= goalChainMode
+	}
+	measured := "not measured"
+	if len(parts) > 0 {
+		measured = fmt.Sprintf("%s goroutines; %+.0f allocs at worst", strings.Join(parts, ", "), worstAllocs)
+		if worstMode > 0 {
+			measured += fmt.Sprintf("; up to %s of decisions answered by the breaker's mode", percent(worstMode))
+		}
+	}
+	goalRow(b, fmt.Sprintf("%s ≥ %.2f× %s's decisions/s, 10,000 users, at %s goroutines, ≤ %d allocs more, ≤ %s answered by the breaker's mode",
+		chain, goalChain, store, andList(goalChainGoroutines), goalChainAllocs, percent(goalChainMode)), measured, met)
+}
+
+// chainTable writes each production chain's decisions/s and allocs/op
+// against its bare store's, cell by cell.
+func chainTable(b *strings.Builder, s *resultSet) {
+	b.WriteString("### The production chain against its bare store\n\n")
+	b.WriteString("Each chain is `telemetry.New` (no-op OpenTelemetry providers) → `policy.New` → `policy.NewBreaker` (default options) → `layered.New` (zero `Config`) → the store, run in the same rounds as the bare store. ")
+	b.WriteString("A cell is the chain's decisions/s divided by the store's within each round, its median and range over the rounds, then the allocations per decision it adds (median of the rounds' differences). ")
+	b.WriteString("Where the breaker answered some of the chain's decisions by its mode (fail-open, without a Redis call) because the store missed the 8 ms per-call deadline or the circuit was open, the cell says what share: those figures are not the chain's speed. The last column is the commands per decision (`TestCommandsPerDecision`, the breaker with a one-minute deadline and failing closed).\n\n")
+	b.WriteString("| chain ÷ store | workload |")
+	for _, g := range goroutines {
+		fmt.Fprintf(b, " %s |", plural(g, "goroutine"))
+	}
+	b.WriteString(" commands/decision |\n|---|---|")
+	b.WriteString(strings.Repeat("---:|", len(goroutines)+1))
+	b.WriteString("\n")
+	for _, p := range bm.Chains {
+		for _, w := range []string{"hot", "users"} {
+			if !s.ran("Redis/"+w, p.Chain) {
+				continue
+			}
+			fmt.Fprintf(b, "| %s ÷ %s | %s |", label(p.Chain), label(p.Store), w)
+			for _, g := range goroutines {
+				cell := fmt.Sprintf("Redis/%s/g=%d/", w, g)
+				r := s.ratios(cell+p.Chain, cell+p.Store, "decisions/s")
+				d := s.diffs(cell+p.Chain, cell+p.Store, "allocs/op")
+				if len(r) == 0 {
+					b.WriteString(" – |")
+					continue
+				}
+				text := ratioText(r)
+				if len(d) > 0 {
+					text += fmt.Sprintf(", %+.0f allocs", median(d))
+				}
+				if mode, _ := s.med(cell+p.Chain, "mode-answers/op"); mode > 0 {
+					text += fmt.Sprintf(", **%s by the breaker's mode**", percent(mode))
+				}
+				fmt.Fprintf(b, " %s |", text)
+			}
+			cmds := s.commands[w+"/"+p.Chain]
+			if cmds == "" {
+				cmds = "–"
+			}
+			fmt.Fprintf(b, " %s |\n", cmds)
+		}
+	}
+	fmt.Fprintf(b, "\nIssue 16's goal: at least %.2f× the bare store at %s goroutines on 10,000 users, with at most %d allocations more (see the goals above), and at most %s of the decisions answered by the breaker's mode for the figures to count.\n\n",
+		goalChain, andList(goalChainGoroutines), goalChainAllocs, percent(goalChainMode))
+}
+
+// chainNames are the production chains' names, in bm.Chains's order.
+func chainNames() []string {
+	var names []string
+	for _, p := range bm.Chains {
+		names = append(names, p.Chain)
+	}
+	return names
+}
+
+// percent formats a share (0.0123) as a percentage ("1.23%").
+func percent(v float64) string { return fmt.Sprintf("%.2f%%", 100*v) }
+
+// andList writes ns as English: "16, 64 and 256".
+func andList(ns []int) string {
+	var parts []string
+	for _, n := range ns {
+		parts = append(parts, strconv.Itoa(n))
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }
 
 // fastestRatios returns, round by round, own's decisions/s in cell divided
@@ -176,12 +299,18 @@ func throughputTable(b *strings.Builder, s *resultSet, prefix string, contenders
 					cell += fmt.Sprintf(" (%.2f×)", median(r))
 				}
 			}
+			if mode, _ := s.med(name, "mode-answers/op"); mode > 0 {
+				cell += fmt.Sprintf(", %s by the breaker's mode", percent(mode))
+			}
 			fmt.Fprintf(b, " %s |", cell)
 		}
 		b.WriteString("\n")
 	}
 	if base != "" {
 		fmt.Fprintf(b, "\nIn brackets: the ratio to %s in the same round.\n", base)
+	}
+	if s.anyMode(prefix) {
+		b.WriteString("A share \"by the breaker's mode\" is of a chain's decisions its breaker answered without Redis (fail-open): those decisions cost no round trip, so the figure is not the chain's speed.\n")
 	}
 	b.WriteString("\n")
 }
@@ -251,7 +380,7 @@ func ceilingTable(b *strings.Builder, s *resultSet) {
 
 // overgrantTable writes TestOverGrant's figures.
 func overgrantTable(b *strings.Builder, s *resultSet) {
-	b.WriteString("### Over-grant\n\n`TestOverGrant`: 64 goroutines on one key limited to 10 a second with a burst of 10, for 3 s; the bound is burst + rate × elapsed.\n\n")
+	b.WriteString("### Over-grant\n\n`TestOverGrant`: 64 goroutines on one key limited to 10 a second with a burst of 10, for 3 s; the bound is burst + rate × elapsed. The production chains' breakers have a one-minute deadline and fail closed, so that no answer of theirs can be an admission the store did not make.\n\n")
 	b.WriteString("| contender | admitted | bound | over-grant | decisions | errors |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, row := range s.overgrant {
 		if len(row) < 5 {
@@ -288,6 +417,19 @@ func distinctTable(b *strings.Builder, s *resultSet) {
 		}
 	}
 	b.WriteString("\n")
+}
+
+// anyMode reports whether a chain's breaker answered any decision by its
+// mode in a benchmark under prefix.
+func (s *resultSet) anyMode(prefix string) bool {
+	for _, c := range chainNames() {
+		for _, g := range goroutines {
+			if mode, _ := s.med(fmt.Sprintf("%s/g=%d/%s", prefix, g, c), "mode-answers/op"); mode > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ran reports whether contender c ran at any goroutine count under prefix.
