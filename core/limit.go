@@ -88,8 +88,11 @@ func Per(n int64, period time.Duration) Limit {
 
 // WithBurst returns a copy of l whose burst is b. The token bucket and GCRA
 // admit at most b at once; the window algorithms count Rate per window and
-// take no notice of the burst.
+// take no notice of the burst. [Inf] has no burst: Inf.WithBurst(b) is Inf.
 func (l Limit) WithBurst(b int64) Limit {
+	if l.inf {
+		return l
+	}
 	l.burst = b
 	l.valid = l.check() == nil
 	return l
@@ -129,30 +132,40 @@ func (l Limit) Validate() error {
 }
 
 func (l Limit) check() error {
-	switch {
-	case l.rate <= 0:
-		return fmt.Errorf("%w: rate %d must be at least 1", ErrInvalidLimit, l.rate)
-	case l.rate > MaxUnits:
-		return fmt.Errorf("%w: rate %d exceeds 2^52", ErrInvalidLimit, l.rate)
-	case l.period == -1:
-		return fmt.Errorf("%w: period must be at least 1µs", ErrInvalidLimit)
-	case l.period <= 0:
-		return fmt.Errorf("%w: period must be positive", ErrInvalidLimit)
-	case l.period > int64(MaxPeriod/time.Microsecond):
-		return fmt.Errorf("%w: period %v is longer than %v", ErrInvalidLimit, l.Period(), MaxPeriod)
-	case l.unit == 0:
-		return fmt.Errorf("%w: period must be a whole number of microseconds", ErrInvalidLimit)
-	case l.burst <= 0:
-		return fmt.Errorf("%w: burst %d must be at least 1", ErrInvalidLimit, l.burst)
-	case l.burst > MaxUnits/l.unit:
-		return fmt.Errorf("%w: %v: burst × unit exceeds 2^52; lower the burst or use a rate that divides the period", ErrInvalidLimit, l)
+	if p := l.problem(); p != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidLimit, p)
 	}
 	return nil
 }
 
+// problem says what is wrong with l, or returns "" if nothing is. check
+// and [ParseLimit] wrap it in [ErrInvalidLimit], each with its own context.
+func (l Limit) problem() string {
+	switch {
+	case l.rate <= 0:
+		return fmt.Sprintf("rate %d must be at least 1", l.rate)
+	case l.rate > MaxUnits:
+		return fmt.Sprintf("rate %d exceeds 2^52", l.rate)
+	case l.period == -1:
+		return "period must be at least 1µs"
+	case l.period <= 0:
+		return "period must be positive"
+	case l.period > int64(MaxPeriod/time.Microsecond):
+		return fmt.Sprintf("period %v is longer than %v", l.Period(), MaxPeriod)
+	case l.unit == 0:
+		return "period must be a whole number of microseconds"
+	case l.burst <= 0:
+		return fmt.Sprintf("burst %d must be at least 1", l.burst)
+	case l.burst > MaxUnits/l.unit:
+		return fmt.Sprintf("%v: burst × unit exceeds 2^52; lower the burst or use a rate that divides the period", l)
+	}
+	return ""
+}
+
 // String formats l as "10 req/s (burst 50)". Periods of a second, minute,
 // hour and day print as s, min, h and day; others as a duration
-// ("1 req/250ms (burst 1)").
+// ("1 req/250ms (burst 1)"). It is for people to read; [Limit.MarshalText]
+// gives the form [ParseLimit] reads back ("10/s burst 50").
 func (l Limit) String() string {
 	if l.inf {
 		return "unlimited"

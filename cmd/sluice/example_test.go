@@ -8,7 +8,7 @@ import "os"
 // boundary; the sliding window log admits 10 in all.
 func Example_sim() {
 	for _, alg := range []string{"fixed-window", "sliding-window-log"} {
-		run([]string{"sim", "-algorithm", alg, "-limit", "10/s", "-traffic", "onoff:100/s,200ms,800ms",
+		run([]string{"sim", "-algorithm", alg, "-limit", "10/s burst 50", "-traffic", "onoff:100/s,200ms,800ms",
 			"-start", "2030-01-01T00:00:00.9Z", "-duration", "400ms", "-interval", "200ms"}, os.Stdout, os.Stderr)
 	}
 	// Output:
@@ -41,7 +41,7 @@ func Example_sim() {
 // after the boundary the fixed window admits 10 more; both sliding windows
 // admit none.
 func Example_simCompare() {
-	run([]string{"sim", "-algorithm", "fixed-window,sliding-window-counter,sliding-window-log", "-limit", "10/s",
+	run([]string{"sim", "-algorithm", "fixed-window,sliding-window-counter,sliding-window-log", "-limit", "10/s burst 50",
 		"-traffic", "onoff:100/s,200ms,800ms", "-start", "2030-01-01T00:00:00.9Z", "-duration", "200ms", "-interval", "100ms"}, os.Stdout, os.Stderr)
 	// Output:
 	// 3 algorithms, 10 req/s (burst 50), traffic onoff:100/s,200ms,800ms, 200ms in intervals of 100ms

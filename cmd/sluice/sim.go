@@ -37,8 +37,7 @@ const simKey = "sim"
 // The defaults reproduce the worked example of docs/sim.md.
 const (
 	defaultAlgorithm = "token-bucket"
-	defaultLimit     = "10/s"
-	defaultBurst     = "50"
+	defaultLimit     = "10/s burst 50"
 	defaultTraffic   = "burst:60/1s"
 	defaultDuration  = "5s"
 	defaultInterval  = "1s"
@@ -115,7 +114,8 @@ Traffic patterns:
                          duration (1.5s) or seconds (1.5), then an optional cost;
                          blank lines and # comments are ignored
 
-A RATE or limit is N/s, N/min, N/h, N/day or N/<Go duration>, such as 5/250ms.
+A RATE is N/s, N/min, N/h, N/day or N/<Go duration>, such as 5/250ms. A
+limit is a RATE, then optionally "burst N": 10/s burst 50, 100/min, 1/250ms.
 
 Flags:
 `)
@@ -133,8 +133,8 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 	// errors name the flag and say what is wrong with the value.
 	var (
 		algName  = textFlag(fs, "algorithm", defaultAlgorithm, "the algorithm `name`: token-bucket, gcra, fixed-window,\nsliding-window-counter or sliding-window-log; a comma list of them\nto compare them; or all, the five of them")
-		limitArg = textFlag(fs, "limit", defaultLimit, "the limit, `N/PERIOD`: N/s, N/min, N/h, N/day or N/<Go duration>")
-		burstArg = textFlag(fs, "burst", defaultBurst, "the limit's burst `N`, the most the token bucket and GCRA admit at once;\n0 means the rate (the window algorithms ignore the burst)")
+		limitArg = textFlag(fs, "limit", defaultLimit, "the `limit`: N/PERIOD, then optionally burst N (the burst defaults to N);\nPERIOD is s, min, h, day or a Go duration: 10/s burst 50, 100/min, 1/250ms")
+		burstArg = textFlag(fs, "burst", "", "the burst `N`, the most the token bucket and GCRA admit at once, in place of\nthe -limit's; 0 means the rate (the window algorithms ignore the burst)")
 		traffic  = textFlag(fs, "traffic", defaultTraffic, "the traffic `pattern` (see above)")
 		durArg   = textFlag(fs, "duration", defaultDuration, "how long to simulate, a Go `duration`; a trace's default is its own length")
 		ivlArg   = textFlag(fs, "interval", defaultInterval, "the `duration` of one table row and one chart bar")
@@ -161,20 +161,28 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 		return nil, fmt.Errorf("-algorithm %q: %v", *algName, err)
 	}
 
-	n, period, err := parseRate(*limitArg)
-	if err != nil {
-		return nil, fmt.Errorf("-limit %q: %v", *limitArg, err)
+	// The text form of core.Limit, whose errors quote the value and name
+	// the part at fault.
+	limit, err := core.ParseLimit(*limitArg)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("-limit: %w", err)
+	case limit.IsInf():
+		return nil, fmt.Errorf("-limit %s: sim simulates a finite limit, such as 10/s", *limitArg)
 	}
-	burst, err := strconv.ParseInt(*burstArg, 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("-burst %q: not a whole number", *burstArg)
-	}
-	cfg.limit = core.Per(n, period)
-	if burst != 0 {
-		cfg.limit = cfg.limit.WithBurst(burst)
-	}
-	if err := cfg.limit.Validate(); err != nil {
-		return nil, fmt.Errorf("-limit %s -burst %s: %w", *limitArg, *burstArg, err)
+	cfg.limit = limit
+	if set["burst"] {
+		burst, err := strconv.ParseInt(*burstArg, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("-burst %q: not a whole number", *burstArg)
+		}
+		if burst == 0 {
+			burst = limit.Rate()
+		}
+		cfg.limit = limit.WithBurst(burst)
+		if err := cfg.limit.Validate(); err != nil {
+			return nil, fmt.Errorf("-limit %s -burst %s: %w", *limitArg, *burstArg, err)
+		}
 	}
 	for _, alg := range cfg.algs {
 		if err := alg.Validate(cfg.limit); err != nil {

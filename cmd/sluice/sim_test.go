@@ -277,8 +277,17 @@ func TestAdmittedPerInterval(t *testing.T) {
 		// A cost of 5 spends the burst of 50 ten times over.
 		{"cost", []string{"-cost", "5"}, []int64{10, 2, 2, 2, 2}},
 		{"burst is the rate", []string{"-burst", "0"}, []int64{10, 10, 10, 10, 10}},
+		// -limit is core.Limit's text form: its burst is the rate unless
+		// it names one, and -burst, when given, replaces it.
+		{"limit with its burst", []string{"-limit", "10/s burst 20"}, []int64{20, 10, 10, 10, 10}},
+		{"limit without a burst", []string{"-limit", "10/s"}, []int64{10, 10, 10, 10, 10}},
+		{"limit per minute", []string{"-limit", "600/min burst 50"}, []int64{50, 10, 10, 10, 10}},
+		{"-burst replaces the limit's", []string{"-limit", "10/s burst 20", "-burst", "30"}, []int64{30, 10, 10, 10, 10}},
+		{"-burst 0 is the rate", []string{"-limit", "10/s burst 20", "-burst", "0"}, []int64{10, 10, 10, 10, 10}},
 		// 5 at once, then 4 more refilled within the first 250ms.
 		{"limit per 250ms", []string{"-limit", "5/250ms", "-burst", "5", "-traffic", "constant:100/s", "-duration", "1s", "-interval", "250ms"},
+			[]int64{9, 5, 5, 5}},
+		{"limit per 250ms, burst by default", []string{"-limit", "5/250ms", "-traffic", "constant:100/s", "-duration", "1s", "-interval", "250ms"},
 			[]int64{9, 5, 5, 5}},
 	}
 	for _, tt := range tests {
@@ -494,12 +503,16 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-algorithm", "all,gcra"}, "all names every algorithm and stands alone"},
 		{[]string{"-algorithm", "ALL"}, `unknown algorithm "ALL"`},
 		{[]string{"-limit", "20000/s", "-algorithm", "all"}, "-limit 20000/s with -algorithm sliding-window-log: "},
-		{[]string{"-limit", "10"}, `-limit "10": want N/PERIOD`},
-		{[]string{"-limit", "ten/s"}, `-limit "ten/s": count "ten" is not a whole number`},
-		{[]string{"-limit", "10/fortnight"}, `period "fortnight" is not s, min, h, day or a Go duration`},
-		{[]string{"-limit", "0/s"}, "invalid limit: rate 0 must be at least 1"},
-		{[]string{"-limit", "10/500ns"}, "invalid limit: period must be at least 1µs"},
-		{[]string{"-limit", "10/1500ns"}, "invalid limit: period must be a whole number of microseconds"},
+		{[]string{"-limit", "10"}, `-limit: sluice: invalid limit: "10": want N/PERIOD`},
+		{[]string{"-limit", "ten/s"}, `-limit: sluice: invalid limit: "ten/s": rate "ten" is not a whole number`},
+		{[]string{"-limit", "10/fortnight"}, `"10/fortnight": unknown unit "fortnight" (want s, min, h, day or a duration such as 250ms)`},
+		{[]string{"-limit", "10/s burst"}, `"10/s burst": burst wants a number`},
+		{[]string{"-limit", "10/s burst 0"}, `"10/s burst 0": burst 0 must be at least 1`},
+		{[]string{"-limit", "0/s"}, `invalid limit: "0/s": rate 0 must be at least 1`},
+		{[]string{"-limit", "10/500ns"}, `invalid limit: "10/500ns": period must be at least 1µs`},
+		{[]string{"-limit", "10/1500ns"}, `invalid limit: "10/1500ns": period must be a whole number of microseconds`},
+		{[]string{"-limit", "unlimited"}, "-limit unlimited: sim simulates a finite limit"},
+		{[]string{"-limit", "10/s burst 5", "-burst", "-1"}, "-limit 10/s burst 5 -burst -1: sluice: invalid limit: burst -1 must be at least 1"},
 		{[]string{"-limit", "20000/s", "-algorithm", "sliding-window-log"}, "the sliding window log keeps at most 10000 entries"},
 		{[]string{"-burst", "-1"}, "invalid limit: burst -1 must be at least 1"},
 		{[]string{"-burst", "lots"}, `-burst "lots": not a whole number`},
