@@ -39,7 +39,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		pipeline = fs.Bool("pipeline", false, "with go-redis, pipeline concurrent decisions (redisstore.Config.Pipeline)")
 		prefix   = fs.String("prefix", "sluice-bench:", "the key `prefix`; the keys expire on their own")
 		algName  = fs.String("algorithm", "token-bucket", "the algorithm `name`")
-		limitArg = fs.String("limit", "1000/s", "the limit, `N/PERIOD`")
+		limitArg = fs.String("limit", "1000/s", "the `limit`: N/PERIOD, then optionally burst N, such as 1000/s or 100/s burst 500")
 		keys     = fs.Int("keys", 1, "how many distinct `keys`: 1 for one hot key")
 		workers  = fs.Int("concurrency", 64, "how many `goroutines` decide at once")
 		duration = fs.Duration("duration", 10*time.Second, "how long to run")
@@ -59,12 +59,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice bench: -algorithm: %v\n", err)
 		return 2
 	}
-	n, period, err := parseRate(*limitArg)
+	limit, err := core.ParseLimit(*limitArg)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: -limit %q: %v\n", *limitArg, err)
+		fmt.Fprintf(stderr, "sluice bench: -limit: %v\n", err)
 		return 2
 	}
-	limit := core.Per(n, period)
 	switch {
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "sluice bench: unexpected argument %q\n", fs.Arg(0))

@@ -31,7 +31,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		cluster  = fs.Bool("cluster", false, "the addresses are a Redis Cluster's")
 		prefix   = fs.String("prefix", redisscript.DefaultPrefix, "the store's key `prefix`")
 		algName  = fs.String("algorithm", "token-bucket", "the algorithm `name` the key is limited by (a stack's rule: name/rule)")
-		limitArg = fs.String("limit", "", "the limit, `N/PERIOD`, to show the decision a request of cost 1 would get now")
+		limitArg = fs.String("limit", "", "the `limit` (N/PERIOD, then optionally burst N, such as 10/min burst 50) to show the decision a request of cost 1 would get now")
 		burst    = fs.Int64("burst", 0, "the limit's burst `N`; 0 means the rate")
 		timeout  = fs.Duration("timeout", 2*time.Second, "how long to wait for Redis")
 	)
@@ -66,12 +66,12 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	}
 	var limit core.Limit
 	if *limitArg != "" {
-		n, period, err := parseRate(*limitArg)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice inspect: -limit %q: %v\n", *limitArg, err)
+		var err error
+		if limit, err = core.ParseLimit(*limitArg); err != nil {
+			fmt.Fprintf(stderr, "sluice inspect: -limit: %v\n", err)
 			return 2
 		}
-		if limit = core.Per(n, period); *burst != 0 {
+		if *burst != 0 {
 			limit = limit.WithBurst(*burst)
 		}
 		if err := limit.Validate(); err != nil {

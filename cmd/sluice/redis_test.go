@@ -45,7 +45,7 @@ func TestInspect(t *testing.T) {
 		{[]string{"-redis", srv.Addr(), "-algorithm", "gcra", "user:7"}, 0, []string{"state none: the key is fresh"}},
 		{[]string{"-redis", srv.Addr()}, 2, []string{"want one KEY"}},
 		{[]string{"-redis", srv.Addr(), "-algorithm", "leaky", "k"}, 2, []string{`unknown algorithm "leaky"`}},
-		{[]string{"-redis", srv.Addr(), "-limit", "10", "k"}, 2, []string{"-limit \"10\""}},
+		{[]string{"-redis", srv.Addr(), "-limit", "10", "k"}, 2, []string{`-limit: sluice: invalid limit: "10": want N/PERIOD`}},
 		{[]string{"-redis", srv.Addr(), "-prefix", "a{b}", "k"}, 1, []string{"-prefix"}},
 	} {
 		var out, errs bytes.Buffer
