@@ -11,9 +11,9 @@ import (
 // Each algorithm's Lua twin is a decision: prelude.lua, its own file and
 // conclude.lua. A script of one decision is shared.lua and the decision as
 // the script's own code, on KEYS[1] and ARGV[1], then its write and its
-// reply; see [Script] for the calling convention. [MultiScript] holds
-// every algorithm's decision as a function and decides several requests at
-// once.
+// reply; see [Script] for the calling convention. [MultiScript] decides
+// several requests at once, in a loop whose body is one decision by the
+// request's algorithm.
 //
 // Redis runs a script's code afresh on each call, so every function a
 // script defines is a new closure on every call: every script keeps to

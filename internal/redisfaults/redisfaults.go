@@ -487,7 +487,7 @@ func MalformedCases(says map[string]string) []MalformedCase {
 	for name, s := range says {
 		i := slices.IndexFunc(cases, func(c MalformedCase) bool { return c.Name == name })
 		if i < 0 {
-			panic(fmt.Sprintf("storefault: no malformed case %q", name))
+			panic(fmt.Sprintf("redisfaults: no malformed case %q", name))
 		}
 		cases[i].Says = s
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
-// The helpers are package storefault's, shared with rueidisstore; these
+// The helpers are package redisfaults', shared with rueidisstore; these
 // tests supply the go-redis clients.
 
 // TestScriptFlushUnderLoad decides with every algorithm on many keys from

@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// The helpers are package storefault's, shared with redisstore; these
+// The helpers are package redisfaults', shared with redisstore; these
 // tests supply the rueidis client, and the expectations differ where the
 // clients do.
 
