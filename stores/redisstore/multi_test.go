@@ -22,23 +22,8 @@ import (
 // call, and a denied one leaves every rule as it was.
 func TestStackOneCall(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { gc.Close() })
-	rs, err := redisstore.New(gc, redisstore.Config{Prefix: "one:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	us, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: "one-u:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, store := range map[string]core.Store{"redisstore": rs, "rueidisstore": us} {
+	srv, stores := serverAndStores(t, "one")
+	for name, store := range stores {
 		stack, err := core.NewStack(store,
 			core.Rule{Name: "burst", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(3)},
 			core.Rule{Name: "daily", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerDay(100)},
@@ -133,22 +118,7 @@ func TestStackClusterOneKey(t *testing.T) {
 // call whose decisions are what the rules' states say.
 func TestBatchOfEachOpOneCall(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { gc.Close() })
-	rs, err := redisstore.New(gc, redisstore.Config{Prefix: "ops:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	us, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: "ops-u:"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, stores := serverAndStores(t, "ops")
 	calls := func() int64 {
 		info := redisfaults.Info(t, srv, "commandstats")
 		return redisfaults.InfoCount(info, "cmdstat_evalsha", "calls") + redisfaults.InfoCount(info, "cmdstat_eval", "calls")
@@ -157,7 +127,7 @@ func TestBatchOfEachOpOneCall(t *testing.T) {
 	fast := core.Named(algorithms.TokenBucket, "fast")
 	slow := core.Named(algorithms.TokenBucket, "slow")
 	slots := core.Named(algorithms.Concurrency, "slots")
-	for name, store := range map[string]core.Store{"redisstore": rs, "rueidisstore": us} {
+	for name, store := range stores {
 		ctx := context.Background()
 		req := func(alg core.Algorithm, limit core.Limit, op core.Op, cost int64, at time.Duration) core.Request {
 			r := core.Request{Key: "u1", Algorithm: alg, Limit: limit, Cost: cost, Op: op, Now: t0.Add(at)}
@@ -222,32 +192,9 @@ func TestBatchOfEachOpOneCall(t *testing.T) {
 // EVAL per flush.
 func TestBatchAfterScriptFlush(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { gc.Close() })
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	plain, err := redisstore.New(gc, redisstore.Config{Prefix: "flush:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	piped, err := redisstore.New(gc, redisstore.Config{Prefix: "flush-p:", Pipeline: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { piped.Close() })
-	us, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: "flush-u:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name  string
-		store core.Store
-	}{{"redisstore", plain}, {"redisstore-pipeline", piped}, {"rueidisstore", us}} {
-		stack, err := core.NewStack(tc.store,
+	srv, stores := serverAndStores(t, "flush")
+	for name, store := range stores {
+		stack, err := core.NewStack(store,
 			core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
 			core.Rule{Name: "all", Algorithm: algorithms.GCRA, Limit: core.PerSecond(100)},
 		)
@@ -264,14 +211,48 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 			}
 			v, err := stack.Allow(ctx, "u", "all")
 			if err != nil || !v.Allowed {
-				t.Fatalf("%s, flush %d: a stack decision after SCRIPT FLUSH = %+v, %v; want admitted", tc.name, i, v, err)
+				t.Fatalf("%s, flush %d: a stack decision after SCRIPT FLUSH = %+v, %v; want admitted", name, i, v, err)
 			}
 			stats := redisfaults.Info(t, srv, "commandstats")
 			eval := redisfaults.InfoCount(stats, "cmdstat_eval", "calls")
 			noscript := redisfaults.InfoCount(redisfaults.Info(t, srv, "errorstats"), "errorstat_NOSCRIPT", "count")
 			if eval != 1 || noscript != 1 {
-				t.Errorf("%s, flush %d: the server counted %d EVAL and %d NOSCRIPT, want 1 each", tc.name, i, eval, noscript)
+				t.Errorf("%s, flush %d: the server counted %d EVAL and %d NOSCRIPT, want 1 each", name, i, eval, noscript)
 			}
 		}
 	}
+}
+
+// serverAndStores starts a redis-server of the test's own and returns it
+// with a store of each kind on it, by name: redisstore (plain and with
+// Config.Pipeline) and rueidisstore, their keys under prefixes made from
+// prefix.
+func serverAndStores(t *testing.T, prefix string) (*redistest.Server, map[string]core.Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { gc.Close() })
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	stores := make(map[string]core.Store)
+	for name, cfg := range map[string]redisstore.Config{
+		"redisstore":          {Prefix: prefix + ":"},
+		"redisstore-pipeline": {Prefix: prefix + "-p:", Pipeline: true},
+	} {
+		s, err := redisstore.New(gc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[name] = s
+	}
+	us, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: prefix + "-u:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores["rueidisstore"] = us
+	return srv, stores
 }
