@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -299,60 +300,37 @@ func TestBreakerBatchInvalid(t *testing.T) {
 	}
 }
 
-// late is a store whose ApplyAll ignores its context: it waits for
-// release, then writes its answer to the out it was given, records the
-// keys it was asked about, and reports done.
-type late struct {
-	release, done chan struct{}
-	keys          []string
-}
-
-func (l *late) Apply(context.Context, core.Request) (core.Decision, error) {
-	return core.Decision{}, errors.New("late: not a batch")
-}
-
-func (l *late) ApplyAll(_ context.Context, reqs []core.Request, out []core.Decision) error {
-	defer close(l.done)
-	<-l.release
-	for i := range reqs {
-		l.keys = append(l.keys, reqs[i].Key)
-		out[i] = core.Decision{Allowed: true, Limit: 12345, Remaining: 12345}
-	}
-	return nil
-}
-
-func (l *late) Reset(context.Context, string, core.Algorithm) error { return nil }
-func (l *late) Close() error                                        { return nil }
-
-// TestBreakerBatchLateAnswer checks that a store answering after the
-// deadline writes neither the caller's out nor sees the caller's later
-// changes to its requests: the call, which runs on a goroutine of its own,
-// works on copies. The race detector watches the same.
-func TestBreakerBatchLateAnswer(t *testing.T) {
+// TestBreakerBatchDeadline checks that a batch whose store does not
+// answer returns at the per-call deadline with the mode's answer to every
+// request, counts one failure, and has its call's context end with it:
+// nothing of the call outlives ApplyAll.
+func TestBreakerBatchDeadline(t *testing.T) {
 	t.Parallel()
-	l := &late{release: make(chan struct{}), done: make(chan struct{})}
-	b := newBreaker(t, l, WithMode(FailClosed), WithTimeout(5*time.Millisecond))
-	reqs := batch("u", "t", core.PerMinute(40))
-	out := make([]core.Decision, len(reqs))
-	if err := b.ApplyAll(context.Background(), reqs, out); err != nil {
-		t.Fatal(err)
-	}
-	answered := slices.Clone(out)
-	for i, d := range out {
-		if d.Source != core.SourceFailClosed {
-			t.Fatalf("request %d = %+v, want the mode's answer to a call past its deadline", i, d)
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		f.set(nil, true)
+		b := newBreaker(t, f, WithMode(FailClosed), WithTimeout(5*time.Millisecond))
+		reqs := batch("u", "t", core.PerMinute(40))
+		out := make([]core.Decision, len(reqs))
+		start := time.Now()
+		if err := b.ApplyAll(context.Background(), reqs, out); err != nil {
+			t.Fatal(err)
 		}
-	}
-	// The caller reuses its slices, as a caller may once ApplyAll returned.
-	reqs[0].Key, reqs[1].Key = "reused", "reused too"
-	close(l.release)
-	<-l.done
-	if !slices.Equal(out, answered) {
-		t.Errorf("out changed after ApplyAll returned: %+v, was %+v", out, answered)
-	}
-	if !slices.Equal(l.keys, []string{"u", "t"}) {
-		t.Errorf("the store was asked about %q, want the keys of the call, [u t]", l.keys)
-	}
+		if took := time.Since(start); took != 5*time.Millisecond {
+			t.Errorf("ApplyAll took %v, want the deadline, 5ms", took)
+		}
+		for i, d := range out {
+			if d.Source != core.SourceFailClosed {
+				t.Errorf("request %d = %+v, want the mode's answer to a call past its deadline", i, d)
+			}
+		}
+		if f.batches.Load() != 1 || f.ended.Load() != 1 {
+			t.Errorf("%d batches, %d of them ended by their context; want 1 and 1", f.batches.Load(), f.ended.Load())
+		}
+		if c := b.Counts(); c.Failures != 1 {
+			t.Errorf("Counts() = %+v, want 1 failure", c)
+		}
+	})
 }
 
 // seen is a store decorator recording the keys of each call it forwards,

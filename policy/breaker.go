@@ -105,14 +105,24 @@ var (
 // probes ([WithProbes]) go to the store, and their successes close it,
 // a failure opens it again.
 //
-// Each call runs on a goroutine of its own, which the caller waits for
-// until the deadline: the caller returns by then even if the client does
-// not honour its context (rueidis holds callers while it reconnects; a
-// CPU-starved client answers late). The call itself may go on for up to
-// four deadlines without its caller, so that a connection being opened or
-// a script being loaded after a restart is ready for the next call; a
-// client that holds it longer returns it by its own timeouts, or at its
-// Close. Like any call that times out, such a call may have been applied.
+// While the store is steady, each call runs on the caller's goroutine,
+// under a context that carries the caller's values and ends at the
+// per-call deadline: a client honouring its context returns by then, and
+// the call costs one allocation and no timer. The caller's cancellation
+// is seen before the call and after it, not during it: the call runs
+// until the store answers, one round trip in the steady state, or the
+// deadline passes, and the caller then gets its context's error. From a
+// call that fails until a window passes without another failure, and
+// while the circuit is not closed or has just closed, each call runs on a
+// goroutine of its own, which the caller waits for until the deadline or
+// its cancellation: the caller returns by then even if the client does
+// not honour its context (rueidis holds callers while it reconnects, and
+// once its queue is full of calls abandoned at their deadline). Such a
+// call may go on for up to four deadlines without its caller, so that a
+// connection being opened or a script being loaded after a restart is
+// ready for the next call; a client that holds it longer returns it by
+// its own timeouts, or at its Close. Like any call that times out, a call
+// cut off at its deadline may have been applied.
 //
 // After the circuit closes, a slow start caps the calls in flight to the
 // store: at first the number of probes, then one more for each answer
@@ -136,25 +146,28 @@ var (
 // error wraps the context's), and any other error of the store, such as
 // a malformed reply. A denial is a success.
 //
-// A Breaker is safe for concurrent use. Beyond each call's goroutine it
-// starts none; the degrade mode's local store, made on first use, runs
+// A Breaker is safe for concurrent use. Beyond the goroutines of calls
+// made while the store is not steady it starts none; the degrade mode's
+// local store, made on first use, runs
 // one sweeper until the circuit closes again or the Breaker is closed.
 type Breaker struct {
-	remote core.Store
-	cfg    config
-	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
-	base   time.Time // the origin of the monotonic instants below
+	remote    core.Store
+	cfg       config
+	cb        *gobreaker.CircuitBreaker[struct{}]
+	base      time.Time  // the origin of the monotonic instants below
+	deadlines *deadlines // inline calls' contexts
 
-	state     atomic.Uint32 // State, as of the last change
-	openUntil atomic.Int64  // ns after base at which an open circuit lets probes through
-	closedAt  atomic.Int64  // ns after base at which the circuit last closed (0: NewBreaker)
-	ramp      atomic.Int64  // the slow start's cap on calls in flight; 0: none
-	inflight  atomic.Int64  // calls in flight to the store
-	changes   atomic.Uint64
-	calls     atomic.Uint64
-	failures  atomic.Uint64
-	rejected  atomic.Uint64
-	notes     notifier
+	state       atomic.Uint32 // State, as of the last change
+	openUntil   atomic.Int64  // ns after base at which an open circuit lets probes through
+	closedAt    atomic.Int64  // ns after base at which the circuit last closed (0: NewBreaker)
+	steadyAfter atomic.Int64  // ns after base from which calls may run inline (see steady)
+	ramp        atomic.Int64  // the slow start's cap on calls in flight; 0: none
+	inflight    atomic.Int64  // calls in flight to the store
+	changes     atomic.Uint64
+	calls       atomic.Uint64
+	failures    atomic.Uint64
+	rejected    atomic.Uint64
+	notes       notifier
 
 	localMu    sync.Mutex // serialises making and discarding the local store
 	local      atomic.Pointer[memstore.Store]
@@ -189,9 +202,10 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{remote: remote, cfg: cfg, base: time.Now()}
+	b.deadlines = newDeadlines(cfg.timeout, b.base)
 	b.notes.fn = cfg.onChange
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
-	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         cfg.name,
 		MaxRequests:  uint32(cfg.probes),
 		Interval:     cfg.window,
@@ -220,6 +234,7 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	b.state.Store(uint32(s))
 	if s == Closed {
 		b.closedAt.Store(int64(at.Sub(b.base)))
+		b.steadyAfter.Store(int64(at.Sub(b.base) + b.cfg.window))
 		b.ramp.Store(int64(b.cfg.probes))
 		b.localStale.Store(true)
 	}
@@ -231,9 +246,20 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 // answers by the breaker's mode when the store cannot decide (see
 // [Breaker]). Requests under [core.Inf] are allowed at once.
 func (b *Breaker) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	var d [1]core.Decision
-	err := b.apply(ctx, []core.Request{req}, d[:], b.cfg.mode)
-	return d[0], err
+	return b.applyOne(ctx, req, b.cfg.mode)
+}
+
+// applyOne is Apply, answering by mode. The request is passed to the
+// store by value, never in a slice: a slice handed to an interface's
+// method escapes to the heap, and a single decision allocates nothing.
+func (b *Breaker) applyOne(ctx context.Context, req core.Request, mode Mode) (core.Decision, error) {
+	var one [1]core.Decision
+	err := b.apply(ctx, []core.Request{req}, one[:], mode, func(ctx context.Context) error {
+		var err error
+		one[0], err = b.remote.Apply(ctx, req)
+		return err
+	})
+	return one[0], err
 }
 
 // ApplyAll decides reqs together (see [core.Store]) in one call of the
@@ -245,15 +271,27 @@ func (b *Breaker) Apply(ctx context.Context, req core.Request) (core.Decision, e
 // instance's share of its own limit. Requests under [core.Inf] are
 // always answered with [core.Unlimited]; a batch of nothing else is
 // answered at once. A batch of one request goes to the store's Apply.
-// The store's call works on copies: out is written only before ApplyAll
-// returns, even when the call goes on without its caller.
 func (b *Breaker) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	return b.apply(ctx, reqs, out, b.cfg.mode)
+	return b.applyAll(ctx, reqs, out, b.cfg.mode)
+}
+
+// applyAll is ApplyAll, answering by mode.
+func (b *Breaker) applyAll(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode) error {
+	if len(reqs) == 1 && len(out) == 1 {
+		d, err := b.applyOne(ctx, reqs[0], mode)
+		if err == nil {
+			out[0] = d
+		}
+		return err
+	}
+	return b.apply(ctx, reqs, out, mode, func(ctx context.Context) error {
+		return b.remote.ApplyAll(ctx, reqs, out)
+	})
 }
 
 // apply decides reqs, one request or a batch, writing their decisions to
-// out.
-func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode) error {
+// out; ask asks the store for them under ctx.
+func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode, ask func(context.Context) error) error {
 	if b.closed.Load() {
 		return core.ErrClosed
 	}
@@ -271,7 +309,7 @@ func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 		b.rejected.Add(1)
 		return b.answer(reqs, out, mode)
 	}
-	err, answered := b.call(ctx, reqs, out, mode)
+	err, answered := b.call(ctx, reqs, out, mode, ask)
 	b.release(answered)
 	return err
 }
@@ -290,86 +328,155 @@ func unlimited(reqs []core.Request, out []core.Decision) bool {
 	return true
 }
 
+// outcome is what became of a call to the store, as the circuit counts it.
+type outcome uint8
+
+const (
+	notAsked outcome = iota // the circuit refused the call
+	answered                // the store decided
+	excluded                // not the store's failure: the error is the caller's
+	gone                    // the caller's context ended: the error is the caller's
+	failed                  // the store's failure: the mode answers
+)
+
+// report is the outcome as gobreaker counts it: a success (nil), a
+// failure, or excluded from the counts.
+func (o outcome) report() error {
+	switch o {
+	case answered:
+		return nil
+	case failed:
+		return errFailure
+	}
+	return errExcluded
+}
+
 // call asks the store through gobreaker, answering by mode when it may
 // not or cannot. It reports whether the store answered.
-func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode) (error, bool) {
+func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode, inline func(context.Context) error) (error, bool) {
 	if err := ctx.Err(); err != nil {
 		return err, false // the caller has gone: nothing to ask
 	}
-	done, err := b.cb.Allow()
-	b.settle() // Allow may have moved an open circuit to half-open
-	if err != nil {
+	var err error
+	var o outcome
+	b.cb.Execute(func() (struct{}, error) {
+		err, o = b.ask(ctx, reqs, out, inline)
+		return struct{}{}, o.report()
+	})
+	b.settle() // Execute may have changed the circuit's state
+	switch o {
+	case notAsked:
 		b.rejected.Add(1)
 		return b.answer(reqs, out, mode), false
+	case failed:
+		b.failures.Add(1)
+		return b.answer(reqs, out, mode), false
+	case gone:
+		return err, false
 	}
+	return err, true
+}
+
+// ask calls the store under the per-call deadline (or the caller's, if
+// sooner), inline while the store is steady and detached otherwise (see
+// steady), and judges its answer.
+func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decision, inline func(context.Context) error) (error, outcome) {
 	b.calls.Add(1)
-	deadline := time.Now().Add(b.cfg.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	start := time.Now()
+	var deadline time.Time
+	var err error
+	if b.steady(start) {
+		deadline, err = b.callInline(ctx, start, inline)
+	} else {
+		deadline = start.Add(b.cfg.timeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		err = b.callDetached(ctx, reqs, out, deadline)
 	}
-	err, expired := b.remoteApply(ctx, reqs, out)
 	if err == nil {
-		done(nil)
-		b.settle()
-		return nil, true
+		return nil, answered
 	}
 	// A client may report a timeout as soon as the deadline passes, before
 	// the context's timer has fired: go by the deadline too.
-	expired = expired || !time.Now().Before(deadline)
+	late := !time.Now().Before(deadline)
 	switch cerr := callerEnded(ctx, deadline); {
 	case cerr != nil:
 		// The caller gave up, or its own deadline passed: not the store's
 		// fault, whatever the error says.
-		done(errExcluded)
-		b.settle()
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("policy: %w: %w", cerr, err)
 		}
-		return err, false
+		return err, gone
 	case isRequestError(err):
-		done(errExcluded)
-		b.settle()
-		return err, true
-	case expired || IsStoreFailure(err):
-		done(errFailure)
-		b.failures.Add(1)
-		b.settle()
-		return b.answer(reqs, out, mode), false
+		return err, excluded
+	case late || IsStoreFailure(err):
+		b.unsteady()
+		return err, failed
 	}
-	done(errExcluded)
-	b.settle()
-	return err, true
+	return err, excluded
 }
 
-// outcome is a store call's result: a single request's decision, or a
-// batch's.
-type outcome struct {
+// steady reports whether a call made at now may run inline, on its
+// caller's goroutine: the circuit is closed, and no call has failed, nor
+// has the circuit closed, within the last window.
+//
+// An inline call costs no goroutine, timer or copy, and returns when the
+// store does, which a healthy client does by the context's deadline. A
+// client in trouble may not: rueidis holds its callers while it
+// reconnects, and once its ring of commands is full of calls abandoned at
+// their deadline, until it drops the connection. Either starts with
+// failures (a dropped connection, calls timing out), so from the first
+// until a window has passed without another, and while the circuit is
+// open, half-open or newly closed, calls run detached (callDetached),
+// which bounds them whatever the client does. A success, even a late one
+// (a process stalled by its scheduler), is no sign of such trouble.
+func (b *Breaker) steady(now time.Time) bool {
+	return State(b.state.Load()) == Closed && int64(now.Sub(b.base)) >= b.steadyAfter.Load()
+}
+
+// unsteady has calls run detached for a window from now (see steady).
+func (b *Breaker) unsteady() {
+	b.steadyAfter.Store(b.now() + int64(b.cfg.window))
+}
+
+// callInline runs inline, begun at now, under a context that ends at the
+// per-call deadline (see deadlines), or the caller's if that is sooner,
+// and returns the deadline.
+func (b *Breaker) callInline(ctx context.Context, now time.Time, inline func(context.Context) error) (time.Time, error) {
+	t := b.deadlines.at(now)
+	if d, ok := ctx.Deadline(); ok && !d.After(t.deadline) {
+		return d, inline(ctx)
+	}
+	return t.deadline, inline(&callContext{Context: ctx, tick: t})
+}
+
+// callGrace is how many per-call deadlines a detached call may run after
+// its caller has had the mode's answer. A call that opens a connection (a
+// dial, a handshake) or loads a script (NOSCRIPT, then EVAL) after a
+// restart may need a few round trips more than the deadline allows; cut
+// off at the deadline, it would start over on the next call, and a
+// recovered Redis might never answer a probe in time.
+const callGrace = 4
+
+// detached is a detached call's result: a single request's decision, or
+// a batch's.
+type detached struct {
 	d   core.Decision
 	out []core.Decision
 	err error
 }
 
-// callGrace is how many per-call deadlines a call to the store may run
-// after its caller has had the mode's answer. A call that opens a
-// connection (a dial, a handshake) or loads a script (NOSCRIPT, then EVAL)
-// after a restart may need a few round trips more than the deadline
-// allows; cut off at the deadline, it would start over on the next call,
-// and a recovered Redis might never answer a probe in time.
-const callGrace = 4
-
-// remoteApply calls the remote store on a goroutine of its own, under a
-// context of callGrace deadlines, and waits for its answer for one
-// deadline, or until ctx ends; it copies the decisions to out only if it
-// has them in time. It reports whether it stopped waiting at the deadline.
-// The caller thus returns by the deadline even when the client does not
-// (rueidis holds callers while it reconnects; a CPU-starved client
-// answers late), and a call the client holds longer goes on without its
-// caller, until the client returns it: by the grace, by the client's own
-// timeouts, or at its Close.
-func (b *Breaker) remoteApply(ctx context.Context, reqs []core.Request, out []core.Decision) (error, bool) {
-	ch := make(chan outcome, 1)
-	// The call may outlive its caller: it works on its own copies, and
-	// writes its decisions to its own outcome.
+// callDetached calls the store on a goroutine of its own, under a context
+// of callGrace deadlines, and waits for its answer until deadline, or
+// until ctx ends; it copies the decisions to out only if it has them in
+// time. The caller thus returns by the deadline even when the client does
+// not, and a call the client holds longer goes on without its caller,
+// until the client returns it: by the grace, by the client's own
+// timeouts, or at its Close. The call may outlive its caller, so it works
+// on its own copies of the requests, and writes its own decisions.
+func (b *Breaker) callDetached(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+	ch := make(chan detached, 1)
 	var one core.Request
 	var rs []core.Request
 	if len(reqs) == 1 {
@@ -380,39 +487,39 @@ func (b *Breaker) remoteApply(ctx context.Context, reqs []core.Request, out []co
 	cctx, cancel := context.WithTimeout(ctx, callGrace*b.cfg.timeout)
 	go func() {
 		defer cancel()
-		var o outcome
+		var r detached
 		if rs == nil {
-			o.d, o.err = b.remote.Apply(cctx, one)
+			r.d, r.err = b.remote.Apply(cctx, one)
 		} else {
-			o.out = make([]core.Decision, len(rs))
-			o.err = b.remote.ApplyAll(cctx, rs, o.out)
+			r.out = make([]core.Decision, len(rs))
+			r.err = b.remote.ApplyAll(cctx, rs, r.out)
 		}
-		ch <- o
+		ch <- r
 	}()
-	t := time.NewTimer(b.cfg.timeout)
-	defer t.Stop()
-	take := func(o outcome) (error, bool) {
+	take := func(r detached) error {
 		switch {
-		case o.err != nil:
-		case o.out == nil:
-			out[0] = o.d
+		case r.err != nil:
+		case r.out == nil:
+			out[0] = r.d
 		default:
-			copy(out, o.out)
+			copy(out, r.out)
 		}
-		return o.err, false
+		return r.err
 	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
 	select {
-	case o := <-ch:
-		return take(o)
+	case r := <-ch:
+		return take(r)
 	case <-t.C:
 		select {
-		case o := <-ch: // it answered as the deadline passed
-			return take(o)
+		case r := <-ch: // it answered as the deadline passed
+			return take(r)
 		default:
 		}
-		return fmt.Errorf("policy: the store did not answer within %v: %w", b.cfg.timeout, context.DeadlineExceeded), true
+		return fmt.Errorf("policy: the store did not answer within %v: %w", b.cfg.timeout, context.DeadlineExceeded)
 	case <-ctx.Done():
-		return fmt.Errorf("policy: the store did not answer: %w", ctx.Err()), false
+		return fmt.Errorf("policy: the store did not answer: %w", ctx.Err())
 	}
 }
 
@@ -619,15 +726,15 @@ func (b *Breaker) Reset(ctx context.Context, key string, alg core.Algorithm) err
 }
 
 // Close closes the local store, then the remote store, and returns the
-// remote's error. It does not wait for calls
-// in flight (their callers return by the per-call deadline), so it returns
-// promptly even while Redis is down; a call the client still holds ends
-// when the client returns it, at the latest when the client is closed.
+// remote's error. It does not wait for calls in flight (their callers
+// return by the per-call deadline), so it returns promptly even while
+// Redis is down.
 // Later calls fail with [core.ErrClosed]. Close is idempotent: later calls
 // return the first's result. Views share the breaker's fate.
 func (b *Breaker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		b.deadlines.stop()
 		b.localMu.Lock()
 		s := b.local.Swap(nil)
 		b.localMu.Unlock()
@@ -706,14 +813,12 @@ type View struct {
 
 // Apply is [Breaker.Apply], answering by the view's mode.
 func (v *View) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	var d [1]core.Decision
-	err := v.b.apply(ctx, []core.Request{req}, d[:], v.mode)
-	return d[0], err
+	return v.b.applyOne(ctx, req, v.mode)
 }
 
 // ApplyAll is [Breaker.ApplyAll], answering by the view's mode.
 func (v *View) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	return v.b.apply(ctx, reqs, out, v.mode)
+	return v.b.applyAll(ctx, reqs, out, v.mode)
 }
 
 // Close does nothing: the view shares the breaker, which its owner

@@ -127,8 +127,10 @@ func WithName(name string) BreakerOption {
 }
 
 // WithTimeout sets the per-call deadline: each call to the store runs
-// under a context that ends d after the call began (or sooner, if the
-// caller's does), and a call that has not answered by then is a failure.
+// under a context that ends at most d after the call began, and at least
+// fifteen sixteenths of d (calls that start within a sixteenth of d share
+// one deadline), or when the caller's context ends, if that is sooner; a
+// call that has not answered by then is a failure.
 // d must be above 0 and at most a minute. The default is
 // [DefaultTimeout], 8 ms. Set it above your Redis's latency at its worst
 // healthy moment; docs/outages.md explains the choice.

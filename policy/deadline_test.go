@@ -1,0 +1,176 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// spy is a store that records whether each call ran inline: on its
+// caller's goroutine, under a callContext.
+type spy struct {
+	fake
+	inline []bool
+}
+
+func (s *spy) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	_, ok := ctx.(*callContext)
+	s.inline = append(s.inline, ok)
+	return s.fake.Apply(ctx, req)
+}
+
+// TestInlineWhileSteady checks when calls run inline: from NewBreaker
+// while they succeed; detached from a failure until a window has passed
+// without another, and while the circuit is half-open and for a window
+// after it closes.
+func TestInlineWhileSteady(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &spy{}
+		b := settled(newBreaker(t, s, WithProbes(1), WithTrip(2, 0.5)))
+		ctx := context.Background()
+		call := func() bool {
+			t.Helper()
+			n := len(s.inline)
+			if _, err := b.Apply(ctx, req("k")); err != nil {
+				t.Fatal(err)
+			}
+			if len(s.inline) != n+1 {
+				t.Fatalf("%d store calls, want 1", len(s.inline)-n)
+			}
+			return s.inline[n]
+		}
+		if !call() || !call() {
+			t.Errorf("calls of a new breaker ran detached, want inline")
+		}
+		s.set(refused, false)
+		call()
+		s.set(nil, false)
+		if call() {
+			t.Errorf("the call after a failure ran inline, want detached")
+		}
+		time.Sleep(b.cfg.window - time.Millisecond)
+		if call() {
+			t.Errorf("a call within a window of a failure ran inline, want detached")
+		}
+		time.Sleep(2 * time.Millisecond)
+		if !call() {
+			t.Errorf("a call a window after the last failure ran detached, want inline")
+		}
+		// Trip the circuit; its probe, and the calls a window after it
+		// closes, run detached.
+		s.set(refused, false)
+		call()
+		call()
+		if b.State() != Open {
+			t.Fatalf("state %v after 2 failures, want open", b.State())
+		}
+		s.set(nil, false)
+		time.Sleep(DefaultOpenTimeout + b.cfg.window)
+		if call() {
+			t.Errorf("the half-open circuit's probe ran inline, want detached")
+		}
+		if b.State() != Closed {
+			t.Fatalf("state %v after a successful probe, want closed", b.State())
+		}
+		if call() {
+			t.Errorf("a call just after the circuit closed ran inline, want detached")
+		}
+		time.Sleep(b.cfg.window)
+		if !call() {
+			t.Errorf("a call a window after the circuit closed ran detached, want inline")
+		}
+	})
+}
+
+// TestDeadlines checks the inline calls' contexts: calls within a tick
+// share one deadline, no later than a timeout after each began and no
+// earlier than a tick before that; a context carries its caller's values,
+// ends at the deadline and not with its caller, and a context derived
+// from it ends with it without a goroutine of its own.
+func TestDeadlines(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 16 * time.Millisecond
+		d := newDeadlines(timeout, time.Now())
+		defer d.stop()
+		first := d.at(time.Now())
+		time.Sleep(d.tick - time.Nanosecond)
+		if got := d.at(time.Now()); got != first {
+			t.Errorf("a call within the tick got a tick of its own")
+		}
+		time.Sleep(time.Nanosecond)
+		now := time.Now()
+		next := d.at(now)
+		if next == first {
+			t.Fatalf("a call a tick later shares the earlier tick")
+		}
+		if next.deadline.After(now.Add(timeout)) || next.deadline.Before(now.Add(timeout-d.tick)) {
+			t.Errorf("deadline %v after the call began, want within [%v, %v]", next.deadline.Sub(now), timeout-d.tick, timeout)
+		}
+
+		type key struct{}
+		caller, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+		ctx := &callContext{Context: caller, tick: next}
+		if ctx.Value(key{}) != "v" {
+			t.Errorf("the call's context lost its caller's value")
+		}
+		if dl, ok := ctx.Deadline(); !ok || !dl.Equal(next.deadline) {
+			t.Errorf("Deadline() = %v, %v; want the tick's", dl, ok)
+		}
+		goroutines := runtime.NumGoroutine()
+		child, stop := context.WithCancel(ctx)
+		defer stop()
+		if n := runtime.NumGoroutine(); n != goroutines {
+			t.Errorf("deriving a context started %d goroutines", n-goroutines)
+		}
+		cancel()
+		synctest.Wait()
+		if ctx.Err() != nil || child.Err() != nil {
+			t.Errorf("the call's context ended with its caller's: %v, %v", ctx.Err(), child.Err())
+		}
+		time.Sleep(time.Until(next.deadline))
+		synctest.Wait()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !errors.Is(child.Err(), context.DeadlineExceeded) {
+			t.Errorf("at the deadline: Err() = %v, derived %v; want context.DeadlineExceeded", ctx.Err(), child.Err())
+		}
+		select {
+		case <-ctx.Done():
+		default:
+			t.Errorf("Done() is open at the deadline")
+		}
+	})
+}
+
+// TestInlineCallerDeadline checks that an inline call whose caller's
+// context ends before the per-call deadline runs under the caller's own
+// context, and is not counted when that ends.
+func TestInlineCallerDeadline(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		f.set(nil, true)
+		b := newBreaker(t, f)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := b.Apply(ctx, req("k"))
+		if took := time.Since(start); took != time.Millisecond {
+			t.Errorf("Apply took %v, want the caller's deadline, 1ms", took)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Apply error = %v, want the caller's context.DeadlineExceeded", err)
+		}
+		if c := b.Counts(); c.Failures != 0 || c.Excluded != 1 {
+			t.Errorf("Counts() = %+v, want the call excluded", c)
+		}
+		if !b.steady(time.Now()) {
+			t.Errorf("a caller's own deadline made the store unsteady")
+		}
+	})
+}
