@@ -34,17 +34,16 @@ func newDeadlines(timeout time.Duration, base time.Time) *deadlines {
 	return &deadlines{timeout: timeout, tick: max(timeout/16, 1), base: base}
 }
 
-// at returns the tick of a call starting at now, making a new one if the
+// at returns the tick of a call starting at now (ns after base), making a new one if the
 // current tick has passed. Racing callers may each make one; the last
 // stored serves the calls after it, and each caller uses its own.
-func (d *deadlines) at(now time.Time) *tick {
-	ns := int64(now.Sub(d.base))
-	if t := d.cur.Load(); t != nil && ns-t.start < int64(d.tick) {
+func (d *deadlines) at(now int64) *tick {
+	if t := d.cur.Load(); t != nil && now-t.start < int64(d.tick) {
 		return t
 	}
-	deadline := now.Add(d.timeout)
+	deadline := d.base.Add(time.Duration(now) + d.timeout)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	t := &tick{start: ns, deadline: deadline, ctx: ctx, cancel: cancel}
+	t := &tick{start: now, deadline: deadline, ctx: ctx, cancel: cancel}
 	d.cur.Store(t)
 	return t
 }

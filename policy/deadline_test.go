@@ -97,16 +97,18 @@ func TestDeadlines(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 16 * time.Millisecond
-		d := newDeadlines(timeout, time.Now())
+		base := time.Now()
+		d := newDeadlines(timeout, base)
 		defer d.stop()
-		first := d.at(time.Now())
+		at := func() *tick { return d.at(int64(time.Since(base))) }
+		first := at()
 		time.Sleep(d.tick - time.Nanosecond)
-		if got := d.at(time.Now()); got != first {
+		if got := at(); got != first {
 			t.Errorf("a call within the tick got a tick of its own")
 		}
 		time.Sleep(time.Nanosecond)
 		now := time.Now()
-		next := d.at(now)
+		next := at()
 		if next == first {
 			t.Fatalf("a call a tick later shares the earlier tick")
 		}
@@ -169,7 +171,7 @@ func TestInlineCallerDeadline(t *testing.T) {
 		if c := b.Counts(); c.Failures != 0 || c.Excluded != 1 {
 			t.Errorf("Counts() = %+v, want the call excluded", c)
 		}
-		if !b.steady(time.Now()) {
+		if !b.steady(b.now()) {
 			t.Errorf("a caller's own deadline made the store unsteady")
 		}
 	})
