@@ -67,7 +67,6 @@ type Contender struct {
 // The contenders' names, as the benchmarks and docs/benchmarks.md use them.
 const (
 	NameRedisStore    = "sluice-redisstore"
-	NamePipeline      = "sluice-redisstore-pipeline"
 	NameRueidisStore  = "sluice-rueidisstore"
 	NameRedisChain    = "sluice-redis-chain"
 	NameRueidisChain  = "sluice-rueidis-chain"
@@ -110,7 +109,7 @@ func RedisContenders(addr string, lim Limit) ([]Contender, error) {
 // configured by breaker instead of the defaults, for the tests.
 func redisContenders(addr string, lim Limit, breaker ...policy.BreakerOption) ([]Contender, error) {
 	starts := []func(string, Limit) (Contender, error){
-		newRedisStore(false), newRedisStore(true), newRueidisStore,
+		newRedisStore, newRueidisStore,
 		newRedisChain(breaker), newRueidisChain(breaker),
 		newRedisRate, newThrottled, newUlule,
 		newRefScript, newRefClient, newRefWatch,
@@ -179,20 +178,14 @@ func isModeAnswer(s core.Source) bool {
 	return s == core.SourceFailOpen || s == core.SourceFailClosed || s == core.SourceDegraded
 }
 
-func newRedisStore(pipeline bool) func(string, Limit) (Contender, error) {
-	return func(addr string, lim Limit) (Contender, error) {
-		client := redis.NewClient(&redis.Options{Addr: addr})
-		name := NameRedisStore
-		if pipeline {
-			name = NamePipeline
-		}
-		store, err := redisstore.New(client, redisstore.Config{Prefix: name + ":", Pipeline: pipeline})
-		if err != nil {
-			client.Close()
-			return Contender{}, err
-		}
-		return sluiceContender(name, store, lim, func() { client.Close() }, nil)
+func newRedisStore(addr string, lim Limit) (Contender, error) {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	store, err := redisstore.New(client, redisstore.Config{Prefix: NameRedisStore + ":"})
+	if err != nil {
+		client.Close()
+		return Contender{}, err
 	}
+	return sluiceContender(NameRedisStore, store, lim, func() { client.Close() }, nil)
 }
 
 func newRueidisStore(addr string, lim Limit) (Contender, error) {

@@ -21,7 +21,8 @@
 //	BenchmarkDistinct1M     a million keys never seen before
 //	TestOverGrant           64 goroutines against 10/s, burst 10, for 3 s
 //	TestCommandsPerDecision the commands each client sends, through a proxy
-//	TestCeiling             redis-benchmark's EVALSHA ceiling (-ceiling)
+//	TestCeiling             the server's EVALSHA ceiling for sluice's script
+//	                        and a reference one (-ceiling)
 //
 // `make bench-compare` at the repository's root runs them all (the script
 // is benchmarks/run) and rewrites docs/benchmarks.md's tables and charts

@@ -1,16 +1,23 @@
 package benchmarks
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/csv"
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +27,7 @@ import (
 
 var (
 	resultsDir = flag.String("results", "", "write the tests' figures as TSV files into this folder, for ./report")
-	ceiling    = flag.Bool("ceiling", false, "run TestCeiling: redis-benchmark's EVALSHA throughput (needs redis-benchmark)")
+	ceiling    = flag.Bool("ceiling", false, "run TestCeiling: the server's EVALSHA throughput for sluice's script and the reference one (needs redis-benchmark)")
 )
 
 // writeTSV writes rows, under a header, to name in the results folder, if
@@ -166,11 +173,24 @@ func TestCommandsPerDecision(t *testing.T) {
 	writeTSV(t, "commands.tsv", []string{"workload", "contender", "commands"}, rows)
 }
 
-// TestCeiling measures what the server itself can do: redis-benchmark, a
-// C client with its own event loop, running the reference token bucket
-// (refBucket) with EVALSHA from 64 connections, one command at a time and
-// 16 to a pipeline, on a hot key and on 10,000 random keys. It runs only
-// with -ceiling.
+// TestCeiling measures what the server itself can do: a client with
+// nothing of its own to compute sends one command from 64 connections,
+// one at a time and 16 to a pipeline, on a hot key and on 10,000 random
+// keys, as fast as the server answers. The commands are two EVALSHA: the
+// one by which sluice-rueidisstore decides a request with the Redis
+// benchmarks' limit, captured as the store sends it, and the reference
+// token bucket's (refBucket).
+//
+// redis-benchmark, a C client with its own event loop, cannot send
+// sluice's command: sluice packs the request in binary, NUL bytes
+// included, and redis-benchmark cuts every argument, even one read from
+// its standard input (-x), at its first NUL. So every command is also
+// sent by rawRESP, a load generator in this file that writes
+// redis-benchmark's pipeline of pre-encoded commands with any
+// __rand_int__ replaced, on one core as redis-benchmark's event loop
+// runs; the reference script, sent by both, shows how the two compare.
+// Every run must have had every command succeed, and on the random keys
+// have replaced every key's __rand_int__. It runs only with -ceiling.
 func TestCeiling(t *testing.T) {
 	if !*ceiling {
 		t.Skip("run with -ceiling")
@@ -180,6 +200,161 @@ func TestCeiling(t *testing.T) {
 		t.Fatal("redis-benchmark is not on the PATH (Debian: apt-get install redis-tools)")
 	}
 	srv := redistest.Start(t)
+	commands := append(sluiceCommands(t, srv), refCommands(t, srv)...)
+	var rows [][]string
+	// Both scripts and both clients take turns in each workload and
+	// pipeline, so that the machine's drift falls on all alike.
+	for _, w := range []string{"hot", "users"} {
+		for _, pipeline := range []int{1, 16} {
+			n := 100_000 // about 1 s one at a time
+			if pipeline > 1 {
+				n = 400_000
+			}
+			for _, c := range commands {
+				if c.workload != w {
+					continue
+				}
+				clients := []string{clientRaw}
+				if !c.hasNUL() {
+					clients = []string{clientRedisBenchmark, clientRaw}
+				}
+				for _, client := range clients {
+					if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+						t.Fatal(err)
+					}
+					var rps float64
+					if client == clientRaw {
+						rps, err = rawRESP(srv.Addr(), c, 64, pipeline, n)
+					} else {
+						rps, err = redisBenchmark(bin, srv.Port(), c, 64, pipeline, n)
+					}
+					if err != nil {
+						t.Fatalf("%s %s %s pipeline %d: %v", client, c.script, w, pipeline, err)
+					}
+					checkCeilingRun(t, srv, c, n)
+					t.Logf("%-5s pipeline %2d: %-19s %-15s %.0f EVALSHA/s", w, pipeline, c.script, client, rps)
+					rows = append(rows, []string{c.script, client, w, strconv.Itoa(pipeline), fmt.Sprintf("%.0f", rps)})
+				}
+			}
+		}
+	}
+	writeTSV(t, "ceiling.tsv", []string{"script", "client", "workload", "pipeline", "rps"}, rows)
+}
+
+// The clients of TestCeiling, as ceiling.tsv names them.
+const (
+	clientRedisBenchmark = "redis-benchmark"
+	clientRaw            = "raw-resp"
+)
+
+// ceilingRunLimit bounds each run of TestCeiling's clients, which take a
+// few seconds, so that a server that stops answering fails the test.
+const ceilingRunLimit = time.Minute
+
+// randInt is what redis-benchmark -r replaces, in every argument, with a
+// 12-digit number below its -r; rawRESP does the same.
+const randInt = "__rand_int__"
+
+// A ceilingCommand is a command for TestCeiling's clients to send.
+type ceilingCommand struct {
+	script   string   // the contender that sends this command
+	workload string   // "hot" or "users"
+	args     [][]byte // the command and its arguments
+	key      string   // the Redis key it writes, any __rand_int__ unreplaced
+}
+
+func (c ceilingCommand) hasNUL() bool {
+	for _, a := range c.args {
+		if bytes.IndexByte(a, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sluiceCommands returns the EVALSHA by which sluice-rueidisstore decides
+// a request of the hot key and of a user, captured through a counting
+// proxy as the contender (with the Redis benchmarks' limit) sends it, so
+// that nothing of sluice's encoding is copied here. The user is
+// "user:__rand_int__", as the users workload names them (user:0 to
+// user:9999): the store puts a key in its hash tag, so the Redis key keeps
+// one valid tag whatever number replaces the placeholder. It fails the
+// test unless sluice's other Redis stores send the same command but for
+// their keys' prefix, so that the ceiling is theirs too.
+func sluiceCommands(t *testing.T, srv *redistest.Server) []ceilingCommand {
+	t.Helper()
+	proxy := startCountingProxy(t, srv.Addr())
+	stores := []func(string, Limit) (Contender, error){newRueidisStore, newRedisStore}
+	var out []ceilingCommand
+	for i, start := range stores {
+		c, err := start(proxy.Addr(), redisLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, w := range []struct{ name, key string }{{"hot", workloads()["hot"].key(0)}, {"users", "user:" + randInt}} {
+			cmd := captureEVALSHA(t, proxy, c, w.key)
+			key := string(cmd[3])
+			if i == 0 {
+				out = append(out, ceilingCommand{script: c.Name, workload: w.name, args: cmd, key: key})
+				continue
+			}
+			first := out[j]
+			if !bytes.Equal(cmd[1], first.args[1]) || !bytes.Equal(cmd[4], first.args[4]) ||
+				strings.TrimPrefix(key, c.Name+":") != strings.TrimPrefix(first.key, first.script+":") {
+				t.Errorf("%s decides %q with %q, want %s's command but for the prefix: %q", c.Name, w.key, cmd, first.script, first.args)
+			}
+		}
+		c.Close()
+	}
+	return out
+}
+
+// captureEVALSHA returns the EVALSHA by which c decides a request of key,
+// as the proxy c talks through saw it, after checking that it was the
+// decision's one script call (EVAL or EVALSHA), of one key, c's key under
+// its prefix with key as its hash tag, and one argument.
+func captureEVALSHA(t *testing.T, proxy *countingProxy, c Contender, key string) [][]byte {
+	t.Helper()
+	ctx := context.Background()
+	// The first decision loads the script (EVALSHA, NOSCRIPT, EVAL); the
+	// second sends what every later one does.
+	if _, err := c.Allow(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	proxy.settled() // the first's commands are read
+	var (
+		mu   sync.Mutex
+		seen [][][]byte
+	)
+	stop := proxy.watch(func(args [][]byte) {
+		// A client may open a connection meanwhile: leave its setup out.
+		if len(args) > 0 && bytes.HasPrefix(bytes.ToUpper(args[0]), []byte("EVAL")) {
+			mu.Lock()
+			seen = append(seen, args)
+			mu.Unlock()
+		}
+	})
+	_, err := c.Allow(ctx, key)
+	proxy.settled()
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || len(seen[0]) != 5 || !strings.EqualFold(string(seen[0][0]), "EVALSHA") || string(seen[0][2]) != "1" {
+		t.Fatalf("%s decided %q with the scripts %q, want one EVALSHA of one key and one argument", c.Name, key, seen)
+	}
+	if k := string(seen[0][3]); !strings.HasPrefix(k, c.Name+":") || !strings.Contains(k, "{"+key+"}") {
+		t.Fatalf("%s sent the key %q for %q, want it under its prefix with the key as its hash tag", c.Name, k, key)
+	}
+	return seen[0]
+}
+
+// refCommands returns refBucket's EVALSHA on the hot key and on a user,
+// with the Redis benchmarks' limit, after loading the script.
+func refCommands(t *testing.T, srv *redistest.Server) []ceilingCommand {
+	t.Helper()
 	r, err := srv.Do("SCRIPT", "LOAD", refBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -189,29 +364,223 @@ func TestCeiling(t *testing.T) {
 		t.Fatal(err)
 	}
 	rate, burst := strconv.Itoa(redisLimit.Rate), strconv.Itoa(redisLimit.Burst)
-	var rows [][]string
-	for _, w := range []struct{ name, key string }{{"hot", "ceiling:hot"}, {"users", "ceiling:user:__rand_int__"}} {
-		for _, pipeline := range []int{1, 16} {
-			n := 100_000 // about 1 s one at a time
-			if pipeline > 1 {
-				n = 400_000
+	var out []ceilingCommand
+	for _, w := range []struct{ name, key string }{{"hot", "ceiling:hot"}, {"users", "ceiling:user:" + randInt}} {
+		var args [][]byte
+		for _, a := range []string{"EVALSHA", sha, "1", w.key, rate, burst} {
+			args = append(args, []byte(a))
+		}
+		out = append(out, ceilingCommand{script: NameRefScript, workload: w.name, args: args, key: w.key})
+	}
+	return out
+}
+
+// redisBenchmark runs redis-benchmark with c (which must hold no NUL byte)
+// from conns connections, pipeline commands to a pipeline, n in all, and
+// random numbers below users for __rand_int__, and returns its commands
+// per second.
+func redisBenchmark(bin string, port int, c ceilingCommand, conns, pipeline, n int) (float64, error) {
+	args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-c", strconv.Itoa(conns), "-n", strconv.Itoa(n),
+		"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(users), "--csv"}
+	for _, a := range c.args {
+		args = append(args, string(a))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ceilingRunLimit)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("redis-benchmark %s: %v: %s%s", strings.Join(args, " "), err, out, stderr.Bytes())
+	}
+	rps, err := csvRPS(out)
+	if err != nil {
+		return 0, fmt.Errorf("redis-benchmark's output %q: %v", out, err)
+	}
+	return rps, nil
+}
+
+// rawRESP sends c from conns connections, pipeline commands to a
+// pipeline, n in all, as redis-benchmark does: each connection writes a
+// pipeline of pre-encoded commands, the 12 bytes of each __rand_int__
+// overwritten with a random number below users, reads as many replies,
+// and repeats while commands remain. It reads only the replies' framing
+// and stops at an error reply. While it runs the process has one P
+// (GOMAXPROCS 1), as redis-benchmark has one thread. It returns the
+// commands answered per second.
+func rawRESP(addr string, c ceilingCommand, conns, pipeline, n int) (float64, error) {
+	one := fmt.Appendf(nil, "*%d\r\n", len(c.args))
+	for _, a := range c.args {
+		one = fmt.Appendf(one, "$%d\r\n", len(a))
+		one = append(one, a...)
+		one = append(one, "\r\n"...)
+	}
+	var holes []int // where each __rand_int__ starts in one
+	for i := 0; ; {
+		j := bytes.Index(one[i:], []byte(randInt))
+		if j < 0 {
+			break
+		}
+		holes = append(holes, i+j)
+		i += j + len(randInt)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	fail := func(err error) { errOnce.Do(func() { firstErr = err }) }
+	sockets := make([]net.Conn, conns)
+	for i := range sockets {
+		nc, err := net.Dial("tcp", addr)
+		if err == nil {
+			err = nc.SetDeadline(time.Now().Add(ceilingRunLimit))
+		}
+		if err != nil {
+			for _, s := range sockets[:i] {
+				s.Close()
 			}
-			args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port()), "-c", "64", "-n", strconv.Itoa(n),
-				"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(users), "--csv",
-				"EVALSHA", sha, "1", w.key, rate, burst}
-			out, err := exec.Command(bin, args...).Output()
-			if err != nil {
-				t.Fatalf("redis-benchmark %s: %v", strings.Join(args, " "), err)
+			return 0, err
+		}
+		sockets[i] = nc
+	}
+	start := time.Now()
+	for i, nc := range sockets {
+		wg.Go(func() {
+			defer nc.Close()
+			r := rand.New(rand.NewPCG(uint64(i), 16))
+			batch := bytes.Repeat(one, pipeline)
+			br := bufio.NewReaderSize(nc, 64<<10)
+			for {
+				claimed := int(next.Add(int64(pipeline)))
+				if claimed-pipeline >= n {
+					return
+				}
+				k := min(pipeline, n-(claimed-pipeline)) // the last batch may be short
+				for j := range k {
+					for _, h := range holes {
+						at := batch[j*len(one)+h:]
+						v := r.IntN(users)
+						for d := len(randInt) - 1; d >= 0; d-- {
+							at[d] = byte('0' + v%10)
+							v /= 10
+						}
+					}
+				}
+				if _, err := nc.Write(batch[:k*len(one)]); err != nil {
+					fail(err)
+					return
+				}
+				for range k {
+					if err := skipReply(br); err != nil {
+						fail(err)
+						return
+					}
+				}
 			}
-			rps, err := csvRPS(out)
-			if err != nil {
-				t.Fatalf("redis-benchmark's output %q: %v", out, err)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// skipReply reads one RESP2 reply from br, and returns an error reply as
+// an error.
+func skipReply(br *bufio.Reader) error {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if len(line) < 3 {
+		return errRESP
+	}
+	switch line[0] {
+	case '+', ':':
+		return nil
+	case '-':
+		return fmt.Errorf("redis: %s", bytes.TrimSpace(line[1:]))
+	case '$', '*':
+		n, err := strconv.Atoi(string(line[1 : len(line)-2]))
+		if err != nil {
+			return errRESP
+		}
+		if line[0] == '$' {
+			if n >= 0 {
+				_, err = br.Discard(n + 2)
 			}
-			t.Logf("%-5s pipeline %2d: %.0f EVALSHA/s", w.name, pipeline, rps)
-			rows = append(rows, []string{w.name, strconv.Itoa(pipeline), fmt.Sprintf("%.0f", rps)})
+			return err
+		}
+		for range n {
+			if err := skipReply(br); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return errRESP
+}
+
+// checkCeilingRun fails the test unless the server ran at least n EVALSHA
+// since its statistics were reset, none failed, and on random keys none
+// wrote the key with its __rand_int__ unreplaced.
+func checkCeilingRun(t *testing.T, srv *redistest.Server, c ceilingCommand, n int) {
+	t.Helper()
+	calls, failed := evalshaStats(t, srv)
+	if calls < int64(n) || failed > 0 {
+		t.Fatalf("%s %s: the server ran %d EVALSHA, %d of them failed or rejected; want %d, none failed", c.script, c.workload, calls, failed, n)
+	}
+	if !strings.Contains(c.key, randInt) {
+		return
+	}
+	r, err := srv.Do("EXISTS", c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := r.Int(); err != nil || k != 0 {
+		t.Fatalf("%s %s: the key %q reached the server with its placeholder (EXISTS: %d, %v)", c.script, c.workload, c.key, k, err)
+	}
+}
+
+// evalshaStats returns, from INFO commandstats, how many EVALSHA the
+// server ran since its statistics were last reset, and how many of them
+// failed or were rejected.
+func evalshaStats(t *testing.T, srv *redistest.Server) (calls, failed int64) {
+	t.Helper()
+	r, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := r.String()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(stats, ",") {
+			name, value, _ := strings.Cut(field, "=")
+			v, err := strconv.ParseInt(value, 10, 64)
+			switch {
+			case name != "calls" && name != "failed_calls" && name != "rejected_calls":
+			case err != nil:
+				t.Fatalf("INFO commandstats: %q: %v", line, err)
+			case name == "calls":
+				calls = v
+			default:
+				failed += v
+			}
 		}
 	}
-	writeTSV(t, "ceiling.tsv", []string{"workload", "pipeline", "rps"}, rows)
+	return calls, failed
 }
 
 // csvRPS reads the requests per second from redis-benchmark's --csv

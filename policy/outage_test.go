@@ -76,9 +76,8 @@ func (c client) store(t *testing.T, addr string, dial dialer) core.Store {
 }
 
 var (
-	goRedis        = goRedisClient("go-redis", true)
-	goRedisUnpiped = goRedisClient("go-redis-unpipelined", false)
-	rueidisClient  = client{"rueidis", func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
+	goRedis       = goRedisClient("go-redis")
+	rueidisClient = client{"rueidis", func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
 		opts := rueidisOptions(addr)
 		if dial != nil {
 			opts.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
@@ -104,11 +103,8 @@ var (
 )
 
 // goRedisClient is go-redis with the recommended options, and redisstore
-// with or without Config.Pipeline. Pipelining is recommended with a
-// breaker: a caller that gives up at its deadline leaves its call to the
-// batch, where go-redis would otherwise close the call's connection, and
-// the next call would pay for a new one.
-func goRedisClient(name string, pipeline bool) client {
+// on it.
+func goRedisClient(name string) client {
 	return client{name, func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
 		opts := goRedisOptions(addr)
 		if dial != nil {
@@ -117,7 +113,7 @@ func goRedisClient(name string, pipeline bool) client {
 		c := redis.NewClient(opts)
 		closeClient := sync.OnceFunc(func() { c.Close() })
 		t.Cleanup(closeClient)
-		s, err := redisstore.New(c, redisstore.Config{Pipeline: pipeline})
+		s, err := redisstore.New(c, redisstore.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,9 +301,7 @@ func checkBucket(t *testing.T, what string, l core.Limit, src core.Source, sampl
 // over-grant after recovery.
 func TestKillRestart(t *testing.T) {
 	t.Parallel()
-	// Unpipelined go-redis too: every call that times out costs it a
-	// connection, and the slow start keeps its recovery from flooding.
-	for _, cl := range append(clients, goRedisUnpiped) {
+	for _, cl := range clients {
 		for _, mode := range []Mode{FailOpen, FailClosed, Degrade} {
 			t.Run(cl.name+"/"+mode.String(), func(t *testing.T) {
 				t.Parallel()

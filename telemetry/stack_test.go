@@ -67,10 +67,10 @@ func TestStack(t *testing.T) {
 		spans := h.ended()
 		var decide, cmd int = -1, -1
 		for i, s := range spans {
-			switch s.Name() {
-			case telemetry.SpanName:
+			switch {
+			case s.Name() == telemetry.SpanName:
 				decide = i
-			case "evalsha":
+			case evalshaSpan(s.Name()):
 				cmd = i
 			}
 		}

@@ -21,7 +21,7 @@ type resultSet struct {
 	rounds    []map[string]metrics // each round's figures, by benchmark name
 	overgrant [][]string           // overgrant.tsv's rows, without the header
 	commands  map[string]string    // "workload/contender" → commands per decision
-	ceiling   map[string]float64   // "workload/pipeline" → EVALSHA/s
+	ceiling   map[string]float64   // "script/client/workload/pipeline" → EVALSHA/s
 	env       []string             // env.txt's lines
 }
 
@@ -68,14 +68,14 @@ func load(dir string) (*resultSet, error) {
 	}
 	set.ceiling = make(map[string]float64)
 	for _, row := range ceil {
-		if len(row) != 3 {
-			return nil, fmt.Errorf("ceiling.tsv: row %q: want 3 fields", row)
+		if len(row) != 5 {
+			return nil, fmt.Errorf("ceiling.tsv: row %q: want 5 fields (script, client, workload, pipeline, rps)", row)
 		}
-		v, err := strconv.ParseFloat(row[2], 64)
+		v, err := strconv.ParseFloat(row[4], 64)
 		if err != nil {
 			return nil, fmt.Errorf("ceiling.tsv: %w", err)
 		}
-		set.ceiling[row[0]+"/"+row[1]] = v
+		set.ceiling[strings.Join(row[:4], "/")] = v
 	}
 	env, err := os.ReadFile(filepath.Join(dir, "env.txt"))
 	if err != nil {
@@ -129,6 +129,14 @@ func readTSV(path string) ([][]string, error) {
 		rows = append(rows, strings.Split(line, "\t"))
 	}
 	return rows, nil
+}
+
+// ceilingRPS is the EVALSHA/s TestCeiling measured for script's command
+// sent by client on workload, pipeline commands to a pipeline, and
+// whether it was measured.
+func (s *resultSet) ceilingRPS(script, client, workload string, pipeline int) (float64, bool) {
+	v, ok := s.ceiling[fmt.Sprintf("%s/%s/%s/%d", script, client, workload, pipeline)]
+	return v, ok
 }
 
 // median of the values; NaN-free input is assumed, and an empty one gives 0.

@@ -36,7 +36,6 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		addr     = fs.String("redis", "localhost:6379", "the Redis `address`; several, comma-separated, for a Cluster")
 		cluster  = fs.Bool("cluster", false, "the addresses are a Redis Cluster's")
 		clientN  = fs.String("client", "rueidis", "the `client`: rueidis (rueidisstore) or go-redis (redisstore)")
-		pipeline = fs.Bool("pipeline", false, "with go-redis, pipeline concurrent decisions (redisstore.Config.Pipeline)")
 		prefix   = fs.String("prefix", "sluice-bench:", "the key `prefix`; the keys expire on their own")
 		algName  = fs.String("algorithm", "token-bucket", "the algorithm `name`")
 		limitArg = fs.String("limit", "1000/s", "the `limit`: N/PERIOD, then optionally burst N, such as 1000/s or 100/s burst 500")
@@ -80,7 +79,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	defer gr.Close()
 	var store core.Store
 	if *clientN == "go-redis" {
-		store, err = redisstore.New(gr, redisstore.Config{Prefix: *prefix, Pipeline: *pipeline})
+		store, err = redisstore.New(gr, redisstore.Config{Prefix: *prefix})
 	} else {
 		var rc rueidis.Client
 		rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: !*cluster})

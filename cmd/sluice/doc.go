@@ -49,7 +49,7 @@
 //
 // Bench makes decisions against your own Redis for -duration from
 // -concurrency goroutines, on -keys keys (1: one hot key), through
-// rueidisstore or redisstore (-client, -pipeline), printing progress each
+// rueidisstore or redisstore (-client), printing progress each
 // second, then the throughput, the share admitted, latency percentiles
 // and the script calls the server counted per decision:
 //

@@ -7,7 +7,8 @@
 // second, inside a span standing in for a request handler, and prints the
 // spans and metrics with OpenTelemetry's stdout exporters (JSON, one
 // object per span, then the metrics). Each decision's span,
-// ratelimit.decide, is the handler's child, and redisotel's evalsha span
+// ratelimit.decide, is the handler's child, and redisotel's span of the
+// pipeline redisstore sends it in ("redis.pipeline evalsha")
 // is the decision's child. The key appears in no span: sluice records it
 // hashed, and redisotel's db.statement, which would quote it, is off.
 //

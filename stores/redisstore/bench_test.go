@@ -105,11 +105,7 @@ func BenchmarkRedis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rsp, err := redisstore.New(goredis, redisstore.Config{Prefix: "bench:", Pipeline: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { rsp.Close() })
+	b.Cleanup(func() { rs.Close() })
 	rus, err := rueidisstore.New(ru, rueidisstore.Config{Prefix: "bench:"})
 	if err != nil {
 		b.Fatal(err)
@@ -128,10 +124,6 @@ func BenchmarkRedis(b *testing.B) {
 		}},
 		{"redisstore", func(key string) error {
 			_, err := rs.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: benchLimit, Cost: 1})
-			return err
-		}},
-		{"redisstore-pipeline", func(key string) error {
-			_, err := rsp.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: benchLimit, Cost: 1})
 			return err
 		}},
 		{"rueidisstore", func(key string) error {

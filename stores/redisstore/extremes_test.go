@@ -20,7 +20,7 @@ func TestParityExtremes(t *testing.T) {
 	t.Parallel()
 	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
-	store := newStore(t, client, false)
+	store := newStore(t, client)
 	maxPeriod := core.MaxPeriod
 	limits := []core.Limit{
 		core.Every(time.Microsecond),

@@ -187,9 +187,8 @@ func TestBatchOfEachOpOneCall(t *testing.T) {
 
 // TestBatchAfterScriptFlush checks that a batch meeting NOSCRIPT (after a
 // restart, a failover or SCRIPT FLUSH) falls back to EVAL once, as a
-// single decision does, on each Redis store and on redisstore's
-// pipeline: the caller sees a decision, the server one NOSCRIPT and one
-// EVAL per flush.
+// single decision does, on each Redis store: the caller sees a decision,
+// the server one NOSCRIPT and one EVAL per flush.
 func TestBatchAfterScriptFlush(t *testing.T) {
 	t.Parallel()
 	srv, stores := serverAndStores(t, "flush")
@@ -224,9 +223,8 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 }
 
 // serverAndStores starts a redis-server of the test's own and returns it
-// with a store of each kind on it, by name: redisstore (plain and with
-// Config.Pipeline) and rueidisstore, their keys under prefixes made from
-// prefix.
+// with a store of each kind on it, by name: redisstore and rueidisstore,
+// their keys under prefixes made from prefix.
 func serverAndStores(t *testing.T, prefix string) (*redistest.Server, map[string]core.Store) {
 	t.Helper()
 	srv := redistest.Start(t)
@@ -239,8 +237,7 @@ func serverAndStores(t *testing.T, prefix string) (*redistest.Server, map[string
 	t.Cleanup(rc.Close)
 	stores := make(map[string]core.Store)
 	for name, cfg := range map[string]redisstore.Config{
-		"redisstore":          {Prefix: prefix + ":"},
-		"redisstore-pipeline": {Prefix: prefix + "-p:", Pipeline: true},
+		"redisstore": {Prefix: prefix + ":"},
 	} {
 		s, err := redisstore.New(gc, cfg)
 		if err != nil {

@@ -96,11 +96,11 @@ func prefixFor(t *testing.T) string {
 
 // newRedisStore returns a redisstore on a go-redis client of addr of its
 // own, closed when the test ends.
-func newRedisStore(t testing.TB, addr, prefix string, pipeline bool) *redisstore.Store {
+func newRedisStore(t testing.TB, addr, prefix string) *redisstore.Store {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { client.Close() })
-	store, err := redisstore.New(client, redisstore.Config{Prefix: prefix, Pipeline: pipeline})
+	store, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +146,7 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 		name string
 		new  func(t *testing.T, prefix string) core.Store
 	}{
-		{"redisstore", func(t *testing.T, prefix string) core.Store { return newRedisStore(t, testAddr(t), prefix, false) }},
-		{"redisstore-pipeline", func(t *testing.T, prefix string) core.Store { return newRedisStore(t, testAddr(t), prefix, true) }},
+		{"redisstore", func(t *testing.T, prefix string) core.Store { return newRedisStore(t, testAddr(t), prefix) }},
 		{"rueidisstore", func(t *testing.T, prefix string) core.Store { return newRueidisStore(t, testAddr(t), prefix) }},
 		{"memstore", func(t *testing.T, _ string) core.Store {
 			store, err := memstore.New(memstore.Config{})
@@ -205,7 +204,7 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 
 // The environment of TestNoOvergrantProcesses's workers.
 const (
-	workerEnv       = "SLUICE_OVERGRANT_WORKER" // the store: "redisstore", "redisstore-pipeline" or "rueidisstore"; empty in the parent
+	workerEnv       = "SLUICE_OVERGRANT_WORKER" // the store: "redisstore" or "rueidisstore"; empty in the parent
 	workerAddrEnv   = "SLUICE_OVERGRANT_ADDR"   // the shared server's address
 	workerPrefixEnv = "SLUICE_OVERGRANT_PREFIX" // the key prefix all workers share
 	workerStartEnv  = "SLUICE_OVERGRANT_START"  // the start instant, in ns since the Unix epoch
@@ -229,8 +228,7 @@ const (
 )
 
 // TestNoOvergrantProcesses runs this test binary again as 4 worker
-// processes, 2 deciding through redisstore (one of them pipelining) and 2
-// through rueidisstore, on one key of the shared server under 100/s with a
+// processes, 2 deciding through redisstore and 2 through rueidisstore, on one key of the shared server under 100/s with a
 // burst of 100. They start together at an instant the parent chose, stop
 // 10 seconds later and report what they were admitted: 100 + 100 × 10 = 1100 at most in all,
 // and at least 95% of that.
@@ -274,7 +272,7 @@ func TestNoOvergrantProcesses(t *testing.T) {
 		}
 	})
 	for i := range workers {
-		w := &worker{kind: [...]string{"redisstore", "rueidisstore", "redisstore-pipeline", "rueidisstore"}[i%4]}
+		w := &worker{kind: [...]string{"redisstore", "rueidisstore"}[i%2]}
 		// CommandContext kills the worker by its handle if it outlives
 		// ctx; -test.timeout makes a hung worker panic with its stacks.
 		w.cmd = exec.CommandContext(ctx, os.Args[0],
@@ -351,9 +349,7 @@ func overgrantWorker(t *testing.T, kind string) {
 	var store core.Store
 	switch kind {
 	case "redisstore":
-		store = newRedisStore(t, addr, prefix, false)
-	case "redisstore-pipeline":
-		store = newRedisStore(t, addr, prefix, true)
+		store = newRedisStore(t, addr, prefix)
 	case "rueidisstore":
 		store = newRueidisStore(t, addr, prefix)
 	default:

@@ -55,7 +55,7 @@ func (p *pipeliner) do(ctx context.Context, c *call) (any, error) {
 // send sends the queue, batch after batch, until it finds it empty.
 func (p *pipeliner) send() {
 	defer p.wg.Done()
-	var batch []*call
+	var batch, live []*call
 	for {
 		p.mu.Lock()
 		batch, p.queue = p.queue, batch[:0]
@@ -65,28 +65,46 @@ func (p *pipeliner) send() {
 			return
 		}
 		p.mu.Unlock()
-		// A batch is not any one caller's: it runs on a context of its
-		// own, bounded by the client's timeouts, while each caller waits
-		// on its own.
-		pipe := p.client.Pipeline()
-		for _, c := range batch {
-			// A caller that gave up has been told its call failed: it
-			// must not be charged, and a Redis that was slow must not be
-			// sent every call abandoned while it was.
-			if err := c.ctx.Err(); err != nil {
-				c.cmd.SetErr(err)
-				continue
-			}
-			_ = pipe.Process(context.Background(), &c.cmd)
-		}
-		if pipe.Len() > 0 {
-			_, _ = pipe.Exec(context.Background())
-		}
+		live = p.sendBatch(batch, live[:0])
 		for i, c := range batch {
 			close(c.done)
 			batch[i] = nil
 		}
 	}
+}
+
+// sendBatch sends, as one pipeline, the commands of batch whose callers
+// still wait. It gathers them in live, and returns it for the next batch.
+//
+// A batch is not any one caller's. It runs without its callers' deadlines,
+// bounded by the client's ReadTimeout and WriteTimeout, so that a caller
+// giving up at a deadline of a few milliseconds leaves its call to the
+// batch and does not cost the connection (go-redis closes the connection
+// of a call that timed out). It runs with the values of its first
+// caller's context, so that the client's hooks (redisotel's spans) see the
+// pipeline in the trace of the first caller who waited for it, and a lone
+// caller's in its own.
+func (p *pipeliner) sendBatch(batch, live []*call) []*call {
+	for _, c := range batch {
+		// A caller that gave up has been told its call failed: it must
+		// not be charged, and a Redis that was slow must not be sent
+		// every call abandoned while it was.
+		if err := c.ctx.Err(); err != nil {
+			c.cmd.SetErr(err)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) > 0 {
+		ctx := context.WithoutCancel(live[0].ctx)
+		pipe := p.client.Pipeline()
+		for _, c := range live {
+			_ = pipe.Process(ctx, &c.cmd)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	clear(live) // the calls belong to their callers
+	return live
 }
 
 // close stops new commands and waits for the senders to finish.

@@ -28,7 +28,7 @@ func TestPipelineAbandonedNotSent(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
-	store := newStore(t, client, true)
+	store := newStore(t, client)
 	req := core.Request{Key: "abandoned", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1000), Cost: 1}
 	peek := req
 	peek.Op, peek.Cost = core.OpPeek, 0 // remaining, with nothing taken

@@ -25,17 +25,6 @@ type Config struct {
 	// apart from an application's. It must not contain a brace (see
 	// docs/redis.md for the key layout). The default is "sluice:".
 	Prefix string
-	// Pipeline sends the decisions of concurrent callers together, in
-	// pipelines (up to 4 in flight), rather than each as a command of its
-	// own (a stack's batch as well as a single decision): under load about twice the decisions per second of unpipelined
-	// commands, for the same Redis, as rueidis gets by itself. The price:
-	// the client's hooks (such as redisotel's traces) see a pipeline per
-	// batch instead of a command per decision, and a batch is sent on a
-	// context of its own, bounded by the client's ReadTimeout and
-	// WriteTimeout; each caller still returns as soon as its own context
-	// ends, and a call whose context has ended before its batch is written
-	// is not sent. The default is false.
-	Pipeline bool
 }
 
 // Store keeps limiter state in Redis through a go-redis client and decides
@@ -44,13 +33,27 @@ type Config struct {
 // Sentinel, or Redis Cluster, where each key's state lives in the slot of
 // its own hash tag.
 //
+// The store sends the decisions of concurrent callers together, in
+// pipelines (up to 4 in flight), as rueidis does by itself: under load
+// about twice the decisions per second of one command per decision, for
+// the same Redis. Each caller returns as soon as its own context ends,
+// whatever the client's options, and a call whose context has ended
+// before its pipeline is written is not sent. A pipeline is not any one
+// caller's: it runs without its callers' deadlines, bounded by the
+// client's ReadTimeout and WriteTimeout, so that a caller giving up at its
+// deadline does not cost the connection (go-redis closes a connection
+// whose call timed out), and with the values of its first caller's
+// context. The client's hooks, such as redisotel's, thus see a pipeline
+// per batch of decisions ("redis.pipeline evalsha"), in the trace of the
+// first caller who waited for it: a lone caller's in its own.
+//
 // A Store is safe for concurrent use. It does not own its client: Close
 // stops the store, not the client.
 type Store struct {
 	client redis.UniversalClient
 	prefix string
 	closed atomic.Bool
-	pipe   *pipeliner // nil unless Config.Pipeline
+	pipe   pipeliner
 }
 
 var _ core.Store = (*Store)(nil)
@@ -67,9 +70,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	s := &Store{client: client, prefix: prefix}
-	if cfg.Pipeline {
-		s.pipe = &pipeliner{client: client}
-	}
+	s.pipe.client = client
 	return s, nil
 }
 
@@ -160,15 +161,10 @@ type noRetry struct{ *redis.Cmd }
 // NoRetry tells go-redis not to retry the command.
 func (noRetry) NoRetry() bool { return true }
 
-// run sends the call's command, alone or in a pipeline, and returns its
-// reply.
+// run sends the call's command in a pipeline and returns its reply.
 func (s *Store) run(ctx context.Context, c *call) (any, error) {
 	c.cmd = noRetry{redis.NewCmd(ctx, c.args...)}
-	if s.pipe != nil {
-		return s.pipe.do(ctx, c)
-	}
-	_ = s.client.Process(ctx, &c.cmd)
-	return c.cmd.Result()
+	return s.pipe.do(ctx, c)
 }
 
 // encode returns the EVALSHA command deciding req with script. The key
@@ -230,14 +226,12 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 // Prefix returns the prefix of every key the store writes.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Close stops the store: later calls fail with [core.ErrClosed]. With
-// [Config.Pipeline] it waits for the batches already queued, each bounded
-// by the client's timeouts. It does not close the client, which the caller
+// Close stops the store: later calls fail with [core.ErrClosed]. It waits
+// for the pipelines already queued, each bounded by the client's
+// timeouts. It does not close the client, which the caller
 // owns.
 func (s *Store) Close() error {
 	s.closed.Store(true)
-	if s.pipe != nil {
-		s.pipe.close()
-	}
+	s.pipe.close()
 	return nil
 }

@@ -21,9 +21,9 @@ var prefixes atomic.Int64
 
 // newStore returns a store on client with a prefix of its own, so that
 // stores sharing a server never share a key.
-func newStore(t *testing.T, client redis.UniversalClient, pipeline bool) *redisstore.Store {
+func newStore(t *testing.T, client redis.UniversalClient) *redisstore.Store {
 	t.Helper()
-	store, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("t%d:", prefixes.Add(1)), Pipeline: pipeline})
+	store, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("t%d:", prefixes.Add(1))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,26 +33,17 @@ func newStore(t *testing.T, client redis.UniversalClient, pipeline bool) *rediss
 func TestConformance(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: testAddr(t)})
 	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client, false) })
-}
-
-func TestConformancePipeline(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t)})
-	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client, true) })
+	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
 }
 
 func TestConformanceCluster(t *testing.T) {
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.SharedCluster(t).Addrs()})
 	t.Cleanup(func() { client.Close() })
 	// Keys in different slots are decided in turn (see Store.ApplyAll).
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client, false) }, storetest.InTurn())
-	t.Run("Pipeline", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client, true) }, storetest.InTurn())
-	})
+	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) }, storetest.InTurn())
 }
 
-// TestPipelineCallerContext checks that a pipelined caller returns when
+// TestPipelineCallerContext checks that a caller returns when
 // its context ends, even while its batch waits on a busy Redis, and that
 // Close waits for the batch.
 func TestPipelineCallerContext(t *testing.T) {
@@ -60,7 +51,7 @@ func TestPipelineCallerContext(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
-	store := newStore(t, client, true)
+	store := newStore(t, client)
 	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1}
 	if _, err := store.Apply(context.Background(), req); err != nil {
 		t.Fatal(err)
