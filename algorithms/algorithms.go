@@ -7,20 +7,25 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// The algorithms. Each is a value of an unexported type, safe to share;
-// the package documentation compares them.
+// The algorithms. Each is a pointer to a value of an unexported, empty
+// type, safe to share; the package documentation compares them.
+//
+// Their methods take pointer receivers: called through core.Algorithm, a
+// value method is reached through a wrapper the compiler generates, which
+// copies the Step and the Decision once more, and a token bucket's
+// Transition called so took about 28 ns instead of 20.
 var (
 	// TokenBucket keeps Burst tokens, refilled at Rate per Period.
-	TokenBucket core.Algorithm = tokenBucket{}
+	TokenBucket core.Algorithm = &tokenBucket{}
 	// GCRA decides as the token bucket does, keeping one instant.
-	GCRA core.Algorithm = gcra{}
+	GCRA core.Algorithm = &gcra{}
 	// FixedWindow counts Rate per epoch-aligned window of one Period.
-	FixedWindow core.Algorithm = fixedWindow{}
+	FixedWindow core.Algorithm = &fixedWindow{}
 	// SlidingWindowCounter weighs the previous window's count into the
 	// current one's.
-	SlidingWindowCounter core.Algorithm = slidingWindowCounter{}
+	SlidingWindowCounter core.Algorithm = &slidingWindowCounter{}
 	// SlidingWindowLog logs every charge of the last Period.
-	SlidingWindowLog core.Algorithm = slidingWindowLog{}
+	SlidingWindowLog core.Algorithm = &slidingWindowLog{}
 )
 
 var all = []core.Algorithm{TokenBucket, GCRA, FixedWindow, SlidingWindowCounter, SlidingWindowLog}
@@ -70,21 +75,21 @@ func forget(d core.Decision, now, e int64) core.Decision {
 
 // MaxBatch returns the token bucket's largest batch under l, its burst,
 // for the leases of package layered (its Batcher).
-func (tokenBucket) MaxBatch(l core.Limit) int64 { return l.Burst() }
+func (*tokenBucket) MaxBatch(l core.Limit) int64 { return l.Burst() }
 
 // MaxBatch returns GCRA's largest batch under l: its burst.
-func (gcra) MaxBatch(l core.Limit) int64 { return l.Burst() }
+func (*gcra) MaxBatch(l core.Limit) int64 { return l.Burst() }
 
 // MaxBatch returns the fixed window's largest batch under l: its rate,
 // what one window admits.
-func (fixedWindow) MaxBatch(l core.Limit) int64 { return l.Rate() }
+func (*fixedWindow) MaxBatch(l core.Limit) int64 { return l.Rate() }
 
 // Windowed reports false: the token bucket refills continuously.
-func (tokenBucket) Windowed() bool { return false }
+func (*tokenBucket) Windowed() bool { return false }
 
 // Windowed reports false: GCRA's capacity comes back continuously.
-func (gcra) Windowed() bool { return false }
+func (*gcra) Windowed() bool { return false }
 
 // Windowed reports true: the fixed window's capacity comes back at each
 // window's start.
-func (fixedWindow) Windowed() bool { return true }
+func (*fixedWindow) Windowed() bool { return true }

@@ -36,25 +36,25 @@ const MaxConcurrency = 10_000
 //
 // When the limit changes, leases keep their expiries, and are judged
 // against the new Rate.
-var Concurrency core.Algorithm = concurrency{}
+var Concurrency core.Algorithm = &concurrency{}
 
 type concurrency struct{}
 
-func (concurrency) Name() string { return "concurrency" }
+func (*concurrency) Name() string { return "concurrency" }
 
 // Leases reports that the algorithm holds leases ([core.Leaser]).
-func (concurrency) Leases() bool { return true }
+func (*concurrency) Leases() bool { return true }
 
-func (concurrency) Validate(l core.Limit) error {
+func (*concurrency) Validate(l core.Limit) error {
 	if l.Rate() > MaxConcurrency {
 		return fmt.Errorf("%w: %v: the concurrency algorithm holds at most %d leases a key", core.ErrInvalidLimit, l, MaxConcurrency)
 	}
 	return nil
 }
 
-func (concurrency) Horizon(l core.Limit) time.Duration { return l.Period() }
+func (*concurrency) Horizon(l core.Limit) time.Duration { return l.Period() }
 
-func (concurrency) Transition(s *core.State, st core.Step) core.Decision {
+func (*concurrency) Transition(s *core.State, st core.Step) core.Decision {
 	n, ttl, lease := st.Limit.Rate(), st.Limit.PeriodMicros(), st.Lease
 	now := max(st.Now, s.T)
 	log := s.Log

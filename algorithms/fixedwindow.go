@@ -30,13 +30,13 @@ import (
 // refunded within its own window is therefore undone exactly.
 type fixedWindow struct{}
 
-func (fixedWindow) Name() string { return "fixed-window" }
+func (*fixedWindow) Name() string { return "fixed-window" }
 
-func (fixedWindow) Validate(core.Limit) error { return nil }
+func (*fixedWindow) Validate(core.Limit) error { return nil }
 
-func (fixedWindow) Horizon(l core.Limit) time.Duration { return l.Period() }
+func (*fixedWindow) Horizon(l core.Limit) time.Duration { return l.Period() }
 
-func (fixedWindow) Transition(s *core.State, st core.Step) core.Decision {
+func (*fixedWindow) Transition(s *core.State, st core.Step) core.Decision {
 	cost := st.Cost
 	rate, period := st.Limit.Rate(), st.Limit.PeriodMicros()
 	now := max(st.Now, s.T)

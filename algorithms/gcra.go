@@ -35,13 +35,13 @@ import (
 // use the token bucket to Wait or Reserve.
 type gcra struct{}
 
-func (gcra) Name() string { return "gcra" }
+func (*gcra) Name() string { return "gcra" }
 
-func (gcra) Validate(core.Limit) error { return nil }
+func (*gcra) Validate(core.Limit) error { return nil }
 
-func (gcra) Horizon(l core.Limit) time.Duration { return tokenBucket{}.Horizon(l) }
+func (*gcra) Horizon(l core.Limit) time.Duration { return TokenBucket.Horizon(l) }
 
-func (gcra) Transition(s *core.State, st core.Step) core.Decision {
+func (*gcra) Transition(s *core.State, st core.Step) core.Decision {
 	cost := st.Cost
 	u, r := st.Limit.Units()
 	burst := st.Limit.Burst()

@@ -151,28 +151,28 @@ func MultiIndex(alg core.Algorithm) int {
 }
 
 // Script returns the token bucket's Lua twin.
-func (tokenBucket) Script() *Script { return tokenBucketScript }
+func (*tokenBucket) Script() *Script { return tokenBucketScript }
 
 // Script returns GCRA's Lua twin.
-func (gcra) Script() *Script { return gcraScript }
+func (*gcra) Script() *Script { return gcraScript }
 
 // Script returns the fixed window's Lua twin.
-func (fixedWindow) Script() *Script { return fixedWindowScript }
+func (*fixedWindow) Script() *Script { return fixedWindowScript }
 
 // Script returns the sliding window counter's Lua twin.
-func (slidingWindowCounter) Script() *Script { return slidingWindowCounterScript }
+func (*slidingWindowCounter) Script() *Script { return slidingWindowCounterScript }
 
 // Script returns the sliding window log's Lua twin.
-func (slidingWindowLog) Script() *Script { return slidingWindowLogScript }
+func (*slidingWindowLog) Script() *Script { return slidingWindowLogScript }
 
 // Script returns the concurrency algorithm's Lua twin.
-func (concurrency) Script() *Script { return concurrencyScript }
+func (*concurrency) Script() *Script { return concurrencyScript }
 
 var (
-	_ Scripted = tokenBucket{}
-	_ Scripted = gcra{}
-	_ Scripted = fixedWindow{}
-	_ Scripted = slidingWindowCounter{}
-	_ Scripted = slidingWindowLog{}
-	_ Scripted = concurrency{}
+	_ Scripted = (*tokenBucket)(nil)
+	_ Scripted = (*gcra)(nil)
+	_ Scripted = (*fixedWindow)(nil)
+	_ Scripted = (*slidingWindowCounter)(nil)
+	_ Scripted = (*slidingWindowLog)(nil)
+	_ Scripted = (*concurrency)(nil)
 )

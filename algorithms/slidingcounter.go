@@ -32,18 +32,18 @@ import (
 // before the key is charged in a later window is therefore undone exactly.
 type slidingWindowCounter struct{}
 
-func (slidingWindowCounter) Name() string { return "sliding-window-counter" }
+func (*slidingWindowCounter) Name() string { return "sliding-window-counter" }
 
-func (slidingWindowCounter) Validate(l core.Limit) error {
+func (*slidingWindowCounter) Validate(l core.Limit) error {
 	if l.Rate() > core.MaxUnits/l.PeriodMicros() {
 		return fmt.Errorf("%w: %v: rate × period in µs exceeds 2^52 for the sliding window counter; use a shorter period", core.ErrInvalidLimit, l)
 	}
 	return nil
 }
 
-func (slidingWindowCounter) Horizon(l core.Limit) time.Duration { return 2 * l.Period() }
+func (*slidingWindowCounter) Horizon(l core.Limit) time.Duration { return 2 * l.Period() }
 
-func (slidingWindowCounter) Transition(s *core.State, st core.Step) core.Decision {
+func (*slidingWindowCounter) Transition(s *core.State, st core.Step) core.Decision {
 	cost := st.Cost
 	rate, period := st.Limit.Rate(), st.Limit.PeriodMicros()
 	now := max(st.Now, s.T)

@@ -38,18 +38,18 @@ const maxIdleLog = 16
 // newest first, so a refund of the key's last charge undoes it exactly.
 type slidingWindowLog struct{}
 
-func (slidingWindowLog) Name() string { return "sliding-window-log" }
+func (*slidingWindowLog) Name() string { return "sliding-window-log" }
 
-func (slidingWindowLog) Validate(l core.Limit) error {
+func (*slidingWindowLog) Validate(l core.Limit) error {
 	if l.Rate() > MaxLogRate {
 		return fmt.Errorf("%w: %v: the sliding window log keeps at most %d entries; use the sliding window counter", core.ErrInvalidLimit, l, MaxLogRate)
 	}
 	return nil
 }
 
-func (slidingWindowLog) Horizon(l core.Limit) time.Duration { return l.Period() }
+func (*slidingWindowLog) Horizon(l core.Limit) time.Duration { return l.Period() }
 
-func (slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
+func (*slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
 	cost := st.Cost
 	rate, period := st.Limit.Rate(), st.Limit.PeriodMicros()
 	first, live := s.B, s.A

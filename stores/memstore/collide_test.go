@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
@@ -28,7 +27,7 @@ func colliding(t testing.TB, cfg Config, bits uint64) *Store {
 }
 
 // TestConformanceAllKeysCollide runs the conformance suite on a store in
-// which every key has the same hash, so every key is found through a chain.
+// which every key has the same hash, so every key is found past others.
 func TestConformanceAllKeysCollide(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) core.Store {
 		return colliding(t, Config{}, 0)
@@ -37,7 +36,7 @@ func TestConformanceAllKeysCollide(t *testing.T) {
 
 // TestCollisionsMatchDistinctHashes drives two stores with the same random
 // requests, resets and sweeps on one fake clock: one where keys fall into
-// 4 hashes (chains of several keys), one with full hashes. Every decision
+// 4 hashes (runs of several keys), one with full hashes. Every decision
 // and key count must agree.
 func TestCollisionsMatchDistinctHashes(t *testing.T) {
 	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -84,10 +83,11 @@ func TestCollisionsMatchDistinctHashes(t *testing.T) {
 	}
 }
 
-// TestCollidingChainsUnlink checks each way an entry leaves a chain: a
-// Reset, a sweep and an eviction, at the head, in the middle and at the
-// tail, with every other key of the chain keeping its state.
-func TestCollidingChainsUnlink(t *testing.T) {
+// TestCollidingRunsUnlink checks each way an entry leaves a run of keys
+// of one hash: a Reset, a sweep and an eviction, at the start, in the
+// middle and at the end, with every other key of the run keeping its
+// state.
+func TestCollidingRunsUnlink(t *testing.T) {
 	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := colliding(t, Config{MaxKeys: 5, Shards: 1, SweepInterval: -1, Now: func() time.Time { return clock }}, 0)
 	ctx := context.Background()
@@ -105,22 +105,22 @@ func TestCollidingChainsUnlink(t *testing.T) {
 		return out
 	}
 	for _, k := range []string{"a", "b", "c", "d"} {
-		long.Allow(ctx, k) // chain, head first: d c b a
+		long.Allow(ctx, k) // run: a b c d
 	}
-	for _, k := range []string{"d", "b", "a"} { // head, middle, tail
+	for _, k := range []string{"d", "b", "a"} { // end, middle, start
 		if err := s.Reset(ctx, k, algorithms.FixedWindow); err != nil {
 			t.Fatal(err)
 		}
 		if st := s.Stats(); st.Keys != 3 {
 			t.Fatalf("after Reset(%s): %d keys, want 3", k, st.Keys)
 		}
-		long.Allow(ctx, k) // back, at the head
+		long.Allow(ctx, k) // back, at the end
 	}
 	if got := held(long, "a", "b", "c", "d"); len(got) != 4 {
 		t.Fatalf("after the resets %v are charged, want a b c d", got)
 	}
-	// Short keys between long ones: the sweep removes them from the head,
-	// the middle and the tail of one chain.
+	// Short keys between long ones: the sweep removes them from the
+	// start, the middle and the end of one run.
 	s.Reset(ctx, "c", algorithms.FixedWindow)
 	s.Reset(ctx, "d", algorithms.FixedWindow)
 	s.Reset(ctx, "a", algorithms.FixedWindow)
@@ -132,7 +132,7 @@ func TestCollidingChainsUnlink(t *testing.T) {
 			long.Allow(ctx, k)
 		}
 	}
-	short.Allow(ctx, "s3") // chain: s3 b s2 a s1
+	short.Allow(ctx, "s3") // run: s1 a s2 b s3
 	clock = clock.Add(2 * time.Second)
 	s.Sweep()
 	if st := s.Stats(); st.Keys != 2 || st.Expired != 3 {
@@ -142,7 +142,7 @@ func TestCollidingChainsUnlink(t *testing.T) {
 		t.Fatalf("after the sweep %v are charged, want a and b", got)
 	}
 	// Fill the shard, then overflow it: each new key evicts a live one
-	// from the single chain, and the count stays at MaxKeys.
+	// from the single run, and the count stays at MaxKeys.
 	for i := range 10 {
 		long.Allow(ctx, fmt.Sprint("n", i))
 		if st := s.Stats(); st.Keys > 5 {
@@ -155,23 +155,20 @@ func TestCollidingChainsUnlink(t *testing.T) {
 	}
 	var n int
 	for _, t := range s.shards[0].tables {
-		for _, e := range t.entries {
-			for ; e != nil; e = e.next {
+		for i := range t.slots {
+			if !t.slots[i].free() {
 				n++
 			}
 		}
 	}
 	if n != 5 {
-		t.Fatalf("the tables chain %d entries, the count says 5", n)
+		t.Fatalf("the tables hold %d entries, the count says 5", n)
 	}
 }
 
 // TestKeysInlineAndLong checks keys on both sides of the inline bound,
 // sharing one hash and one prefix: each has its own state.
 func TestKeysInlineAndLong(t *testing.T) {
-	if size := unsafe.Sizeof(entry{}); size != 128 {
-		t.Errorf("an entry is %d bytes, want 128 (two cache lines)", size)
-	}
 	s := colliding(t, Config{Shards: 1}, 0)
 	lim, _ := core.NewLimiter(s, algorithms.TokenBucket, core.PerHour(1))
 	ctx := context.Background()

@@ -26,9 +26,11 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 		return fmt.Errorf("memstore: the store's clock reads %v, outside 1970 to 2112", time.Unix(0, clock).UTC())
 	}
 	hashes := make([]uint64, len(reqs))
+	words := make([]keyWords, len(reqs))
 	idx := make([]uint64, len(reqs))
 	for i := range reqs {
 		hashes[i] = s.hash(reqs[i].Key)
+		words[i] = wordsOf(reqs[i].Key, hashes[i])
 		idx[i] = hashes[i] & s.mask
 	}
 	order := slices.Compact(slices.Sorted(slices.Values(idx)))
@@ -53,11 +55,11 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 			continue
 		}
 		if t := s.shards[idx[i]].table(req.Algorithm.Name(), false); t != nil {
-			entries[i] = t.find(hashes[i], req.Key)
+			entries[i] = t.find(hashes[i], words[i], req.Key)
 		}
 		if e := entries[i]; e != nil {
-			states[i] = e.state
-			states[i].Log = slices.Clone(e.state.Log) // the transition may write in place
+			e.load(&states[i])
+			states[i].Log = slices.Clone(states[i].Log) // the transition may write in place
 		}
 		at := clock / 1e3
 		if !req.Now.IsZero() {
@@ -70,16 +72,19 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 		return nil
 	}
 	// Keep the new states: first those of keys the store holds, then new
-	// keys, whose insertion may evict.
+	// keys, whose insertion may evict and moves entries in their tables
+	// (so the entries found above are not used after it).
 	for i, e := range entries {
-		if e != nil && changes(&reqs[i]) {
-			e.state = states[i]
-			e.expires = expiry(&reqs[i], &e.state, clock)
+		if req := &reqs[i]; e != nil && changes(req) {
+			e.keep(&states[i])
+			e.charged(!req.Now.IsZero(), expiry(req, clock))
 		}
 	}
 	for i, e := range entries {
 		if req := &reqs[i]; e == nil && changes(req) && req.Op != core.OpRefund && !req.Limit.IsInf() {
-			s.insert(&s.shards[idx[i]], req.Algorithm.Name(), hashes[i], req.Key, &entry{state: states[i], expires: expiry(req, &states[i], clock)}, clock)
+			e := s.insert(&s.shards[idx[i]], req.Algorithm.Name(), hashes[i], words[i], req.Key, clock)
+			e.keep(&states[i])
+			e.charged(!req.Now.IsZero(), expiry(req, clock))
 		}
 	}
 	return nil
