@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,8 +113,9 @@ var (
 // is seen before the call and after it, not during it: the call runs
 // until the store answers, one round trip in the steady state, or the
 // deadline passes, and the caller then gets its context's error. From a
-// call that fails until a window passes without another failure, and
-// while the circuit is not closed or has just closed, each call runs on a
+// call that fails, but for the odd call timing out under load, until a
+// window passes without another failure, and while the circuit is not
+// closed or has just closed, each call runs on a
 // goroutine of its own, which the caller waits for until the deadline or
 // its cancellation: the caller returns by then even if the client does
 // not honour its context (rueidis holds callers while it reconnects, and
@@ -411,26 +413,59 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	case isRequestError(err):
 		return err, excluded
 	case late || IsStoreFailure(err):
-		b.unsteady()
+		if !timedOut(err, late) || b.timingOut() {
+			b.unsteady()
+		}
 		return err, failed
 	}
 	return err, excluded
 }
 
-// steady reports whether a call made at now (ns after b.base) may run inline, on its
-// caller's goroutine: the circuit is closed, and no call has failed, nor
-// has the circuit closed, within the last window.
+// timedOut reports whether a failed call timed out: its deadline passed,
+// or the client said so.
+func timedOut(err error, late bool) bool {
+	if late || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
+}
+
+// timingOut reports whether calls are timing out in earnest: within the
+// circuit's window, at least as many failures as may trip it, and at
+// least unsteadyRatio of the calls. A loaded service sees a call's
+// latency pass the deadline now and then, which the mode answers; it
+// does not make the client hold its callers, and running every call
+// detached for it would cost what makes more calls late.
+func (b *Breaker) timingOut() bool {
+	c := b.cb.Counts()
+	return int(c.TotalFailures) >= b.cfg.minFailures &&
+		float64(c.TotalFailures) >= unsteadyRatio*float64(c.TotalFailures+c.TotalSuccesses)
+}
+
+// unsteadyRatio is the share of a window's calls timing out from which
+// calls run detached (see timingOut). rueidis holds callers once its
+// queue of 1024 commands a connection is full of abandoned calls: a
+// Redis that stops answering times out every call, far above it.
+const unsteadyRatio = 0.05
+
+// steady reports whether a call made at now (ns after b.base) may run
+// inline, on its caller's goroutine: the circuit is closed, and within
+// the last window the circuit has not closed, no call has failed but by
+// timing out, and calls have not been timing out in earnest (timingOut).
 //
 // An inline call costs no goroutine, timer or copy, and returns when the
 // store does, which a healthy client does by the context's deadline. A
 // client in trouble may not: rueidis holds its callers while it
 // reconnects, and once its ring of commands is full of calls abandoned at
 // their deadline, until it drops the connection. Either starts with
-// failures (a dropped connection, calls timing out), so from the first
-// until a window has passed without another, and while the circuit is
-// open, half-open or newly closed, calls run detached (callDetached),
-// which bounds them whatever the client does. A success, even a late one
-// (a process stalled by its scheduler), is no sign of such trouble.
+// failures: a dropped or refused connection, or calls timing out, all of
+// them once Redis stops answering. So from such a failure until a window
+// has passed without another, and while the circuit is open, half-open
+// or newly closed, calls run detached (callDetached), which bounds them
+// whatever the client does. A success, even a late one (a process
+// stalled by its scheduler), is no sign of such trouble, and nor is the
+// odd call of a loaded service timing out.
 func (b *Breaker) steady(now int64) bool {
 	return State(b.state.Load()) == Closed && now >= b.steadyAfter.Load()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,13 +17,23 @@ import (
 // caller's goroutine, under a callContext.
 type spy struct {
 	fake
-	inline []bool
+	mu      sync.Mutex
+	answers []bool // whether each call ran inline, in the order they began
 }
 
 func (s *spy) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	_, ok := ctx.(*callContext)
-	s.inline = append(s.inline, ok)
+	s.mu.Lock()
+	s.answers = append(s.answers, ok)
+	s.mu.Unlock()
 	return s.fake.Apply(ctx, req)
+}
+
+// inline returns whether each call ran inline so far.
+func (s *spy) inline() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.answers)
 }
 
 // TestInlineWhileSteady checks when calls run inline: from NewBreaker
@@ -36,14 +48,15 @@ func TestInlineWhileSteady(t *testing.T) {
 		ctx := context.Background()
 		call := func() bool {
 			t.Helper()
-			n := len(s.inline)
+			n := len(s.inline())
 			if _, err := b.Apply(ctx, req("k")); err != nil {
 				t.Fatal(err)
 			}
-			if len(s.inline) != n+1 {
-				t.Fatalf("%d store calls, want 1", len(s.inline)-n)
+			seen := s.inline()
+			if len(seen) != n+1 {
+				t.Fatalf("%d store calls, want 1", len(seen)-n)
 			}
-			return s.inline[n]
+			return seen[n]
 		}
 		if !call() || !call() {
 			t.Errorf("calls of a new breaker ran detached, want inline")
@@ -85,6 +98,48 @@ func TestInlineWhileSteady(t *testing.T) {
 		if !call() {
 			t.Errorf("a call a window after the circuit closed ran detached, want inline")
 		}
+	})
+}
+
+// TestInlineDespiteOddTimeouts checks that calls stay inline while a few
+// of them time out among many that succeed, as a loaded service's do, and
+// run detached once they time out in earnest: as many as may trip the
+// circuit, and a twentieth of the calls.
+func TestInlineDespiteOddTimeouts(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := &spy{}
+		b := settled(newBreaker(t, s, WithTrip(5, 0.5)))
+		ctx := context.Background()
+		call := func() bool {
+			t.Helper()
+			n := len(s.inline())
+			b.Apply(ctx, req("k"))
+			return s.inline()[n]
+		}
+		for range 200 {
+			call()
+		}
+		s.set(nil, true) // each call hangs until its deadline
+		for range 6 {
+			call()
+		}
+		s.set(nil, false)
+		if !call() {
+			t.Fatalf("a call after 6 timeouts among 200 successes ran detached, want inline")
+		}
+		for range 100 {
+			call()
+		}
+		s.set(nil, true)
+		for range 20 {
+			call()
+		}
+		s.set(nil, false)
+		if call() {
+			t.Errorf("a call after 26 timeouts of 327 calls ran inline, want detached")
+		}
+		time.Sleep(callGrace * DefaultTimeout) // the detached call ends
 	})
 }
 
