@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -147,7 +146,7 @@ func TestInlineDespiteOddTimeouts(t *testing.T) {
 // share one deadline, no later than a timeout after each began and no
 // earlier than a tick before that; a context carries its caller's values,
 // ends at the deadline and not with its caller, and a context derived
-// from it ends with it without a goroutine of its own.
+// from it ends with it, registered through AfterFunc.
 func TestDeadlines(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -180,12 +179,13 @@ func TestDeadlines(t *testing.T) {
 		if dl, ok := ctx.Deadline(); !ok || !dl.Equal(next.deadline) {
 			t.Errorf("Deadline() = %v, %v; want the tick's", dl, ok)
 		}
-		goroutines := runtime.NumGoroutine()
+		// Package context registers a child with a parent that has an
+		// AfterFunc method instead of starting a goroutine to watch it.
+		if _, ok := any(ctx).(interface{ AfterFunc(func()) func() bool }); !ok {
+			t.Errorf("callContext has no AfterFunc: every context derived from it costs a goroutine")
+		}
 		child, stop := context.WithCancel(ctx)
 		defer stop()
-		if n := runtime.NumGoroutine(); n != goroutines {
-			t.Errorf("deriving a context started %d goroutines", n-goroutines)
-		}
 		cancel()
 		synctest.Wait()
 		if ctx.Err() != nil || child.Err() != nil {
