@@ -283,10 +283,11 @@ func CheckTimedOut(t testing.TB, d core.Decision, err error, took, limit time.Du
 	}
 }
 
-// busyLua keeps the server in a loop for ARGV[1] µs and returns the
-// instant, in µs since the Unix epoch, it began. The loop is also bounded
+// BusyLua keeps the server in a loop for ARGV[1] µs and returns the
+// instant, in µs since the Unix epoch, it began: run with EVAL from
+// another client, it holds every other client's command until it ends. The loop is also bounded
 // by a count, in case TIME stood still within a script.
-const busyLua = `
+const BusyLua = `
 local function now()
 	local t = redis.call('TIME')
 	return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -331,7 +332,7 @@ func BusyCall(t testing.TB, srv *redistest.Server, store core.Store, ctx func() 
 		}
 		done := make(chan result, 1)
 		go func() {
-			r, err := srv.Do("EVAL", busyLua, "0", strconv.FormatInt(busy.Microseconds(), 10))
+			r, err := srv.Do("EVAL", BusyLua, "0", strconv.FormatInt(busy.Microseconds(), 10))
 			if err != nil {
 				done <- result{err: err}
 				return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
@@ -44,7 +45,7 @@ func TestPipelineAbandonedNotSent(t *testing.T) {
 	wg.Wait()
 	busy := make(chan error, 1)
 	go func() {
-		_, err := srv.Do("EVAL", busyFor, "0", "1000000")
+		_, err := srv.Do("EVAL", redisfaults.BusyLua, "0", "1000000")
 		busy <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // let the script start
@@ -83,13 +84,3 @@ func TestPipelineAbandonedNotSent(t *testing.T) {
 		t.Errorf("%d of %d calls abandoned while queued were charged, want only those in flight (a few)", charged, callers)
 	}
 }
-
-// busyFor keeps the server in a loop for ARGV[1] µs.
-const busyFor = `
-local function now()
-	local t = redis.call('TIME')
-	return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local t0 = now()
-while now() - t0 < tonumber(ARGV[1]) do end
-return 1`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/storetest"
@@ -60,7 +61,7 @@ func TestPipelineCallerContext(t *testing.T) {
 	go func() {
 		// A second, not until the next whole second: that may come
 		// before the call, which is then answered at once.
-		_, err := srv.Do("EVAL", busyFor, "0", "1000000")
+		_, err := srv.Do("EVAL", redisfaults.BusyLua, "0", "1000000")
 		busy <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // let the script start
