@@ -96,7 +96,9 @@ func TestStackWait(t *testing.T) {
 							continue
 						case errors.Is(err, core.ErrWaitTooLong):
 							gaveUp.Add(1)
-						case ctx.Err() != nil:
+						case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
+							// Wait reports a deadline that has passed
+							// before the context's timer has fired.
 							ended.Add(1)
 						default:
 							otherErrs <- err
