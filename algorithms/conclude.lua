@@ -1,7 +1,9 @@
 -- conclude.lua: the end of every algorithm's decision, after prelude.lua
 -- and the algorithm's own file. It leaves reply, the decision's six
 -- integers, and, if the decision writes, the key's new value and its TTL
--- in ms; the script writes them (see scripts.go).
+-- in ms; the script writes them, or deletes a healed key that the
+-- decision does not write (see scripts.go), so that no unreadable value
+-- outlives the call.
 
 -- A decision that writes nothing has its waits capped at E, when the state
 -- is forgotten and the key starts afresh (forget in algorithms.go).
@@ -16,7 +18,9 @@ if forget then
 		end
 	end
 end
-local reply = {allowed and 1 or 0, limit, remaining, retry, reset, delay}
+-- The reply's first number holds flags: 1 allowed, 2 healed (the key held
+-- a value sluice could not read; the decision is a missing key's).
+local reply = {(allowed and 1 or 0) + (healed and 2 or 0), limit, remaining, retry, reset, delay}
 -- A written state's TTL runs from now to E, when it is forgotten, plus the
 -- margin. On the server's clock a store's expiry never changes a
 -- decision: from E on every script decides as for a missing key.

@@ -13,6 +13,12 @@ local slots = {} -- the live slots: {at, id}
 if state and now < E then
 	for i = 0, (#state - HEAD) / 16 - 1 do
 		local at, id = struct.unpack('<dd', state, HEAD + 16 * i + 1)
+		-- A slot of sluice's is an expiry and a lease, integers below
+		-- 2^53; a state with any other is healed (see prelude.lua).
+		if not (at % 1 == 0 and id % 1 == 0 and math.abs(at) <= MAXEXACT and math.abs(id) <= MAXEXACT) then
+			slots, healed = {}, true
+			break
+		end
 		if at > now then
 			slots[#slots + 1] = {at, id}
 		end

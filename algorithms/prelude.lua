@@ -3,6 +3,8 @@
 -- conclude.lua, run with KEY and ARG set (see shared.lua and scripts.go).
 -- The calling convention is core.Script's:
 --
+-- ENTRIES  whether the algorithm's states hold entries after the five
+--          numbers (the sliding window log's and concurrency's do).
 -- KEY      the key's state (KEYS[1] in a script of one decision): five
 --          little-endian doubles T, A, B, C, E (core.State's fields),
 --          then, for the sliding window log and the concurrency
@@ -13,7 +15,7 @@
 --          rate, period (µs), burst, units per token, units per µs, the
 --          debt in units a reservation may run to (0 if none), and the
 --          lease of a concurrency lease (0 if none).
--- reply    {allowed (1/0), limit, remaining, retry-after µs (-1: never),
+-- reply    {flags (1 allowed, 2 healed), limit, remaining, retry-after µs (-1: never),
 --          reset-after µs, delay µs}
 --
 -- Numbers: Redis's Lua has only doubles, exact for integers below 2^53.
@@ -43,10 +45,28 @@ if now < 0 then
 end
 local peek, refund = op == 1, op == 2
 
-local state = redis.call('GET', KEY)
+-- A value sluice cannot read (another client wrote the key: a wrong type,
+-- a wrong length, numbers no state holds) is decided on as a missing key
+-- and replaced in this call: healed (see conclude.lua). Every number of a
+-- state is an integer of at most 2^53 in magnitude, so one outside that,
+-- or NaN, which fails every comparison, cannot be sluice's.
+local state = redis.pcall('GET', KEY)
 local T, A, B, C, E = 0, 0, 0, 0, 0
-if state then
-	T, A, B, C, E = struct.unpack('<ddddd', state)
+local healed = false
+if type(state) == 'table' then -- an error reply: WRONGTYPE
+	state, healed = false, true
+elseif state then
+	local size = #state
+	if size ~= 40 and (not ENTRIES or size < 40 or (size - 40) % 16 ~= 0) then
+		state, healed = false, true
+	else
+		T, A, B, C, E = struct.unpack('<ddddd', state)
+		if not (T % 1 == 0 and A % 1 == 0 and B % 1 == 0 and C % 1 == 0 and E % 1 == 0
+			and math.abs(T) <= MAXEXACT and math.abs(A) <= MAXEXACT and math.abs(B) <= MAXEXACT
+			and math.abs(C) <= MAXEXACT and math.abs(E) <= MAXEXACT) then
+			state, healed, T, A, B, C, E = false, true, 0, 0, 0, 0, 0
+		end
+	end
 end
 -- Decide at max(now, T): a caller whose clock lags must not refill the
 -- key from an instant before its last charge.

@@ -26,7 +26,9 @@ import (
 //     rate, period in µs, burst, units per token and per µs (see
 //     [core.Limit.Units]), the [core.Step] Debt a reservation may run
 //     to, and the Lease of a concurrency lease (0 if none).
-//   - The reply is an array of six integers: allowed (1 or 0), limit,
+//   - The reply is an array of six integers: flags (1 allowed, plus 2 if
+//     the key held a value the script could not read and decided as a
+//     missing key, see [core.Decision]'s Healed), limit,
 //     remaining, retry-after in µs (−1 for [core.RetryNever]), reset-after in
 //     µs, and the delay of a reservation in µs (see [core.Decision]'s
 //     Delay).

@@ -39,34 +39,38 @@ var (
 	//go:embed concurrency.lua
 	concurrencyLua string
 
-	tokenBucketScript          = single(tokenBucketLua)
-	gcraScript                 = single(gcraLua)
-	fixedWindowScript          = single(fixedWindowLua)
-	slidingWindowCounterScript = single(slidingWindowCounterLua)
-	slidingWindowLogScript     = single(slidingWindowLogLua)
-	concurrencyScript          = single(concurrencyLua)
+	tokenBucketScript          = single(tokenBucketLua, false)
+	gcraScript                 = single(gcraLua, false)
+	fixedWindowScript          = single(fixedWindowLua, false)
+	slidingWindowCounterScript = single(slidingWindowCounterLua, false)
+	slidingWindowLogScript     = single(slidingWindowLogLua, true)
+	concurrencyScript          = single(concurrencyLua, true)
 
 	// twins lists the algorithms in MultiScript, in its order.
 	twins = []struct {
-		script *Script
-		lua    string
+		script  *Script
+		lua     string
+		entries bool // whether its states hold entries (prelude.lua's ENTRIES)
 	}{
-		{tokenBucketScript, tokenBucketLua},
-		{gcraScript, gcraLua},
-		{fixedWindowScript, fixedWindowLua},
-		{slidingWindowCounterScript, slidingWindowCounterLua},
-		{slidingWindowLogScript, slidingWindowLogLua},
-		{concurrencyScript, concurrencyLua},
+		{tokenBucketScript, tokenBucketLua, false},
+		{gcraScript, gcraLua, false},
+		{fixedWindowScript, fixedWindowLua, false},
+		{slidingWindowCounterScript, slidingWindowCounterLua, false},
+		{slidingWindowLogScript, slidingWindowLogLua, true},
+		{concurrencyScript, concurrencyLua, true},
 	}
 	multiScript = multi()
 )
 
-// single returns the script of one decision by an algorithm: it writes at
-// once, since nothing follows.
-func single(lua string) *Script {
-	return NewScript(shared + "local KEY, ARG = KEYS[1], ARGV[1]\n" + prelude + lua + conclude + `
+// single returns the script of one decision by an algorithm, whose states
+// hold entries if entries is set: it writes at once, since nothing
+// follows.
+func single(lua string, entries bool) *Script {
+	return NewScript(shared + fmt.Sprintf("local KEY, ARG, ENTRIES = KEYS[1], ARGV[1], %t\n", entries) + prelude + lua + conclude + `
 if dirty then
 	redis.call('PSETEX', KEY, ttl, value)
+elseif healed then
+	redis.call('DEL', KEY)
 end
 return reply
 `)
@@ -88,11 +92,18 @@ func multi() *Script {
 local n = #KEYS
 local size = #ARGV[1] / n
 local out, all = {}, true
-local wkeys, wttls, wvalues = {}, {}, {}
+local wkeys, wttls, wvalues, whealed = {}, {}, {}, {}
+local unread = {} -- healed keys left unwritten
 for i = 1, n do
 local KEY, ARG = KEYS[i], string.sub(ARGV[1], size * (i - 1) + 1, size * i)
 local alg = string.byte(ARGV[2], i)
+local ENTRIES = false
 `)
+	for i, t := range twins {
+		if t.entries {
+			fmt.Fprintf(&b, "ENTRIES = ENTRIES or alg == %d\n", i+1)
+		}
+	}
 	b.WriteString(prelude)
 	for i, t := range twins {
 		if i == 0 {
@@ -111,13 +122,26 @@ end
 all = all and allowed
 if dirty then
 	local w = #wkeys + 1
-	wkeys[w], wttls[w], wvalues[w] = KEY, ttl, value
+	wkeys[w], wttls[w], wvalues[w], whealed[w] = KEY, ttl, value, healed
+elseif healed then
+	unread[#unread + 1] = KEY
 end
 end
 if all then
 	for j = 1, #wkeys do
 		redis.call('PSETEX', wkeys[j], wttls[j], wvalues[j])
 	end
+else
+	for j = 1, #wkeys do
+		if whealed[j] then
+			unread[#unread + 1] = wkeys[j]
+		end
+	end
+end
+-- A healed key the batch does not write is deleted: it reads from now on
+-- as the missing key it was decided as.
+for j = 1, #unread do
+	redis.call('DEL', unread[j])
 end
 return out
 `)

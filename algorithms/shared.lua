@@ -9,6 +9,7 @@
 -- the helpers below are functions.
 
 local NEVER = -1 -- retry-after of a cost above capacity (core.RetryNever)
+local MAXEXACT = 9007199254740992 -- 2^53: every number of a state is an integer below
 
 -- idiv returns floor(a / b) for 0 <= a < 2^53 and b >= 1. The double
 -- a / b is off by at most (a / b) * 2^-53 < 1 / b, less than the distance

@@ -20,6 +20,18 @@ end
 local function charged(i)
 	return (struct.unpack('<d', state, HEAD + 16 * i + 9))
 end
+-- Check the oldest and newest entries, the ones every decision may read,
+-- in O(1): an entry of sluice's is an instant and a positive cost, both
+-- integers below 2^53, oldest first. A log that fails is healed (see
+-- prelude.lua). Entries between them are read only as far as the window
+-- has moved, and are not checked.
+if n > 0 then
+	local a, z, ca, cz = at(0), at(n - 1), charged(0), charged(n - 1)
+	if not (a % 1 == 0 and z % 1 == 0 and ca % 1 == 0 and cz % 1 == 0 and a >= 0 and a <= z
+		and z <= MAXEXACT and ca > 0 and ca <= MAXEXACT and cz > 0 and cz <= MAXEXACT) then
+		state, n, healed, A, E = false, 0, true, 0, 0
+	end
+end
 
 local first, live = 0, A
 if now >= E then

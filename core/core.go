@@ -105,6 +105,14 @@ type Decision struct {
 	Delay time.Duration
 	// Source says what produced the decision.
 	Source Source
+	// Healed reports that the store found the key's state unreadable,
+	// written by something other than sluice (a value of another type or
+	// length, or numbers no state holds), decided as for a key never
+	// charged, and replaced the value in the same atomic step: with the
+	// new state if the decision charged, else by deleting it. Such a key
+	// can grant at most one fresh burst. Only the Redis stores set it;
+	// telemetry counts it (ratelimit.store.healed) and marks the span.
+	Healed bool
 }
 
 // Unsatisfiable reports whether the request will never be admitted: its

@@ -286,7 +286,7 @@ func (p *Policy) after(req *core.Request, d core.Decision) core.Decision {
 	if p.onShadow != nil {
 		p.onShadow(*req, d)
 	}
-	return core.Decision{Allowed: true, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: d.ResetAfter, Source: core.SourceShadow}
+	return core.Decision{Allowed: true, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: d.ResetAfter, Source: core.SourceShadow, Healed: d.Healed}
 }
 
 // Reset forwards to the inner store.

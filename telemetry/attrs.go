@@ -174,7 +174,7 @@ type algEntry struct {
 	attrs    []attribute.KeyValue           // the decorator's, and the algorithm
 	decided  [2][numSources][numOps]measure // [allowed][source][operation]
 	failed   [numOps]measure                // [operation]
-	near     measure
+	plain    measure                        // the decorator's attributes and the algorithm: near_limit, healed
 	errMu    sync.Mutex
 	errs     map[string]measure // by error.type; at most maxErrorTypes
 	errOther measure
@@ -247,7 +247,7 @@ func newAlgEntry(base []attribute.KeyValue, name string) *algEntry {
 	for op, name := range operations {
 		a.failed[op] = with(ResultKey.String(ResultError), OperationKey.String(name))
 	}
-	a.near = with()
+	a.plain = with()
 	a.errOther = with(semconv.ErrorTypeOther)
 	return a
 }

@@ -18,7 +18,10 @@
 // The metrics are ratelimit.decisions (by result and source),
 // ratelimit.decision.duration, ratelimit.store.errors (by error.type),
 // ratelimit.near_limit (admissions a policy below marked near the limit,
-// policy.WithNearLimit) and, when the chain has a circuit
+// policy.WithNearLimit), ratelimit.store.healed (decisions on a key
+// another client overwrote, which the store replaced: core.Decision's
+// Healed, also a [HealedEventName] event on the span) and, when the chain
+// has a circuit
 // breaker ([Breaker]), ratelimit.breaker.state and
 // ratelimit.breaker.changes. Their attributes take values from small fixed
 // sets, so a service has a few dozen series per instrument whatever its

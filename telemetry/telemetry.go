@@ -49,6 +49,12 @@ const (
 	ResetSpanName = "ratelimit.reset"
 )
 
+// HealedEventName names the event a decision's span gets for each request
+// decided on a key whose value the store could not read and replaced
+// ([core.Decision.Healed]); the event's attributes are the request's
+// algorithm and, in a batch, its index ([BindingKey]'s numbering).
+const HealedEventName = "ratelimit.state_healed"
+
 // ErrInvalidOption reports an option [New] cannot use.
 var ErrInvalidOption = errors.New("telemetry: invalid option")
 
@@ -101,6 +107,7 @@ type Store struct {
 	duration  metric.Float64Histogram
 	errs      metric.Int64Counter
 	near      metric.Int64Counter
+	healed    metric.Int64Counter
 	reg       metric.Registration // the breaker's callback, or nil
 	algs      entries
 }
@@ -202,6 +209,13 @@ func (s *Store) instruments(meter metric.Meter) {
 	if err != nil || s.near == nil {
 		handle(err)
 		s.near = metricnoop.Int64Counter{}
+	}
+	s.healed, err = meter.Int64Counter("ratelimit.store.healed",
+		metric.WithUnit("{decision}"),
+		metric.WithDescription("Decisions on a key whose value the store could not read (another client wrote it), decided as a fresh key and overwritten (core.Decision.Healed)."))
+	if err != nil || s.healed == nil {
+		handle(err)
+		s.healed = metricnoop.Int64Counter{}
 	}
 }
 
@@ -323,7 +337,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	elapsed := clock.seconds()
 	counted := s.decisions.Enabled(ctx)
 	near := err == nil && s.isNear(&req, d)
-	if !traced && !timed && !counted && !near && err == nil {
+	if !traced && !timed && !counted && !near && !d.Healed && err == nil {
 		return d, nil
 	}
 	s.record(ctx, span, &req, d, err, elapsed, timed, counted, near)
@@ -386,7 +400,11 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	}
 	out = out[:len(reqs)]
 	near := s.near.Enabled(ctx)
-	if !traced && !timed && !counted && !near {
+	healed := false
+	for i := range out {
+		healed = healed || out[i].Healed
+	}
+	if !traced && !timed && !counted && !near && !healed {
 		return nil
 	}
 	b := core.Binding(out)
@@ -394,7 +412,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	// are counted as allowed, as each decided, but none is near its
 	// limit.
 	near = near && out[b].Allowed
-	if timed || counted || near {
+	if timed || counted || near || healed {
 		for i := range reqs {
 			req, d := &reqs[i], out[i]
 			s.record(ctx, nil, req, d, nil, elapsed, timed && i == b, counted, near && s.isNear(req, d))
@@ -442,6 +460,11 @@ func (s *Store) annotateBatch(span trace.Span, reqs []core.Request, out []core.D
 	for i := range reqs {
 		allowed[i], remaining[i] = out[i].Allowed, out[i].Remaining
 	}
+	for i := range out[:len(reqs)] {
+		if out[i].Healed && i != b {
+			span.AddEvent(HealedEventName, trace.WithAttributes(AlgorithmKey.String(algs[i]), BindingKey.Int(i)))
+		}
+	}
 	span.SetAttributes(
 		BatchSizeKey.Int(len(reqs)),
 		BindingKey.Int(b),
@@ -481,7 +504,10 @@ func (s *Store) record(ctx context.Context, span trace.Span, req *core.Request, 
 		s.duration.Record(ctx, elapsed, m.rec...)
 	}
 	if near && s.near.Enabled(ctx) {
-		s.near.Add(ctx, 1, entry().near.add...)
+		s.near.Add(ctx, 1, entry().plain.add...)
+	}
+	if err == nil && d.Healed && s.healed.Enabled(ctx) {
+		s.healed.Add(ctx, 1, entry().plain.add...)
 	}
 	var typ string
 	if err != nil {
@@ -556,6 +582,9 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 		kv = append(kv, RetryAfterKey.Float64(seconds(d.RetryAfter)))
 	}
 	span.SetAttributes(kv...)
+	if d.Healed {
+		span.AddEvent(HealedEventName, trace.WithAttributes(AlgorithmKey.String(algorithmName(req.Algorithm))))
+	}
 }
 
 // seconds returns d in seconds, rounded once (Duration.Seconds adds two

@@ -466,7 +466,7 @@ var malformed = []MalformedCase{
 	{"string", "return 'text'", true, ""},
 	{"string-element", "return {1, 2, 3, 4, 5, 'x'}", true, ""},
 	{"nil", "return nil", true, ""},
-	{"allowed-2", "return {2, 1, 1, 0, 0, 0}", true, "allowed is 2"},
+	{"flags-4", "return {4, 1, 1, 0, 0, 0}", true, "flags are 4"},
 	{"allowed-with-retry", "return {1, 10, 9, 5, 0, 0}", true, "allowed with retry-after"},
 	{"negative-retry", "return {0, 10, 9, -7, 0, 0}", true, "retry-after -7"},
 	{"huge-retry", "return {0, 10, 9, 1e300, 0, 0}", true, "retry-after"},
@@ -477,8 +477,8 @@ var malformed = []MalformedCase{
 }
 
 // MalformedCases returns the malformed replies every Redis store must
-// reject: too few elements, a string, a string element, nil, allowed not 0
-// or 1, an allowed decision with a retry-after, a negative or huge
+// reject: too few elements, a string, a string element, nil, flags beyond
+// 3 (allowed and healed), an allowed decision with a retry-after, a negative or huge
 // retry-after, an error reply, a runtime error, and a nested array. says
 // replaces, by case name, the text a store's error must contain, for a
 // store whose errors say more; it panics on a name that is not a case. The

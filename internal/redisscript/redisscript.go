@@ -121,6 +121,12 @@ func AppendArgs(dst []byte, req *core.Request) []byte {
 // ReplyLen is the number of integers in a script's reply.
 const ReplyLen = 6
 
+// The flags of a reply's first integer (conclude.lua).
+const (
+	flagAllowed = 1 // the request was admitted
+	flagHealed  = 2 // the key held a value sluice could not read (core.Decision.Healed)
+)
+
 // ErrMalformed reports a script reply that breaks the calling convention:
 // not six integers, or numbers no decision can hold. A store wraps it
 // with what it received.
@@ -128,10 +134,11 @@ var ErrMalformed = errors.New("malformed script reply")
 
 // Decision checks a script's reply and returns the decision it holds.
 func Decision(reply [ReplyLen]int64) (core.Decision, error) {
-	allowed, limit, remaining, retry, reset, delay := reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]
+	flags, limit, remaining, retry, reset, delay := reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]
+	allowed := flags & flagAllowed
 	switch {
-	case allowed != 0 && allowed != 1:
-		return core.Decision{}, fmt.Errorf("%w: allowed is %d", ErrMalformed, allowed)
+	case flags < 0 || flags > flagAllowed|flagHealed:
+		return core.Decision{}, fmt.Errorf("%w: flags are %d", ErrMalformed, flags)
 	case limit < 0 || limit > core.MaxUnits, remaining < 0 || remaining > core.MaxUnits:
 		return core.Decision{}, fmt.Errorf("%w: limit %d, remaining %d", ErrMalformed, limit, remaining)
 	case retry < -1 || retry > core.MaxUnits || reset < 0 || reset > core.MaxUnits:
@@ -148,6 +155,7 @@ func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 		RetryAfter: time.Duration(retry) * time.Microsecond,
 		ResetAfter: time.Duration(reset) * time.Microsecond,
 		Delay:      time.Duration(delay) * time.Microsecond,
+		Healed:     flags&flagHealed != 0,
 	}
 	if retry == -1 {
 		d.RetryAfter = core.RetryNever

@@ -120,6 +120,8 @@ func TestDecision(t *testing.T) {
 		{[6]int64{0, 10, 0, 7, 1_000_000, 0}, core.Decision{Limit: 10, RetryAfter: 7 * time.Microsecond, ResetAfter: time.Second}},
 		{[6]int64{0, 10, 3, -1, 5, 0}, core.Decision{Limit: 10, Remaining: 3, RetryAfter: core.RetryNever, ResetAfter: 5 * time.Microsecond}},
 		{[6]int64{1, 10, 0, 0, 3_000_000, 250_000}, core.Decision{Allowed: true, Limit: 10, ResetAfter: 3 * time.Second, Delay: 250 * time.Millisecond}},
+		{[6]int64{3, 10, 9, 0, 100_000, 0}, core.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond, Healed: true}},
+		{[6]int64{2, 10, 10, -1, 0, 0}, core.Decision{Limit: 10, Remaining: 10, RetryAfter: core.RetryNever, Healed: true}},
 	}
 	for _, tc := range good {
 		if got, err := Decision(tc.reply); err != nil || got != tc.want {
@@ -127,7 +129,9 @@ func TestDecision(t *testing.T) {
 		}
 	}
 	for _, reply := range [][6]int64{
-		{2, 10, 9, 0, 0, 0},
+		{4, 10, 9, 0, 0, 0},
+		{2, 10, 9, 0, 0, 5},
+		{3, 10, 9, 5, 0, 0},
 		{-1, 10, 9, 0, 0, 0},
 		{1, -10, 9, 0, 0, 0},
 		{1, 10, -9, 0, 0, 0},
@@ -185,7 +189,7 @@ func TestPlace(t *testing.T) {
 	if !out[0].Allowed || out[0].Remaining != 9 || out[2].Allowed || out[2].RetryAfter != 7*time.Microsecond || out[1] != (core.Decision{}) {
 		t.Errorf("Place put %+v", out)
 	}
-	for _, bad := range [][]int64{ints[:6], append(ints[:6:6], 2, 1, 1, 0, 0, 0)} {
+	for _, bad := range [][]int64{ints[:6], append(ints[:6:6], 5, 1, 1, 0, 0, 0)} {
 		if err := Place(bad, []int{0, 1}, out); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Place(%v) = %v, want ErrMalformed", bad, err)
 		}

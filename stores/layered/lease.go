@@ -237,6 +237,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 		}
 		l.waitUntil = 0
 		dec := l.decision(start, l.left)
+		dec.Healed = d.Healed
 		e.mu.Unlock()
 		return dec, true, nil
 	case d.Unsatisfiable() || d.RetryAfter <= 0:

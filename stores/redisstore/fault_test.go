@@ -212,3 +212,18 @@ func TestUnsupportedAlgorithm(t *testing.T) {
 	client.AddHook(hook)
 	redisfaults.CheckUnsupported(t, newStore(t, client), hook.n.Load, "dials and commands")
 }
+
+// TestHealing overwrites keys with values of other clients (wrong types,
+// lengths and numbers): each decision on such a key is a fresh key's, and
+// the key is left with a TTL or gone.
+func TestHealing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(client, redisstore.Config{Prefix: "heal:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisfaults.CheckHealing(t, srv, store, "heal:")
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/stores/rueidisstore"
 )
 
 // The helpers are package redisfaults', shared with redisstore; these
@@ -128,4 +129,17 @@ func TestUnsupportedAlgorithm(t *testing.T) {
 	t.Parallel()
 	client := &countingClient{Client: newClient(t, testAddr(t))}
 	redisfaults.CheckUnsupported(t, newStore(t, client), client.n.Load, "commands")
+}
+
+// TestHealing overwrites keys with values of other clients (wrong types,
+// lengths and numbers): each decision on such a key is a fresh key's, and
+// the key is left with a TTL or gone.
+func TestHealing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	store, err := rueidisstore.New(newClient(t, srv.Addr()), rueidisstore.Config{Prefix: "heal-rueidis:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisfaults.CheckHealing(t, srv, store, "heal-rueidis:")
 }
