@@ -162,6 +162,7 @@ type Breaker struct {
 	state       atomic.Uint32 // State, as of the last change
 	openUntil   atomic.Int64  // ns after base at which an open circuit lets probes through
 	closedAt    atomic.Int64  // ns after base at which the circuit last closed (0: NewBreaker)
+	runStart    int64         // ns after base of the current run of failures' first; under gobreaker's lock
 	steadyAfter atomic.Int64  // ns after base from which calls may run inline (see steady)
 	ramp        atomic.Int64  // the slow start's cap on calls in flight; 0: none
 	inflight    atomic.Int64  // calls in flight to the store
@@ -207,15 +208,24 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 	b.deadlines = newDeadlines(cfg.timeout, b.base)
 	b.notes.fn = cfg.onChange
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
+	run := int64(runSpan * cfg.timeout)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         cfg.name,
 		MaxRequests:  uint32(cfg.probes),
 		Interval:     cfg.window,
 		BucketPeriod: cfg.window / 10,
 		Timeout:      cfg.openTimeout,
+		// gobreaker calls ReadyToTrip, under its lock, on each failure
+		// while the circuit is closed: the trip conditions of WithTrip.
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			// Not within a tenth of the window of closing: see WithTrip.
-			return b.now()-b.closedAt.Load() >= settle && c.TotalFailures >= minFailures &&
+			now := b.now()
+			if c.ConsecutiveFailures <= 1 {
+				b.runStart = now // a success ended the last run
+			}
+			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
+				return false
+			}
+			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= run ||
 				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
 		},
 		OnStateChange: b.onStateChange,

@@ -116,27 +116,33 @@ func TestInlineDespiteOddTimeouts(t *testing.T) {
 			b.Apply(ctx, req("k"))
 			return s.inline()[n]
 		}
+		// timeouts makes n calls that hang until their deadline, each
+		// followed by one that succeeds: timeouts among successes, never
+		// the run that would open the circuit (WithTrip).
+		timeouts := func(n int) {
+			for range n {
+				s.set(nil, true)
+				call()
+				s.set(nil, false)
+				call()
+			}
+		}
 		for range 200 {
 			call()
 		}
-		s.set(nil, true) // each call hangs until its deadline
-		for range 6 {
-			call()
-		}
-		s.set(nil, false)
+		timeouts(6)
 		if !call() {
-			t.Fatalf("a call after 6 timeouts among 200 successes ran detached, want inline")
+			t.Fatalf("a call after 6 timeouts among 206 successes ran detached, want inline")
 		}
 		for range 100 {
 			call()
 		}
-		s.set(nil, true)
-		for range 20 {
-			call()
+		timeouts(20)
+		if b.State() != Closed {
+			t.Fatalf("state %v after 26 timeouts among 347 calls, want closed", b.State())
 		}
-		s.set(nil, false)
 		if call() {
-			t.Errorf("a call after 26 timeouts of 327 calls ran inline, want detached")
+			t.Errorf("a call after 26 timeouts of 353 calls ran inline, want detached")
 		}
 		time.Sleep(callGrace * DefaultTimeout) // the detached call ends
 	})

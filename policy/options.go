@@ -50,6 +50,12 @@ const (
 	maxInstances   = 1 << 20
 )
 
+// runSpan is how many per-call deadlines a run of failures must span to
+// open the circuit (see [WithTrip]): longer than a stall that fails the
+// calls in flight together, short enough to cut off a dead store within
+// ~50 ms at the default deadline.
+const runSpan = 4
+
 // ErrInvalidOption reports an option [NewBreaker] cannot use; the error
 // says which and why.
 var ErrInvalidOption = errors.New("policy: invalid option")
@@ -154,14 +160,25 @@ func WithProbes(n int) BreakerOption {
 }
 
 // WithTrip sets when the closed circuit opens: once at least minFailures
-// calls have failed within the window (see [WithWindow]) and the failures
-// are at least ratio (0 < ratio ≤ 1) of the calls that completed in it
-// with a success or a failure. The defaults are [DefaultMinFailures] and
-// [DefaultFailureRatio]: 5 failures, and half the calls.
+// calls have failed within the window (see [WithWindow]) and either
 //
-// A ratio rather than a run of failures keeps a brief stall, which fails
-// every call in flight at once, from opening the circuit of a busy
-// service; minFailures keeps a quiet one from opening on a single failure.
+//   - the failures are at least ratio (0 < ratio ≤ 1) of the calls that
+//     completed in it with a success or a failure, or
+//   - the last minFailures calls or more failed with no success between
+//     them, the first of them at least four per-call deadlines (see
+//     [WithTimeout]; 32 ms by default) before the last: the store has
+//     answered nothing for that long.
+//
+// The defaults are [DefaultMinFailures] and [DefaultFailureRatio]: 5
+// failures, and half the calls.
+//
+// The run opens the circuit of a dead or unreachable store within about
+// five deadlines whatever the traffic, where the ratio must first
+// outweigh the window's earlier successes (on a busy service, most of a
+// window). Neither opens on a brief stall, which fails every call in
+// flight at once: such failures come within a deadline or two of one
+// another, and the successes around them keep the ratio low.
+// minFailures keeps a quiet service from opening on a single failure.
 // For the same reason the circuit does not trip within a tenth of the
 // window after it closes, or after [NewBreaker]: the first calls after an
 // outage, or after a start, open the client's connections, and a burst of

@@ -1,0 +1,204 @@
+package policy
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// tripBound is how soon after a store stops answering the circuit must
+// open, at any number of callers; the run of WithTrip does it in
+// about five per-call deadlines (40 ms by default).
+const tripBound = 100 * time.Millisecond
+
+// TestFastTrip blackholes the server under 1, 16 and 256 goroutines
+// calling as fast as they can: the circuit opens within tripBound at each
+// load, whereas the ratio alone, outweighed by the window's earlier
+// successes, took most of a window on a busy service. A stall of the test
+// process during detection (seen by a canary goroutine that only sleeps)
+// widens the bound by as much, since the breaker cannot count failures
+// while it does not run.
+func TestFastTrip(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		for _, n := range []int{1, 16, 256} {
+			t.Run(cl.name+"/"+strconv.Itoa(n), func(t *testing.T) {
+				exclusive(t)
+				srv := redistest.Start(t)
+				proxy := redistest.NewProxy(t, srv.Addr())
+				store := cl.store(t, proxy.Addr(), nil)
+				warmUp(store)
+				b := newBreaker(t, store)
+				l := hammer(b, n)
+				time.Sleep(400 * time.Millisecond)
+				if s := b.State(); s != Closed {
+					l.stop()
+					t.Fatalf("the circuit is %v before the blackhole", s)
+				}
+				holed := time.Now()
+				proxy.Blackhole()
+				opened, ok := waitState(b, Open, 5*time.Second)
+				l.stop()
+				if !ok {
+					t.Fatalf("the circuit did not open within 5 s of the blackhole (%+v)", b.Stats())
+				}
+				took := opened.Sub(holed)
+				stalled := l.stalled(holed, opened)
+				t.Logf("%d goroutines, %d calls: opened %v after the blackhole (process stalls %v)", n, l.calls.Load(), took.Round(time.Millisecond), stalled)
+				if took > tripBound+stalled {
+					t.Errorf("the circuit opened %v after the blackhole, want within %v (+ %v the process stalled)", took, tripBound, stalled)
+				}
+			})
+		}
+	}
+}
+
+// TestStallDoesNotTrip stalls the network to the server (a proxy that
+// holds every byte, then delivers them) for twice the per-call deadline
+// under 256 goroutines: every call in flight fails at once, then the
+// server answers again. The circuit must stay closed: the failures come
+// within a few deadlines of one another, and successes follow. A stall
+// of ten deadlines, by contrast, must open it. (CLIENT PAUSE would not
+// do: the server ends a pause only at its next cron tick, up to 100 ms
+// late.)
+func TestStallDoesNotTrip(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			exclusive(t)
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr())
+			store := cl.store(t, proxy.Addr(), nil)
+			warmUp(store)
+			b := newBreaker(t, store)
+			l := hammer(b, 256)
+			defer l.stop()
+			time.Sleep(400 * time.Millisecond)
+			before := b.Stats()
+			stall := func(d time.Duration) {
+				proxy.Blackhole()
+				time.Sleep(d)
+				proxy.Pass()
+			}
+			stall(2 * DefaultTimeout)
+			time.Sleep(300 * time.Millisecond)
+			after := b.Stats()
+			if s := b.State(); s != Closed || after.Changes != before.Changes {
+				t.Fatalf("a stall of two deadlines changed the circuit: %v, %d changes (%+v)", s, after.Changes-before.Changes, after)
+			}
+			if after.Failures == before.Failures {
+				t.Fatalf("no call failed during a stall of two deadlines: the test proves nothing (%+v)", after)
+			}
+			t.Logf("a stall of %v failed %d calls; the circuit stayed closed", 2*DefaultTimeout, after.Failures-before.Failures)
+			stall(10 * DefaultTimeout)
+			if _, ok := waitState(b, Open, 200*time.Millisecond); !ok {
+				t.Errorf("a stall of ten deadlines did not open the circuit (%+v)", b.Stats())
+			}
+		})
+	}
+}
+
+// hammerPause is the pause between one goroutine's calls per goroutine
+// calling (see hammer).
+const hammerPause = 125 * time.Microsecond
+
+// hammering is n goroutines calling a breaker in a loop, and a canary.
+type hammering struct {
+	done   chan struct{}
+	wg     sync.WaitGroup
+	calls  atomic.Int64
+	mu     sync.Mutex
+	stalls []stall // the canary's late wake-ups, after t0
+	t0     time.Time
+}
+
+// warmUp opens a client's connections with a burst of 256 goroutines'
+// calls straight to its store, as rig.start does: a cold client pays a
+// handshake per connection, which a burst of first calls through the
+// breaker would count against the deadline.
+func warmUp(store core.Store) {
+	var wg sync.WaitGroup
+	for g := range 256 {
+		wg.Go(func() {
+			for range 20 {
+				store.Apply(context.Background(), loadReq("key"+strconv.Itoa(g%loadKeys)))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// hammer starts n goroutines calling b with loadReq on loadKeys keys, and
+// a canary goroutine. Each goroutine pauses n × hammerPause between its
+// calls, so that the load offered is about the same at any n: several
+// thousand calls a second, as much as the test machine (two shared cores,
+// the race detector) answers within the per-call deadline. 256 goroutines
+// calling flat out would time out with a healthy store.
+func hammer(b *Breaker, n int) *hammering {
+	h := &hammering{done: make(chan struct{}), t0: time.Now()}
+	for g := range n {
+		h.wg.Go(func() {
+			ctx := context.Background()
+			key := "key" + strconv.Itoa(g%loadKeys)
+			// Spread the first calls over one pause: steady traffic,
+			// not n calls at once.
+			time.Sleep(time.Duration(g) * hammerPause)
+			for {
+				select {
+				case <-h.done:
+					return
+				default:
+				}
+				b.Apply(ctx, loadReq(key))
+				h.calls.Add(1)
+				time.Sleep(time.Duration(n) * hammerPause)
+			}
+		})
+	}
+	h.wg.Go(func() {
+		for {
+			select {
+			case <-h.done:
+				return
+			default:
+			}
+			before := time.Now()
+			time.Sleep(time.Millisecond)
+			if late := time.Since(before) - time.Millisecond; late >= canaryStall {
+				h.mu.Lock()
+				h.stalls = append(h.stalls, stall{at: time.Since(h.t0), late: late})
+				h.mu.Unlock()
+			}
+		}
+	})
+	return h
+}
+
+func (h *hammering) stop() {
+	select {
+	case <-h.done:
+	default:
+		close(h.done)
+	}
+	h.wg.Wait()
+}
+
+// stalled returns how long the process stalled between from and to, as
+// the canary saw it: the sum of its late wake-ups in that span.
+func (h *hammering) stalled(from, to time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var d time.Duration
+	for _, s := range h.stalls {
+		if at := h.t0.Add(s.at); !at.Before(from) && !at.After(to.Add(s.late)) {
+			d += s.late
+		}
+	}
+	return d
+}
