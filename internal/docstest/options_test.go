@@ -41,6 +41,7 @@ var packages = []pkgSpec{
 	{dir: "stores/rueidisstore", section: "stores/rueidisstore"},
 	{dir: "stores/layered", section: "stores/layered"},
 	{dir: "policy", section: "policy"},
+	{dir: "adaptive", section: "adaptive"},
 	{dir: "telemetry", section: "telemetry"},
 	{dir: "contrib/httplimit", section: "contrib/httplimit", extra: []string{"HeaderXForwardedFor", "HeaderForwarded"}},
 	{dir: "contrib/grpclimit", section: "contrib/grpclimit"},
