@@ -28,6 +28,11 @@
 // traffic. docs/telemetry.md lists every attribute and metric with its
 // type and unit, with a sample trace and sample alerts.
 //
+// [NewAdaptive] observes an adaptive.Controller: the gauge
+// ratelimit.adaptive.limit, the counter ratelimit.adaptive.changes, and a
+// span [AdaptSpanName] with a [LimitChangedEventName] event for each
+// change of the adapted limit.
+//
 // Keys are personal data (user ids, IP addresses): they never go into a
 // metric, and go into spans only hashed with a secret ([WithKeyHash]) or,
 // when explicitly asked, raw ([WithRawKey]).

@@ -146,6 +146,10 @@ func points(t testing.TB, m metricdata.Metrics) []point {
 		for _, p := range d.DataPoints {
 			out = append(out, point{p.Attributes, float64(p.Value), exemplarAttrs(p.Exemplars)})
 		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, point{p.Attributes, p.Value, exemplarAttrs(p.Exemplars)})
+		}
 	case metricdata.Histogram[float64]:
 		for _, p := range d.DataPoints {
 			out = append(out, point{p.Attributes, float64(p.Count), exemplarAttrs(p.Exemplars)})
