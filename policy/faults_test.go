@@ -114,8 +114,10 @@ func TestBlackhole(t *testing.T) {
 }
 
 // TestLatency delays every reply by 200 ms, which the circuit must open
-// on, decisions still returning within the deadline and 20 ms; and by
-// 5 ms, within the deadline (slowTimeout), which it must never open on.
+// on, decisions still returning within the deadline and 20 ms, and must
+// close again within its open timeout and a second of the delay's end;
+// and by 5 ms, within the deadline (slowTimeout), which it must never
+// open on.
 func TestLatency(t *testing.T) {
 	t.Parallel()
 	for _, cl := range clients {
@@ -130,14 +132,28 @@ func TestLatency(t *testing.T) {
 			proxy.Delay(200 * time.Millisecond)
 			opened, ok := waitState(r.b, Open, 5*time.Second)
 			time.Sleep(time.Until(slowed.Add(2 * time.Second)))
+			proxy.Delay(0)
+			healed := time.Now()
+			closed, closedOK := waitState(r.b, Closed, DefaultOpenTimeout+5*time.Second)
 			samples := r.load.Stop()
 			if !ok {
 				t.Fatalf("the circuit did not open within 5 s of a 200 ms delay: %s", describeChanges(r))
 			}
 			r.checkNoPanicsNoErrors(t, samples)
-			lat := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(slowed), 1<<62))
+			lat := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(slowed), r.since(healed)))
 			t.Logf("opened %v after replies slowed by 200 ms; decisions since: %v", opened.Sub(slowed).Round(time.Millisecond), lat)
 			t.Logf("%s", r.checkOpenQuiet(t, DefaultProbes))
+			// Replies delayed before the delay ended still arrive 200 ms
+			// late: a probe sent just before it may fail and reopen the
+			// circuit once, for another open timeout.
+			switch {
+			case !closedOK:
+				t.Errorf("the circuit did not close within %v of the delay's end: %s", DefaultOpenTimeout+5*time.Second, describeChanges(r))
+			case closed.Sub(healed) > DefaultOpenTimeout+time.Second:
+				t.Errorf("the circuit closed %v after the delay ended, want within its open timeout and 1 s (%v): %s", closed.Sub(healed).Round(time.Millisecond), DefaultOpenTimeout+time.Second, describeChanges(r))
+			default:
+				t.Logf("closed %v after the delay ended", closed.Sub(healed).Round(time.Millisecond))
+			}
 		})
 		t.Run(cl.name+"/5ms", func(t *testing.T) {
 			t.Parallel()
