@@ -25,20 +25,44 @@ type FlushResult struct {
 	Decisions, Allowed, Errors int64 // the calls that were decided, allowed, failed
 	Flushes                    int   // SCRIPT FLUSHes sent while deciding
 	Eval, EvalSHA, NoScript    int64 // the server's counts, from its INFO
+	MostCharged, Bound         int64 // the most cost one key and algorithm admitted, and its limit's bound
 }
 
 // String returns the line a test logs, such as "38611 decisions (25772
 // allowed), 0 errors, 3 flushes; server: 49 EVAL, 38611 EVALSHA, 49
 // NOSCRIPT".
 func (r FlushResult) String() string {
-	return fmt.Sprintf("%d decisions (%d allowed), %d errors, %d flushes; server: %d EVAL, %d EVALSHA, %d NOSCRIPT",
-		r.Decisions, r.Allowed, r.Errors, r.Flushes, r.Eval, r.EvalSHA, r.NoScript)
+	return fmt.Sprintf("%d decisions (%d allowed), %d errors, %d flushes; server: %d EVAL, %d EVALSHA, %d NOSCRIPT; at most %d charged to a key (bound %d)",
+		r.Decisions, r.Allowed, r.Errors, r.Flushes, r.Eval, r.EvalSHA, r.NoScript, r.MostCharged, r.Bound)
 }
 
-// FlushUnderLoad decides with every algorithm on 64 keys from 16
-// goroutines for 2.5 seconds while SCRIPT FLUSH empties srv's script cache
-// every 500 ms: each call that meets NOSCRIPT must fall back to EVAL, and
-// no caller may see an error. store is a store on srv, a server of the
+// chargeTally sums the cost admitted per key and algorithm.
+type chargeTally struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (c *chargeTally) add(req core.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]int64{}
+	}
+	c.m[req.Key+" "+req.Algorithm.Name()] += req.Cost
+}
+
+func (c *chargeTally) all() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m
+}
+
+// FlushUnderLoad decides with every algorithm on 8 keys from 16
+// goroutines for 2.5 seconds, every third call a stack of two rules
+// (ApplyAll), while SCRIPT FLUSH empties srv's script cache every 500 ms:
+// each call that meets NOSCRIPT must fall back to EVAL, no caller may see
+// an error, and no key may admit more than its limit allows over the
+// load (burst + rate × (span + a period), a window's boundary included). store is a store on srv, a server of the
 // test's own, as SCRIPT FLUSH reaches every client. FlushUnderLoad resets
 // srv's statistics (CONFIG RESETSTAT) after a warm-up and fails t unless
 // there were at least 3 flushes, each followed by an EVAL and a NOSCRIPT.
@@ -46,7 +70,7 @@ func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) Flush
 	t.Helper()
 	const (
 		goroutines = 16
-		keys       = 64
+		keys       = 8 // few enough that every key is at its limit
 		load       = 2500 * time.Millisecond
 		every      = 500 * time.Millisecond
 	)
@@ -66,6 +90,7 @@ func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) Flush
 
 	var r FlushResult
 	var decisions, allowed, failures atomic.Int64
+	var charged chargeTally
 	var firstErrs sync.Map // the first errors, by goroutine and call
 	start := time.Now()
 	end := start.Add(load)
@@ -106,6 +131,27 @@ func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) Flush
 					Limit:     limit,
 					Cost:      1 + rng.Int64N(3),
 				}
+				if i%3 == 2 {
+					// A stack of two rules on the key: MultiScript, whose
+					// NOSCRIPT falls back to EVAL as a single script's.
+					reqs := []core.Request{req, req}
+					reqs[0].Algorithm, reqs[1].Algorithm = algorithms.TokenBucket, algorithms.SlidingWindowLog
+					out := make([]core.Decision, 2)
+					if err := store.ApplyAll(ctx, reqs, out); err != nil {
+						if failures.Add(1) <= 5 {
+							firstErrs.Store(fmt.Sprintf("goroutine %d call %d", g, i), fmt.Errorf("ApplyAll(%s): %w", req.Key, err))
+						}
+						continue
+					}
+					decisions.Add(1)
+					if out[0].Allowed && out[1].Allowed && out[0].Source == core.SourceStore {
+						allowed.Add(1)
+						for _, q := range reqs {
+							charged.add(q)
+						}
+					}
+					continue
+				}
 				d, err := store.Apply(ctx, req)
 				if err != nil {
 					if failures.Add(1) <= 5 {
@@ -116,6 +162,9 @@ func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) Flush
 				decisions.Add(1)
 				if d.Allowed {
 					allowed.Add(1)
+					if d.Source == core.SourceStore {
+						charged.add(req)
+					}
 				}
 			}
 		})
@@ -137,6 +186,17 @@ func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) Flush
 	if r.Errors != 0 {
 		t.Errorf("%d of %d calls failed, want none", r.Errors, r.Errors+r.Decisions)
 	}
+	// No key admitted more than its limit over the load: a fallback that
+	// ran a decision twice would.
+	span := time.Since(start)
+	bound := limit.Burst() + int64((span.Seconds()/limit.Period().Seconds()+1)*float64(limit.Rate()))
+	for k, n := range charged.all() {
+		r.MostCharged = max(r.MostCharged, n)
+		if n > bound {
+			t.Errorf("%s: %d charged over %v, more than the limit's %d", k, n, span.Round(time.Millisecond), bound)
+		}
+	}
+	r.Bound = bound
 	if r.Flushes < 3 {
 		t.Errorf("%d SCRIPT FLUSHes while deciding, want at least 3", r.Flushes)
 	}
