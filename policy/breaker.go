@@ -188,7 +188,9 @@ var (
 
 // NewBreaker returns a breaker in front of remote, closed, configured by
 // opts. It fails with an error wrapping [core.ErrNoStore] for a nil
-// remote, or [ErrInvalidOption] for an option out of range. It does not
+// remote, or [ErrInvalidOption] for an option out of range or a per-call
+// deadline that a store's client would cut short (see
+// [DeadlineChecker]). It does not
 // contact the store, so it neither fails nor waits while Redis is down:
 // the first decisions then follow the mode.
 func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
@@ -202,6 +204,9 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		}
 	}
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkStores(remote, cfg.timeout); err != nil {
 		return nil, err
 	}
 	b := &Breaker{remote: remote, cfg: cfg, base: time.Now()}

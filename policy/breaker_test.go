@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"os"
@@ -766,52 +765,6 @@ func TestBreakerConcurrentSafe(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("%+v", b.Stats())
-}
-
-func TestIsStoreFailure(t *testing.T) {
-	t.Parallel()
-	wrap := func(err error) error { return fmt.Errorf("redisstore: gcra: %w", err) }
-	tests := []struct {
-		err  error
-		want bool
-	}{
-		{nil, false},
-		{wrap(context.Canceled), false},
-		{wrap(context.DeadlineExceeded), true},
-		{wrap(os.ErrDeadlineExceeded), true},
-		{wrap(refused), true},
-		{wrap(syscall.ECONNRESET), true},
-		{wrap(syscall.EPIPE), true},
-		{wrap(syscall.ECONNREFUSED), true},
-		{wrap(errors.New("EOF")), false}, // only io.EOF itself
-		{wrap(fmt.Errorf("read: %w", io.EOF)), true},
-		{wrap(io.ErrUnexpectedEOF), true},
-		{wrap(net.ErrClosed), true},
-		{wrap(errors.New("LOADING Redis is loading the dataset in memory")), true},
-		{wrap(errors.New("BUSY Redis is busy running a script.")), true},
-		{wrap(errors.New("READONLY You can't write against a read only replica.")), true},
-		{wrap(errors.New("MASTERDOWN Link with MASTER is down")), true},
-		{wrap(errors.New("CLUSTERDOWN The cluster is down")), true},
-		{wrap(errors.New("TRYAGAIN Multiple keys request during rehashing of slot")), true},
-		{wrap(errors.New("OOM command not allowed when used memory > 'maxmemory'.")), true},
-		{errors.Join(errors.New("x"), errors.New("OOM command not allowed")), true},
-		{wrap(errors.New("BUSYKEY Target key name already exists.")), false},
-		{wrap(errors.New("BUSYGROUP Consumer Group name already exists")), false},
-		{wrap(errors.New("WRONGTYPE Operation against a key")), false},
-		{wrap(errors.New("NOPERM this user has no permissions")), false},
-		{wrap(errors.New("ERR user_script:1: oops")), false},
-		{wrap(errors.New("loading")), false},
-		{wrap(redisscript.ErrMalformed), false},
-		{wrap(core.ErrClosed), false},
-		{wrap(core.ErrUnsupported), false},
-		{fmt.Errorf("%w: %w", core.ErrInvalidKey, refused), false}, // a refused request never counts
-		{fmt.Errorf("request 1: %w: %w", core.ErrInvalidRequest, refused), false},
-	}
-	for _, tt := range tests {
-		if got := IsStoreFailure(tt.err); got != tt.want {
-			t.Errorf("IsStoreFailure(%v) = %v, want %v", tt.err, got, tt.want)
-		}
-	}
 }
 
 // TestSlowStart checks what follows a recovery: the calls in flight to the

@@ -5,18 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"syscall"
 
 	"github.com/sluicehq/sluice/core"
 )
-
-// redisFailures are the Redis error codes that mean the server cannot
-// decide now, though a request like this one would succeed on a healthy
-// server: it is loading its data, busy in a script, a replica (after a
-// failover, before clients follow), cut off from its primary, part of a
-// cluster that is down or resharding, or out of memory.
-var redisFailures = []string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "OOM"}
 
 // connFailures are the system errors of a connection that failed.
 var connFailures = []error{
@@ -29,24 +21,31 @@ var connFailures = []error{
 // [Breaker] counts such errors as failures and answers the call with its
 // [Mode]. They are:
 //
+//   - an error a store marked with [core.ErrUnavailable]: one that any
+//     request would get while the store, or its client's configuration,
+//     stays as it is. The Redis stores mark Redis's LOADING, BUSY,
+//     READONLY, MASTERDOWN, NOREPLICAS, MISCONF, OOM, CLUSTERDOWN,
+//     TRYAGAIN, MOVED, ASK and NOSCRIPT replies, a user's missing
+//     permissions (NOPERM, and Redis 7.0's ERR for a script's command the
+//     user may not run), NOAUTH and WRONGPASS, a failed TLS handshake,
+//     go-redis's pool timeout and a closed client; docs/outages.md has the
+//     whole table;
 //   - a timeout: [context.DeadlineExceeded] (the breaker's per-call
 //     deadline, or a client's own), or a [net.Error], which includes
 //     timeouts and failed dials;
 //   - a broken connection: ECONNREFUSED, ECONNRESET, ECONNABORTED, EPIPE,
 //     EHOSTUNREACH, ENETUNREACH, ENETDOWN, ETIMEDOUT, [io.EOF],
-//     [io.ErrUnexpectedEOF] or [net.ErrClosed];
-//   - a Redis error reply whose code is LOADING, BUSY, READONLY,
-//     MASTERDOWN, CLUSTERDOWN, TRYAGAIN or OOM, found as the text of any
-//     error on err's chain (go-redis and rueidis both keep the server's
-//     reply as an error whose text starts with its code).
+//     [io.ErrUnexpectedEOF] or [net.ErrClosed].
 //
-// Everything else is not: nil, [context.Canceled], an invalid request
-// (the core.ErrInvalid… sentinels, [core.ErrNoAlgorithm],
-// [core.ErrUnsupported]), [core.ErrClosed], other Redis errors (WRONGTYPE,
-// NOPERM, a script's error; NOSCRIPT never reaches here, as the stores
-// answer it with EVAL) and a malformed reply (the stores' ErrMalformed),
-// which is a fault of one script, not of the server, and must not switch
-// every limiter on that server to its outage mode.
+// Everything else is the request's error, or the caller's: nil,
+// [context.Canceled], an invalid request (the core.ErrInvalid…
+// sentinels, [core.ErrNoAlgorithm], [core.ErrUnsupported]),
+// [core.ErrClosed], and any error the store did not mark: WRONGTYPE,
+// CROSSSLOT, a script's error, a malformed reply (the stores'
+// ErrMalformed). Another request would not get it, and it must not switch
+// every limiter on that store to its outage mode. IsStoreFailure reads no
+// client's error text: a store of your own marks its outage errors with
+// core.ErrUnavailable.
 //
 // IsStoreFailure looks only at err: a breaker first checks the caller's
 // context, so that a call whose caller gave up never counts, whatever its
@@ -55,8 +54,8 @@ func IsStoreFailure(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || isRequestError(err) {
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+	if errors.Is(err, core.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
 		return true
 	}
 	for _, e := range connFailures {
@@ -64,10 +63,8 @@ func IsStoreFailure(err error) bool {
 			return true
 		}
 	}
-	if _, ok := errors.AsType[net.Error](err); ok {
-		return true
-	}
-	return hasRedisFailure(err, 0)
+	_, ok := errors.AsType[net.Error](err)
+	return ok
 }
 
 // isRequestError reports errors of the request or of the breaker's own
@@ -78,46 +75,6 @@ func isRequestError(err error) bool {
 		core.ErrInvalidRequest, core.ErrNoAlgorithm, core.ErrUnsupported, core.ErrClosed,
 	} {
 		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
-// maxChain bounds the walk down an error's chain.
-const maxChain = 32
-
-// hasRedisFailure reports whether an error on err's chain, as deep as
-// depth so far, has a text starting with one of redisFailures' codes.
-func hasRedisFailure(err error, depth int) bool { return redisCode(err, depth) != "" }
-
-// redisCode returns the first of redisFailures' codes that starts the
-// text of an error on err's chain, as deep as depth so far, or "".
-func redisCode(err error, depth int) string {
-	for ; err != nil && depth < maxChain; depth++ {
-		if code, _, _ := strings.Cut(err.Error(), " "); isFailureCode(code) {
-			return code
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if code := redisCode(e, depth+1); code != "" {
-					return code
-				}
-			}
-			return ""
-		default:
-			return ""
-		}
-	}
-	return ""
-}
-
-func isFailureCode(code string) bool {
-	for _, c := range redisFailures {
-		if code == c {
 			return true
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/rediserr"
 )
 
 // The outage tests drive a breaker with 64 goroutines, each calling in a
@@ -224,7 +225,7 @@ type recorder struct {
 	mu     sync.Mutex
 	starts []time.Duration
 	errs   map[string]int // by text, at most maxErrs texts
-	codes  map[string]int // by Redis failure code
+	codes  map[string]int // by Redis error code
 	failed int            // errors IsStoreFailure counts
 	other  int            // errors it does not
 }
@@ -263,7 +264,7 @@ func (r *recorder) record(ctx context.Context, at time.Duration, err error) {
 				r.other++
 			}
 		}
-		if code := redisCode(err, 0); code != "" {
+		if code, _ := rediserr.Code(err); code != "" {
 			r.codes[code]++
 		}
 		if _, ok := r.errs[err.Error()]; ok || len(r.errs) < maxErrs {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/core"
 )
 
 // Defaults for a [Breaker]'s options.
@@ -122,6 +124,52 @@ func (c *config) validate() error {
 		return bad("WithInstances(%d): must be 1 to %d", c.instances, maxInstances)
 	case c.localKeys < 1:
 		return bad("WithLocalKeys(%d): must be at least 1", c.localKeys)
+	}
+	return nil
+}
+
+// DeadlineChecker is implemented by a store that can tell whether its
+// client would fail calls before the breaker's per-call deadline for
+// reasons of its own rather than the store's slowness, which the breaker
+// would count as the store's failures. [NewBreaker] looks for it along
+// the chain it wraps, from the outside in, following each store's
+// Unwrap() core.Store, and calls CheckDeadline on every store of the
+// chain that implements it. A store behind a decorator without Unwrap is
+// not asked.
+//
+// redisstore's Store implements it: it fails when the go-redis client's
+// PoolTimeout is shorter than both the deadline and the client's
+// ReadTimeout, which would turn the client's own queueing for a
+// connection, on a healthy Redis, into failures that open the circuit.
+type DeadlineChecker interface {
+	// CheckDeadline returns nil if the store's client lets a call run
+	// until the per-call deadline d or until the store is too slow to
+	// answer it, else an error naming the client's setting that does
+	// not and how to change it.
+	CheckDeadline(d time.Duration) error
+}
+
+// maxStores bounds the walk down a chain of decorators, in case one
+// unwraps to itself.
+const maxStores = 64
+
+// checkStores asks each [DeadlineChecker] of the chain from remote inward
+// whether its client allows the per-call deadline d.
+func checkStores(remote core.Store, d time.Duration) error {
+	s := remote
+	for range maxStores {
+		if c, ok := s.(DeadlineChecker); ok {
+			if err := c.CheckDeadline(d); err != nil {
+				return fmt.Errorf("%w: WithTimeout(%v): %w", ErrInvalidOption, d, err)
+			}
+		}
+		u, ok := s.(interface{ Unwrap() core.Store })
+		if !ok {
+			return nil
+		}
+		if s = u.Unwrap(); s == nil {
+			return nil
+		}
 	}
 	return nil
 }

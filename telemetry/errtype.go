@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"syscall"
 
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/rediserr"
 )
 
 // The error.type values [ErrorType] gives sluice's own failures and the
@@ -23,10 +23,12 @@ const (
 	ErrorTypeCanceled       = "canceled"        // the caller's context was canceled
 	ErrorTypeConnection     = "connection"      // the connection failed or was refused
 	ErrorTypeRedis          = "redis"           // a Redis error reply with an unusual prefix
+	ErrorTypeUnavailable    = "unavailable"     // core.ErrUnavailable with no Redis reply or network error
 )
 
-// redisPrefixes are the error prefixes of Redis replies that [ErrorType]
-// reports as they are; another prefix is reported as "redis".
+// redisPrefixes are the codes of Redis error replies that [ErrorType]
+// reports as they are; another code is reported as "redis", so that a
+// script's own error_reply texts cannot grow the attribute's values.
 var redisPrefixes = map[string]bool{
 	"ERR": true, "WRONGTYPE": true, "NOSCRIPT": true, "BUSY": true,
 	"BUSYKEY": true, "READONLY": true, "LOADING": true, "OOM": true,
@@ -48,18 +50,26 @@ var redisPrefixes = map[string]bool{
 //   - "canceled" for [context.Canceled]; "timeout" for
 //     [context.DeadlineExceeded] and network errors that time out;
 //   - for an error reply from Redis (as go-redis or rueidis report it), its
-//     prefix, such as "BUSY", "READONLY", "LOADING", "OOM", "CLUSTERDOWN",
-//     "NOSCRIPT" or "ERR", or "redis" for an unusual prefix;
+//     code, such as "BUSY", "READONLY", "LOADING", "OOM", "CLUSTERDOWN",
+//     "NOPERM", "NOSCRIPT" or "ERR", or "redis" for an unusual code; a
+//     reply without a code is an "ERR" (rueidis drops the "ERR " of an ERR
+//     reply's text: such a reply reads as "ERR" from either client);
 //   - "connection" for other network errors, refused or reset connections
 //     and unexpected EOFs;
+//   - "unavailable" for another error a store marked with
+//     [core.ErrUnavailable]: a connection pool's timeout, a failed TLS
+//     handshake;
 //   - otherwise OpenTelemetry's convention: the value of an ErrorType()
 //     string method found in the chain, else the error's Go type, such as
 //     "*net.OpError" or "github.com/acme/store.BackendError"; for errors
 //     joined together (errors.Join, as a batch decided in turn may fail),
 //     the class of the first.
 //
-// The result is empty for a nil error. A decorator counts at most 16
-// values per algorithm; further ones are counted as "_OTHER".
+// Whether an error counts against the store is package policy's
+// IsStoreFailure, which reads the same marks: a Redis code here says
+// which failure it was, not whether it was one. The result is empty for a
+// nil error. A decorator counts at most 16 values per algorithm; further
+// ones are counted as "_OTHER".
 func ErrorType(err error) string {
 	switch {
 	case err == nil:
@@ -77,8 +87,11 @@ func ErrorType(err error) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return ErrorTypeTimeout
 	}
-	if prefix, ok := redisPrefix(err); ok {
-		return prefix
+	if code, ok := rediserr.Code(err); ok {
+		if redisPrefixes[code] {
+			return code
+		}
+		return ErrorTypeRedis
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
@@ -91,6 +104,9 @@ func ErrorType(err error) string {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) {
 		return ErrorTypeConnection
+	}
+	if errors.Is(err, core.ErrUnavailable) {
+		return ErrorTypeUnavailable
 	}
 	// A batch decided in turn may fail with several errors joined
 	// (errors.Join): classify the first rather than report
@@ -105,33 +121,4 @@ func ErrorType(err error) string {
 		}
 	}
 	return semconv.ErrorType(err).Value.AsString()
-}
-
-// redisPrefix finds an error reply from Redis in err's chain: go-redis
-// marks its replies with a RedisError method, rueidis's *RedisError has
-// IsRedirect. It returns the reply's prefix, or "redis" for one not in
-// redisPrefixes.
-func redisPrefix(err error) (string, bool) {
-	var goredis interface {
-		error
-		RedisError()
-	}
-	var rueidis interface {
-		error
-		IsRedirect() (string, bool)
-	}
-	var msg string
-	switch {
-	case errors.As(err, &goredis):
-		msg = goredis.Error()
-	case errors.As(err, &rueidis):
-		msg = rueidis.Error()
-	default:
-		return "", false
-	}
-	word, _, _ := strings.Cut(msg, " ")
-	if redisPrefixes[word] {
-		return word, true
-	}
-	return ErrorTypeRedis, true
 }

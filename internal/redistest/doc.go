@@ -11,7 +11,9 @@
 // [Server.Kill], [Server.Stop] and [Server.Restart] are for fault tests.
 // [Server.Do] is a minimal RESP2 client, enough to set up and inspect state
 // without a Redis library. [NewProxy] puts a TCP proxy in front of a
-// server, to blackhole its connections or delay its replies.
+// server, to blackhole its connections or delay its replies. [WithUser]
+// adds ACL users, and [WithTLS] a TLS port whose certificate a test's own
+// [CA] signed, for tests of permissions and handshakes.
 //
 // Starting a cluster takes 2 to 3 seconds, so a package can share one
 // server and one cluster among all its tests: [Shared] and [SharedCluster]

@@ -65,6 +65,8 @@ type Option interface {
 
 type config struct {
 	args []string
+	tls  *CA   // WithTLS's
+	err  error // the first option that could not be used
 }
 
 type optionFunc func(*config)
@@ -76,23 +78,51 @@ func (f optionFunc) apply(c *config) { f(c) }
 // They follow the package's own arguments, so they win where Redis takes the
 // last value of a directive (--cluster-node-timeout, for one, may be
 // changed). They must not set --port, --bind, --dir, --logfile, --daemonize,
-// --cluster-enabled or --cluster-config-file, which the package owns; Start
-// fails the test if they do. Several WithArgs add up.
+// --cluster-enabled, --cluster-config-file or --tls-port, which the
+// package owns ([WithTLS] sets the last); Start fails the test if they
+// do. Several WithArgs add up.
 func WithArgs(args ...string) Option {
 	args = append([]string(nil), args...)
 	return optionFunc(func(c *config) { c.args = append(c.args, args...) })
 }
 
+// WithUser adds an ACL user to the server: name, enabled, with password
+// and rules as ACL SETUSER takes them, such as "~*", "+@all", "-@write"
+// or "~other:*". The default user, whom the package's own connections
+// use, keeps every permission and no password; name may not be
+// "default". Neither name nor password may be empty or hold a space (a
+// user is one line of redis-server's configuration). Several WithUser
+// add up.
+func WithUser(name, password string, rules ...string) Option {
+	return optionFunc(func(c *config) {
+		if name == "" || password == "" || strings.ContainsAny(name+password, " \t\n") || name == "default" {
+			c.fail(fmt.Errorf("redistest: WithUser(%q, %q): want a name other than default and a password, neither empty nor with a space", name, password))
+			return
+		}
+		c.args = append(append(c.args, "--user", name, "on", ">"+password), rules...)
+	})
+}
+
+// fail records the first option that could not be used.
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
 // reservedArgs are the directives the package sets and relies on.
 var reservedArgs = []string{
 	"--port", "--bind", "--dir", "--logfile", "--daemonize",
-	"--cluster-enabled", "--cluster-config-file",
+	"--cluster-enabled", "--cluster-config-file", "--tls-port",
 }
 
 func newConfig(opts []Option) (config, error) {
 	var c config
 	for _, o := range opts {
 		o.apply(&c)
+	}
+	if c.err != nil {
+		return c, c.err
 	}
 	for _, a := range c.args {
 		for _, r := range reservedArgs {
@@ -108,6 +138,7 @@ func newConfig(opts []Option) (config, error) {
 // 127.0.0.1 with no persistence. Its methods are safe for concurrent use.
 type Server struct {
 	port    int
+	tlsPort int      // WithTLS's port, or 0
 	dir     string   // working directory, holds the logs and nodes.conf
 	bin     string   // absolute path of redis-server
 	args    []string // redis-server's arguments, the same for every start
@@ -174,6 +205,9 @@ func startServer(opts []Option, clusterNode, shared bool) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.tls != nil && clusterNode {
+		return nil, errors.New("redistest: WithTLS is for Start, not for a cluster's nodes")
+	}
 	bin, err := lookPath("redis-server")
 	if err != nil {
 		return nil, err
@@ -201,6 +235,12 @@ func tryStart(bin string, cfg config, clusterNode, shared bool) (*Server, error)
 		bin:    bin,
 		args:   append(serverArgs(port, dir, clusterNode), cfg.args...),
 		shared: shared,
+	}
+	if cfg.tls != nil {
+		if err := s.listenTLS(cfg.tls); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
 	}
 	if err := s.launch(); err != nil {
 		os.RemoveAll(dir)
@@ -428,6 +468,16 @@ func (s *Server) Addr() string {
 
 // Port returns the server's TCP port. It does not change on Restart.
 func (s *Server) Port() int { return s.port }
+
+// TLSAddr returns the address of the server's TLS port, "127.0.0.1:PORT",
+// for a server started [WithTLS], or "" for another. It does not change
+// on Restart.
+func (s *Server) TLSAddr() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
+}
 
 // Dir returns the server's working directory, which holds its log
 // (redis.log) and, for a cluster node, nodes.conf. It is removed when the

@@ -101,7 +101,16 @@ func (p *pipeliner) sendBatch(batch, live []*call) []*call {
 		for _, c := range live {
 			_ = pipe.Process(ctx, &c.cmd)
 		}
-		_, _ = pipe.Exec(ctx)
+		if _, err := pipe.Exec(ctx); err != nil {
+			// go-redis gives each command its own reply or error, but
+			// for an error reply to the connection's handshake (a wrong
+			// password): that is the pipeline's error alone.
+			for _, c := range live {
+				if c.cmd.Err() == nil && c.cmd.Val() == nil {
+					c.cmd.SetErr(err)
+				}
+			}
+		}
 	}
 	clear(live) // the calls belong to their callers
 	return live

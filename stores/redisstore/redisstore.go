@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
@@ -18,6 +20,18 @@ import (
 // of [algorithms.Script]: not six integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
 var ErrMalformed = redisscript.ErrMalformed
+
+// ErrClientOption reports a go-redis client option that would defeat the
+// store's bounds on a call: [New] and [Store.CheckDeadline] wrap it,
+// naming the option and the value to give it.
+var ErrClientOption = errors.New("redisstore: unsafe client option")
+
+// clientDown are go-redis's own errors that any call would get while the
+// client stays as it is: every connection of its pool is taken (for
+// longer than its PoolTimeout, or up to its MaxActiveConns), or it is
+// closed. The store marks them, as it does Redis's replies of the kind,
+// with core.ErrUnavailable.
+var clientDown = []error{redis.ErrPoolTimeout, redis.ErrPoolExhausted, redis.ErrClosed}
 
 // Config configures a [Store]. The zero Config is ready to use.
 type Config struct {
@@ -52,6 +66,8 @@ type Config struct {
 type Store struct {
 	client redis.UniversalClient
 	prefix string
+	read   time.Duration // the client's ReadTimeout, as go-redis applies it; 0: unknown
+	pool   time.Duration // the client's PoolTimeout, likewise
 	closed atomic.Bool
 	pipe   pipeliner
 }
@@ -59,8 +75,14 @@ type Store struct {
 var _ core.Store = (*Store)(nil)
 
 // New returns a store that keeps state through client. It fails on a nil
-// client or a prefix with a brace; it does not contact Redis, so it
-// neither fails nor waits while Redis is down.
+// client or a prefix with a brace, and with an error wrapping
+// [ErrClientOption] for a client without read or write deadlines
+// (ReadTimeout or WriteTimeout -1 or -2): the store's pipelines run
+// without their callers' deadlines, bounded by those, and a pipeline to a
+// Redis that stopped answering would hold its connection, and Close,
+// forever. The client's MaxRetries may be anything: the store's commands
+// are never retried (see [Store.Apply]). New does not contact Redis, so
+// it neither fails nor waits while Redis is down.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -70,8 +92,97 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	s := &Store{client: client, prefix: prefix}
+	if t, ok := timeoutsOf(client); ok {
+		switch {
+		case t.read == 0:
+			return nil, noDeadline("ReadTimeout")
+		case t.write == 0:
+			return nil, noDeadline("WriteTimeout")
+		}
+		s.read, s.pool = t.read, t.pool
+	}
 	s.pipe.client = client
 	return s, nil
+}
+
+// noDeadline is New's error for a client whose option sets no deadline.
+func noDeadline(option string) error {
+	return fmt.Errorf("%w: the client's %s sets no deadline (-1 or -2): a pipeline sent to a Redis that stops answering would never end, nor would Close; give %[2]s a duration, such as 500ms (docs/redis.md)",
+		ErrClientOption, option)
+}
+
+// CheckDeadline reports whether the client lets a call wait for a
+// connection as long as it waits for a reply, up to d, a per-call
+// deadline such as a policy.Breaker's; [policy.NewBreaker] calls it with
+// its deadline. It fails, wrapping [ErrClientOption], when the client's
+// PoolTimeout is shorter than both d and its ReadTimeout: a call queued
+// behind the client's own calls would then fail sooner than one Redis is
+// slow to answer, and the client's queueing, on a healthy Redis, would
+// count as Redis's failure and could open the circuit. go-redis's default
+// PoolTimeout, its ReadTimeout and a second, always passes.
+func (s *Store) CheckDeadline(d time.Duration) error {
+	if need := min(d, s.read); s.pool > 0 && s.pool < need {
+		return fmt.Errorf("%w: the client's PoolTimeout (%v) is shorter than the per-call deadline (%v) and its ReadTimeout (%v): a call waiting for a connection would fail before its deadline; set PoolTimeout to at least %v",
+			ErrClientOption, s.pool, d, s.read, need)
+	}
+	return nil
+}
+
+// timeouts are a go-redis client's timeouts, as go-redis applies them to
+// each of its connections.
+type timeouts struct {
+	read, write time.Duration // each call's read and write deadlines; 0: none
+	pool        time.Duration // the longest a call waits for a connection
+}
+
+// defaultReadTimeout is go-redis's ReadTimeout when the options give 0.
+const defaultReadTimeout = 5 * time.Second
+
+// timeoutsOf returns client's timeouts, and false for a client that is
+// not one of go-redis's own kinds.
+func timeoutsOf(client redis.UniversalClient) (timeouts, bool) {
+	switch c := client.(type) {
+	case *redis.Client:
+		// The options as NewClient completed them: 0 and less are none
+		// (the -1 and -2 that were given).
+		o := c.Options()
+		return timeouts{read: max(o.ReadTimeout, 0), write: max(o.WriteTimeout, 0), pool: o.PoolTimeout}, true
+	case *redis.ClusterClient:
+		// NewClusterClient turns -1 into 0, which each node's client then
+		// completes as it does a 0 it was given: -2 alone is none.
+		o := c.Options()
+		return nodeTimeouts(o.ReadTimeout, o.WriteTimeout, o.PoolTimeout), true
+	case *redis.Ring:
+		o := c.Options()
+		return nodeTimeouts(o.ReadTimeout, o.WriteTimeout, o.PoolTimeout), true
+	}
+	return timeouts{}, false
+}
+
+// nodeTimeouts completes the timeouts that a Cluster or Ring client hands
+// each node's client, as redis.NewClient does: a read timeout of 0 is
+// 5 s, a write timeout of 0 the read timeout, a negative one none; a pool
+// timeout of 0 is the read timeout and a second, or 30 s without one.
+func nodeTimeouts(read, write, pool time.Duration) timeouts {
+	switch {
+	case read == 0:
+		read = defaultReadTimeout
+	case read < 0:
+		read = 0
+	}
+	switch {
+	case write == 0:
+		write = read
+	case write < 0:
+		write = 0
+	}
+	if pool == 0 {
+		pool = 30 * time.Second
+		if read > 0 {
+			pool = read + time.Second
+		}
+	}
+	return timeouts{read: read, write: write, pool: pool}
 }
 
 // Apply decides req with its algorithm's Lua twin: EVALSHA, and EVAL once
@@ -81,6 +192,12 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 // call whose reply timed out may have been applied, and go-redis would
 // otherwise send it again. Requests under [core.Inf] are allowed without a
 // call.
+//
+// An error that any call would get while Redis, or the client, stays as
+// it is (LOADING, READONLY, OOM, NOPERM, WRONGPASS, the pool's timeout, a
+// failed TLS handshake; docs/outages.md has the table) wraps
+// [core.ErrUnavailable], which a policy.Breaker answers by its mode; the
+// client's error stays on the chain.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	script, err := redisscript.Script(&req)
 	switch {
@@ -121,8 +238,10 @@ func (s *Store) reloadOnFailure(ctx context.Context, err error) {
 // script runs c, a script's EVALSHA command, and EVAL once if Redis does
 // not have the script, which is safe because a missing script ran
 // nothing. It is the one place either kind of call (a decision, a batch)
-// meets NOSCRIPT. A call Redis did not answer has a Cluster client read
-// its slot map again (see reloadOnFailure).
+// meets NOSCRIPT, and where its errors are marked with
+// core.ErrUnavailable when any call would get them (rediserr.Mark). A
+// call Redis did not answer has a Cluster client read its slot map again
+// (see reloadOnFailure).
 func (s *Store) script(ctx context.Context, c *call, script *algorithms.Script) (any, error) {
 	reply, err := s.run(ctx, c)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -134,7 +253,7 @@ func (s *Store) script(ctx context.Context, c *call, script *algorithms.Script) 
 		return nil, fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
 	case err != nil:
 		s.reloadOnFailure(ctx, err)
-		return nil, err
+		return nil, rediserr.Mark(err, clientDown)
 	}
 	return reply, nil
 }
@@ -218,7 +337,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 		return core.ErrClosed
 	}
 	if err := s.client.Del(ctx, redisscript.Key(s.prefix, key, alg.Name())).Err(); err != nil {
-		return fmt.Errorf("redisstore: reset: %w", err)
+		return fmt.Errorf("redisstore: reset: %w", rediserr.Mark(err, clientDown))
 	}
 	return nil
 }

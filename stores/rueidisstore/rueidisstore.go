@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
@@ -18,6 +19,12 @@ import (
 // of [algorithms.Script]: not six integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
 var ErrMalformed = redisscript.ErrMalformed
+
+// clientDown are rueidis's own errors that any call would get while the
+// client stays as it is: it is closed or cannot connect, or a Cluster
+// slot has no node. The store marks them, as it does Redis's replies of
+// the kind, with core.ErrUnavailable.
+var clientDown = []error{rueidis.ErrClosing, rueidis.ErrNoSlot}
 
 // Config configures a [Store]. The zero Config is ready to use.
 type Config struct {
@@ -65,6 +72,12 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 // FLUSH), which is safe because a missing script ran nothing. No other
 // failure is retried: a call that timed out may have been applied.
 // Requests under [core.Inf] are allowed without a call.
+//
+// An error that any call would get while Redis, or the client, stays as
+// it is (LOADING, READONLY, OOM, NOPERM, WRONGPASS, a closed client, a
+// failed TLS handshake; docs/outages.md has the table) wraps
+// [core.ErrUnavailable], which a policy.Breaker answers by its mode; the
+// client's error stays on the chain.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	script, err := redisscript.Script(&req)
 	switch {
@@ -86,12 +99,19 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 // script runs script on keys and args with EVALSHA, and EVAL once if
 // Redis does not have it, which is safe because a missing script ran
 // nothing. It is the one place either kind of call (a decision, a batch)
-// meets NOSCRIPT.
+// meets NOSCRIPT, and where its errors are marked with core.ErrUnavailable
+// when any call would get them (rediserr.Mark): the result it returns
+// holds the error, marked or not, in place of the reply.
 func (s *Store) script(ctx context.Context, script *algorithms.Script, keys []string, args ...string) rueidis.RedisResult {
 	n := int64(len(keys))
 	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(n).Key(keys...).Arg(args...).Build())
-	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
+	err := res.Error()
+	if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
 		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(args...).Build())
+		err = res.Error()
+	}
+	if err != nil && !rueidis.IsRedisNil(err) {
+		res = rueidis.NewResult(rueidis.RedisMessage{}, rediserr.Mark(err, clientDown))
 	}
 	return res
 }
@@ -146,7 +166,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	}
 	k := redisscript.Key(s.prefix, key, alg.Name())
 	if err := s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
-		return fmt.Errorf("rueidisstore: reset: %w", err)
+		return fmt.Errorf("rueidisstore: reset: %w", rediserr.Mark(err, clientDown))
 	}
 	return nil
 }

@@ -1,0 +1,182 @@
+// Package rediserr classifies, once for sluice, the errors that Redis
+// clients return. [Code] finds the Redis error reply on an error's chain,
+// as go-redis or rueidis reports it; [Mark] marks with
+// [core.ErrUnavailable] the errors that any request would get while the
+// server, or the client's configuration, stays as it is, so that the
+// breaker answers them by its mode.
+//
+// The Redis stores mark their errors where they receive them, package
+// policy counts what is marked, and package telemetry reports each
+// reply's code: no decorator reads a client's errors itself.
+// docs/outages.md ("How failures are classified") is the table this
+// package implements, row by row, and the tests of both stores provoke
+// each row on a real server.
+package rediserr
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// goredisReply is an error reply as go-redis reports it: its reply types
+// have a RedisError method.
+type goredisReply interface {
+	error
+	RedisError()
+}
+
+// rueidisReply is an error reply as rueidis reports it: a *RedisError,
+// which is also how rueidis reports a nil reply (IsNil).
+type rueidisReply interface {
+	error
+	IsNil() bool
+	IsMoved() (string, bool)
+}
+
+// Code returns the code of the Redis error reply on err's chain, such as
+// "NOPERM", "MOVED" or "ERR", and true; or "", false if err holds no
+// error reply. A code is the reply's first word, in capitals; a reply
+// without one is an ERR, Redis's generic code, as it is for Redis itself
+// (and rueidis drops the "ERR " that starts an ERR reply's text).
+// go-redis's own errors that it types as replies ("redis: nil", "redis:
+// transaction failed") are not replies.
+func Code(err error) (string, bool) {
+	msg, ok := reply(err)
+	if !ok {
+		return "", false
+	}
+	return code(msg), true
+}
+
+// reply returns the text of the Redis error reply on err's chain.
+func reply(err error) (string, bool) {
+	if r, ok := errors.AsType[goredisReply](err); ok {
+		msg := r.Error()
+		return msg, !strings.HasPrefix(msg, "redis: ")
+	}
+	if r, ok := errors.AsType[rueidisReply](err); ok && !r.IsNil() {
+		return r.Error(), true
+	}
+	return "", false
+}
+
+// code returns a reply's code (see [Code]).
+func code(msg string) string {
+	if word, _, _ := strings.Cut(msg, " "); isCode(word) {
+		return word
+	}
+	return "ERR"
+}
+
+// isCode reports whether word reads as a Redis error code: three or more
+// capitals, as every code Redis sends is (ASK, ERR, OOM, NOPERM...).
+func isCode(word string) bool {
+	if len(word) < 3 {
+		return false
+	}
+	for i := range len(word) {
+		if word[i] < 'A' || word[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// scriptACL starts the ERR reply of Redis 7.0 to a script whose
+// user may not run a command of it or touch a key of it ("The user
+// executing the script can't run this command or subcommand", "... can't
+// access at least one of the keys"): a read-only user's, for every
+// script that writes. Should a later Redis answer NOPERM instead, that
+// code is marked too.
+const scriptACL = "The user executing the script can't "
+
+// unavailableReply reports whether an error reply means that any request
+// would get it while the server, its cluster or the client's user stays
+// as it is. Every other reply (WRONGTYPE, CROSSSLOT, a script's error,
+// any other ERR) is the request's: another request would not get it.
+func unavailableReply(msg string) bool {
+	switch code(msg) {
+	case "LOADING", "BUSY", "READONLY", "MASTERDOWN", "NOREPLICAS", "MISCONF", "OOM":
+		// The server: loading its data after a restart, running a slow
+		// script, a replica (after a failover, until clients follow) or
+		// one cut off from its primary, short of the replicas a write
+		// needs, refusing writes after a failed snapshot, out of memory.
+		return true
+	case "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK":
+		// The cluster: a slot without a master, or moving between nodes,
+		// with redirections the client could not follow to the end.
+		return true
+	case "NOPERM", "NOAUTH", "WRONGPASS":
+		// The client's user may not run sluice's scripts on its keys, or
+		// is not a user the server knows.
+		return true
+	case "NOSCRIPT":
+		// Still missing after the store's EVAL: the server keeps no
+		// script.
+		return true
+	case "ERR":
+		return strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), scriptACL)
+	}
+	return false
+}
+
+// failedTLS reports whether err is a TLS handshake that failed: the
+// server's certificate was not trusted or not for this host, the server
+// refused the client's (an alert), or what answered was not TLS. Every
+// connection to that server fails alike until someone changes a
+// certificate or the client's configuration.
+func failedTLS(err error) bool {
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[tls.AlertError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return true
+	}
+	_, ok := errors.AsType[x509.CertificateInvalidError](err)
+	return ok
+}
+
+// Mark returns err wrapped with [core.ErrUnavailable] if err means that
+// the store cannot decide any request now: an error reply that any
+// request would get (see unavailableReply), a TLS handshake that failed,
+// or an error on down, the client's own errors of that kind (go-redis's
+// pool timeout, rueidis's closed client). It returns any other error as
+// it is: nil, an error already marked, a context's error, and the
+// request's errors. Timeouts and broken connections are returned as they
+// are too: package policy knows them by their types, from any store.
+func Mark(err error, down []error) error {
+	if err == nil || errors.Is(err, core.ErrUnavailable) {
+		return err
+	}
+	if unavailable(err, down) {
+		return fmt.Errorf("%w: %w", core.ErrUnavailable, err)
+	}
+	return err
+}
+
+// unavailable reports whether Mark marks err.
+func unavailable(err error, down []error) bool {
+	if msg, ok := reply(err); ok {
+		return unavailableReply(msg)
+	}
+	for _, d := range down {
+		if errors.Is(err, d) {
+			return true
+		}
+	}
+	return failedTLS(err)
+}
