@@ -14,11 +14,13 @@
 package rediserr
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -179,4 +181,34 @@ func unavailable(err error, down []error) bool {
 		}
 	}
 	return failedTLS(err)
+}
+
+// tryAgainDelays are the waits before each retry of a call Redis answered
+// TRYAGAIN: 7 ms in all, within the breaker's default 8 ms deadline.
+var tryAgainDelays = [...]time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
+
+// RetryTryAgain reports whether a call that failed with err should be
+// sent again, as retry n (from 0) of it, after waiting: err is a TRYAGAIN
+// reply, n is below the retries allowed, and ctx did not end during the
+// wait. Redis answers TRYAGAIN to a call on several keys of a slot that
+// is moving between two nodes while its keys are split between them
+// (Cluster resharding): it ran nothing, and the call succeeds once the
+// slot's keys have moved, usually within a few milliseconds. A call that
+// still gets TRYAGAIN after the retries, or whose caller's deadline comes
+// first, returns it, a store failure.
+func RetryTryAgain(ctx context.Context, err error, n int) bool {
+	if n >= len(tryAgainDelays) {
+		return false
+	}
+	if c, ok := Code(err); !ok || c != "TRYAGAIN" {
+		return false
+	}
+	t := time.NewTimer(tryAgainDelays[n])
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -238,15 +238,15 @@ func (s *Store) reloadOnFailure(ctx context.Context, err error) {
 // script runs c, a script's EVALSHA command, and EVAL once if Redis does
 // not have the script, which is safe because a missing script ran
 // nothing. It is the one place either kind of call (a decision, a batch)
-// meets NOSCRIPT, and where its errors are marked with
-// core.ErrUnavailable when any call would get them (rediserr.Mark). A
-// call Redis did not answer has a Cluster client read its slot map again
-// (see reloadOnFailure).
+// meets NOSCRIPT and TRYAGAIN (sent again up to three times, 7 ms in
+// all, while a Cluster slot's keys move: rediserr.RetryTryAgain), and
+// where its errors are marked with core.ErrUnavailable when any call
+// would get them (rediserr.Mark). A call Redis did not answer has a
+// Cluster client read its slot map again (see reloadOnFailure).
 func (s *Store) script(ctx context.Context, c *call, script *algorithms.Script) (any, error) {
-	reply, err := s.run(ctx, c)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		c.args[0], c.args[1] = "eval", script.Source()
-		reply, err = s.run(ctx, c)
+	reply, err := s.evalsha(ctx, c, script)
+	for n := 0; err != nil && rediserr.RetryTryAgain(ctx, err, n); n++ {
+		reply, err = s.evalsha(ctx, c, script)
 	}
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -256,6 +256,16 @@ func (s *Store) script(ctx context.Context, c *call, script *algorithms.Script) 
 		return nil, rediserr.Mark(err, clientDown)
 	}
 	return reply, nil
+}
+
+// evalsha runs c, and EVAL once if Redis does not have the script.
+func (s *Store) evalsha(ctx context.Context, c *call, script *algorithms.Script) (any, error) {
+	reply, err := s.run(ctx, c)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		c.args[0], c.args[1] = "eval", script.Source()
+		reply, err = s.run(ctx, c)
+	}
+	return reply, err
 }
 
 // call is one decision's command in one allocation. go-redis takes

@@ -99,19 +99,31 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 // script runs script on keys and args with EVALSHA, and EVAL once if
 // Redis does not have it, which is safe because a missing script ran
 // nothing. It is the one place either kind of call (a decision, a batch)
-// meets NOSCRIPT, and where its errors are marked with core.ErrUnavailable
-// when any call would get them (rediserr.Mark): the result it returns
-// holds the error, marked or not, in place of the reply.
+// meets NOSCRIPT and TRYAGAIN (sent again up to three times, 7 ms in
+// all, while a Cluster slot's keys move: rediserr.RetryTryAgain), and
+// where its errors are marked with core.ErrUnavailable when any call
+// would get them (rediserr.Mark): the result it returns holds the error,
+// marked or not, in place of the reply.
 func (s *Store) script(ctx context.Context, script *algorithms.Script, keys []string, args ...string) rueidis.RedisResult {
-	n := int64(len(keys))
-	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(n).Key(keys...).Arg(args...).Build())
+	res := s.evalsha(ctx, script, keys, args)
 	err := res.Error()
-	if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
-		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(args...).Build())
+	for n := 0; err != nil && rediserr.RetryTryAgain(ctx, err, n); n++ {
+		res = s.evalsha(ctx, script, keys, args)
 		err = res.Error()
 	}
 	if err != nil && !rueidis.IsRedisNil(err) {
 		res = rueidis.NewResult(rueidis.RedisMessage{}, rediserr.Mark(err, clientDown))
+	}
+	return res
+}
+
+// evalsha runs script with EVALSHA, and EVAL once if Redis does not have
+// it.
+func (s *Store) evalsha(ctx context.Context, script *algorithms.Script, keys, args []string) rueidis.RedisResult {
+	n := int64(len(keys))
+	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(n).Key(keys...).Arg(args...).Build())
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
+		res = s.client.Do(ctx, s.client.B().Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(args...).Build())
 	}
 	return res
 }
