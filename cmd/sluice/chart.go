@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // frame is a chart's canvas and its plot area, in SVG user units (pixels).
@@ -34,6 +35,8 @@ const (
 	colorSent     = "#d6d6d6" // light grey
 	colorAxis     = "#444444"
 	colorGrid     = "#e4e4e4"
+	colorLimit    = "#1f4e8c" // dark blue, as the level it replaces
+	colorCapacity = "#111111" // near black, dashed
 )
 
 // seriesColors gives each algorithm the same colour on every comparison
@@ -55,9 +58,12 @@ func saveChart(path string, cfg *simConfig, results []*simResult) error {
 	if err != nil {
 		return fmt.Errorf("-chart: %w", err)
 	}
-	if len(results) == 1 {
+	switch {
+	case cfg.down != nil:
+		err = writeDownstreamChart(f, cfg, results[0])
+	case len(results) == 1:
 		err = writeChart(f, cfg, results[0])
-	} else {
+	default:
 		err = writeComparisonChart(f, cfg, results)
 	}
 	if err != nil {
@@ -136,6 +142,104 @@ func writeChart(w io.Writer, cfg *simConfig, res *simResult) error {
 	c.printf("</g>\n")
 
 	return c.end()
+}
+
+// writeDownstreamChart writes an SVG chart of a run with a downstream
+// model: a stacked bar per interval (admitted below, rejected above)
+// against the left axis, and two step lines against the right axis, in
+// requests per second: the limit (under -adapt, as the controller moved
+// it at each update) and the downstream's capacity. The two axes share
+// one scale, a second's worth of the right being an interval's worth of
+// the left, so that where the limit holds the traffic back the admitted
+// bars reach the limit's line.
+func writeDownstreamChart(w io.Writer, cfg *simConfig, res *simResult) error {
+	c := newChart(w, singleFrame, cfg, res.intervals)
+	secs := cfg.interval.Seconds()
+	most := float64(c.leftTop) // requests per interval
+	for _, p := range res.limits {
+		most = max(most, p.rate*secs)
+	}
+	for _, s := range cfg.down.steps {
+		most = max(most, s.perSecond()*secs)
+	}
+	c.leftTop, c.leftStep = axisScale(int64(math.Ceil(most)))
+	// y of a rate a second.
+	yRate := func(v float64) float64 { return c.yLeft(v * secs) }
+
+	limitName := "limit"
+	title := fmt.Sprintf("%s · %v · %s", res.alg.Name(), cfg.limit, trafficName(cfg))
+	if cfg.adapt != nil {
+		limitName = "adapted limit"
+		title = fmt.Sprintf("%s · limit adapted by %s from %v · %s", res.alg.Name(), cfg.adapt.name, cfg.limit, trafficName(cfg))
+	}
+	c.begin(title, fmt.Sprintf("downstream %s; %s in intervals of %v; lines per second (right axis)",
+		cfg.down, duration(cfg.duration), duration(cfg.interval)))
+	c.leftAxis()
+
+	// The right axis, requests a second, ticked at its own round values.
+	rightTop := c.leftTop / secs
+	rightStep := max(niceStep(rightTop, 5), 1e-6)
+	c.printf(`<g class="right-axis" fill="%s">`+"\n", colorAxis)
+	for v := 0.0; v <= rightTop*(1+1e-9); v += rightStep {
+		y := yRate(v)
+		c.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s" stroke="%s"/>`, num(c.right), num(c.right+5), num(y), num(y), colorAxis)
+		c.printf(`<text x="%s" y="%s">%s</text>`+"\n", num(c.right+8), num(y+4), tickLabel(v, rightStep))
+	}
+	c.printf(`<text transform="translate(%s,%s) rotate(90)" text-anchor="middle">requests per second (lines)</text>`+"\n", num(c.width-18), num((c.top+c.bottom)/2))
+	c.printf("</g>\n")
+
+	c.bars(func(_ int, iv interval) string {
+		s := fmt.Sprintf("%s: sent %d, admitted %d, rejected %d; %s %s/s, capacity %s/s at the end; mean latency %s",
+			span(iv), iv.sent, iv.admitted, iv.rejected, limitName, decimal(res.limitAt(iv.end)), decimal(iv.capacity), latencyText(iv.meanLatency()))
+		return s
+	}, func(_ int, iv interval) []segment {
+		return []segment{{"admitted", colorAdmitted, iv.admitted}, {"rejected", colorRejected, iv.rejected}}
+	})
+	c.xAxis(colorAxis)
+
+	// The limit, then the capacity over it: dashed, it leaves the limit
+	// in sight where the two meet.
+	var capacity []limitPoint
+	for _, s := range cfg.down.steps {
+		capacity = append(capacity, limitPoint{time.Duration(s.at) * time.Microsecond, s.perSecond()})
+	}
+	// Each line is drawn over a white halo of its own path, which keeps it
+	// in sight on the bars of either colour.
+	line := func(class, title, color, dash string, points []limitPoint) {
+		d := c.stepLine(points, yRate)
+		c.printf(`<g class="%s" fill="none" stroke-width="2.5" stroke-linejoin="round"><title>%s</title>`+"\n", class, esc(title))
+		c.printf(`<path d="%s" stroke="white" stroke-width="5.5" stroke-opacity="0.8"/>`+"\n", d)
+		c.printf(`<path d="%s" stroke="%s"%s/>`+"\n", d, color, dash)
+		c.printf("</g>\n")
+	}
+	line("limit", limitName, colorLimit, "", res.limits)
+	line("capacity", "capacity", colorCapacity, ` stroke-dasharray="8 5"`, capacity)
+
+	// The legend, top right.
+	lx := c.right - 420
+	c.printf(`<g class="legend" fill="%s">`+"\n", colorAxis)
+	c.printf(`<rect x="%s" y="52" width="12" height="12" fill="%s"/><text x="%s" y="62">admitted</text>`+"\n", num(lx), colorAdmitted, num(lx+17))
+	c.printf(`<rect x="%s" y="52" width="12" height="12" fill="%s"/><text x="%s" y="62">rejected</text>`+"\n", num(lx+85), colorRejected, num(lx+102))
+	c.printf(`<line x1="%s" x2="%s" y1="58" y2="58" stroke="%s" stroke-width="2.5"/><text x="%s" y="62">%s</text>`+"\n",
+		num(lx+170), num(lx+190), colorLimit, num(lx+195), limitName)
+	c.printf(`<line x1="%s" x2="%s" y1="58" y2="58" stroke="%s" stroke-width="2.5" stroke-dasharray="8 5"/><text x="%s" y="62">capacity</text>`+"\n",
+		num(lx+290), num(lx+320), colorCapacity, num(lx+325))
+	c.printf("</g>\n")
+
+	return c.end()
+}
+
+// stepLine returns the SVG path of a value that holds from each point to
+// the next and to the end of the run: across at each value, vertical
+// where it changes.
+func (c *chart) stepLine(points []limitPoint, y func(float64) float64) string {
+	var d strings.Builder
+	fmt.Fprintf(&d, "M%s,%s", num(c.xOf(points[0].at.Seconds())), num(y(points[0].rate)))
+	for _, p := range points[1:] {
+		fmt.Fprintf(&d, "H%sV%s", num(c.xOf(p.at.Seconds())), num(y(p.rate)))
+	}
+	fmt.Fprintf(&d, "H%s", num(c.xOf(c.dur)))
+	return d.String()
 }
 
 // writeComparisonChart writes an SVG chart of several algorithms' runs on

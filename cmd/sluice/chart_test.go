@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -329,5 +330,86 @@ func TestSteps(t *testing.T) {
 		if math.Abs(at-tt.to) > 0.011 {
 			t.Errorf("at %d: dashes end at %v, want %v", tt.n, at, tt.to)
 		}
+	}
+}
+
+// TestDownstreamChart checks the chart of a run with a downstream: a bar
+// per interval, a right axis in requests per second, and the limit and
+// the capacity as step lines, each drawn over a halo, whose steps are the
+// limit's changes and the capacity's.
+func TestDownstreamChart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tests := []struct {
+		name      string
+		args      []string
+		limitName string
+		wantTitle string
+	}{
+		{"adapted", append(slices.Clone(adaptExample), "-interval", "2s"), "adapted limit",
+			"token-bucket · limit adapted by gradient from 20 req/s (burst 2) · constant:400/s"},
+		{"fixed", []string{"-limit", "250/s burst 25", "-traffic", "constant:400/s", "-downstream", "200/s", "-capacity-change", "2s:100/s,3s:300/s"}, "limit",
+			"token-bucket · 250 req/s (burst 25) · constant:400/s"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(dir, fmt.Sprintf("down%d.svg", i))
+			res := drawChart(t, tt.args, path)
+			counts, texts := svgCounts(t, path)
+			if counts["g.bar"] != len(res.intervals) {
+				t.Errorf("%d bars, want %d", counts["g.bar"], len(res.intervals))
+			}
+			for _, class := range []string{"g.limit", "g.capacity", "g.legend", "g.x-axis", "g.left-axis", "g.right-axis"} {
+				if counts[class] != 1 {
+					t.Errorf("%d elements %s, want 1", counts[class], class)
+				}
+			}
+			if counts["g.level"] != 0 {
+				t.Errorf("%d level lines, want none: the right axis is the lines'", counts["g.level"])
+			}
+			if got := texts["g.limit"]; !slices.Equal(got, []string{tt.limitName}) {
+				t.Errorf("limit line titled %q, want %q", got, tt.limitName)
+			}
+			for _, want := range []string{"admitted", "rejected", tt.limitName, "capacity"} {
+				if !slices.Contains(texts["g.legend"], want) {
+					t.Errorf("legend %q does not say %q", texts["g.legend"], want)
+				}
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svg := string(b)
+			if !strings.Contains(svg, "<title>"+tt.wantTitle+"</title>") {
+				t.Errorf("chart has no title %q", tt.wantTitle)
+			}
+			// Each line is a halo and the line over it, the same path,
+			// with a vertical move for each change of its value.
+			cfg, err := parseSim(tt.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paths := regexp.MustCompile(`<g class="(limit|capacity)"[^>]*>.*\n<path d="([^"]*)"[^\n]*\n<path d="([^"]*)"`).FindAllStringSubmatch(svg, -1)
+			if len(paths) != 2 {
+				t.Fatalf("found %d lines of two paths, want 2", len(paths))
+			}
+			for _, m := range paths {
+				changes := len(cfg.down.steps) - 1
+				if m[1] == "limit" {
+					changes = len(res.limits) - 1
+				}
+				if m[2] != m[3] {
+					t.Errorf("%s: halo %q and line %q differ", m[1], m[2], m[3])
+				}
+				if n := strings.Count(m[3], "V"); n != changes {
+					t.Errorf("%s: %d vertical moves, want %d, one for each change", m[1], n, changes)
+				}
+				end := "H" + num(singleFrame.right)
+				if !strings.HasSuffix(m[3], end) {
+					t.Errorf("%s: line %q does not run to the end of the plot, %s", m[1], m[3], end)
+				}
+			}
+		})
 	}
 }

@@ -32,6 +32,15 @@
 // docs/sim.md: a token bucket of 10 req/s with a burst of 50, sent 60
 // requests at the top of every second for 5 seconds.
 //
+// -downstream models the service behind the limiter (a capacity, a
+// latency at rest, a queue beyond capacity, and -capacity-change over
+// time), and -adapt aimd or gradient lets an adaptive controller
+// ([github.com/sluicehq/sluice/adaptive]) set the limit from its latency;
+// the table and the chart then show the adapted limit against the true
+// capacity:
+//
+//	go run ./cmd/sluice sim -traffic constant:400/s -downstream 200/s -capacity-change 30s:100/s -adapt gradient -duration 60s
+//
 // # inspect
 //
 // Inspect reads a key's state from Redis as the Redis stores keep it

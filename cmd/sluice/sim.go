@@ -18,8 +18,10 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -50,12 +52,14 @@ type simConfig struct {
 	algs        []core.Algorithm // one or more, in the order named
 	limit       core.Limit
 	traffic     pattern
-	trafficSpec string        // the -traffic value
-	duration    time.Duration // whole microseconds, ≥ interval
-	interval    time.Duration // whole microseconds, > 0
-	cost        int64         // of each generated request, ≥ 0
-	chart       string        // "" or a path ending in .svg
-	start       time.Time     // whole microseconds
+	trafficSpec string            // the -traffic value
+	duration    time.Duration     // whole microseconds, ≥ interval
+	interval    time.Duration     // whole microseconds, > 0
+	cost        int64             // of each generated request, ≥ 0
+	chart       string            // "" or a path ending in .svg
+	start       time.Time         // whole microseconds
+	down        *downstreamConfig // nil: no downstream model
+	adapt       *adaptConfig      // nil: the limit is fixed; set only with down
 }
 
 // errHelp reports that -h was asked for; it is not a failure.
@@ -117,6 +121,16 @@ Traffic patterns:
 A RATE is N/s, N/min, N/h, N/day or N/<Go duration>, such as 5/250ms. A
 limit is a RATE, then optionally "burst N": 10/s burst 50, 100/min, 1/250ms.
 
+With -downstream, the admitted requests go to a model of the service
+behind the limiter: a queue served at the capacity, whose latency is flat
+below it and grows with the queue beyond it. The table gains the capacity
+and the mean latency of the requests admitted. With -adapt as well, an
+adaptive controller (package adaptive) sets the limit from the latencies
+the downstream reports, and the table and chart show the adapted limit
+against the capacity:
+
+  sim -traffic constant:400/s -downstream 200/s -capacity-change 30s:100/s -adapt gradient -duration 60s
+
 Flags:
 `)
 	fs.SetOutput(w)
@@ -133,7 +147,7 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 	// errors name the flag and say what is wrong with the value.
 	var (
 		algName  = textFlag(fs, "algorithm", defaultAlgorithm, "the algorithm `name`: token-bucket, gcra, fixed-window,\nsliding-window-counter or sliding-window-log; a comma list of them\nto compare them; or all, the five of them")
-		limitArg = textFlag(fs, "limit", defaultLimit, "the `limit`: N/PERIOD, then optionally burst N (the burst defaults to N);\nPERIOD is s, min, h, day or a Go duration: 10/s burst 50, 100/min, 1/250ms")
+		limitArg = textFlag(fs, "limit", defaultLimit, "the `limit`: N/PERIOD, then optionally burst N (the burst defaults to N);\nPERIOD is s, min, h, day or a Go duration: 10/s burst 50, 100/min, 1/250ms;\nunder -adapt, the initial limit")
 		burstArg = textFlag(fs, "burst", "", "the burst `N`, the most the token bucket and GCRA admit at once, in place of\nthe -limit's; 0 means the rate (the window algorithms ignore the burst)")
 		traffic  = textFlag(fs, "traffic", defaultTraffic, "the traffic `pattern` (see above)")
 		durArg   = textFlag(fs, "duration", defaultDuration, "how long to simulate, a Go `duration`; a trace's default is its own length")
@@ -141,7 +155,16 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 		costArg  = textFlag(fs, "cost", defaultCost, "the cost `N` ≥ 0 of each request (a trace line's second column overrides it)")
 		chart    = textFlag(fs, "chart", "", "also write an SVG chart of the intervals to `FILE.svg`; with several\nalgorithms, one line each of what they admitted")
 		startArg = textFlag(fs, "start", defaultStart, "the virtual start `time`, RFC 3339")
+		downArg  = textFlag(fs, "downstream", "", "model the service behind the limiter, of capacity `RATE` (200/s): its latency\nis flat below the capacity and grows with its queue beyond it")
+		latArg   = textFlag(fs, "downstream-latency", defaultDownstreamLatency, "the downstream's latency at rest, a Go `duration`")
+		adaptArg = textFlag(fs, "adapt", "", "adapt the limit to the downstream's latency by the `law` aimd or gradient,\nstarting from -limit (default "+defaultAdaptLimit+"); needs -downstream")
+		aivlArg  = textFlag(fs, "adapt-interval", defaultAdaptInterval, "how often the adaptive controller updates the limit, a Go `duration`\nfrom 1ms to 1h")
+		thrArg   = textFlag(fs, "adapt-threshold", "", "the `latency` above which the AIMD law backs off, at the 99th percentile\n(default twice -downstream-latency)")
+		incArg   = textFlag(fs, "adapt-increase", "", "what the AIMD law adds to the limit in a healthy update, `N` requests\nper the limit's period (default a tenth of the initial rate)")
+		growArg  = textFlag(fs, "adapt-growth", defaultAdaptGrowth, "the gradient law's growth `K`: a healthy update moves the limit towards\nlimit + K·√limit")
+		changes  list
 	)
+	fs.Var(&changes, "capacity-change", "change the downstream's capacity at an instant: `AT:RATE`, such as 30s:100/s;\na comma list, or the flag repeated, for several")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			simUsage(stdout, fs)
@@ -159,6 +182,9 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 	var err error
 	if cfg.algs, err = parseAlgorithms(*algName); err != nil {
 		return nil, fmt.Errorf("-algorithm %q: %v", *algName, err)
+	}
+	if set["adapt"] && !set["limit"] {
+		*limitArg = defaultAdaptLimit
 	}
 
 	// The text form of core.Limit, whose errors quote the value and name
@@ -235,8 +261,106 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 	if cfg.chart != "" && !strings.EqualFold(filepath.Ext(cfg.chart), ".svg") {
 		return nil, fmt.Errorf("-chart %q: sim writes SVG charts only; name the file something.svg", cfg.chart)
 	}
+	law := lawArgs{name: *adaptArg, interval: *aivlArg, threshold: *thrArg, increase: *incArg, growth: *growArg}
+	if err := parseDownstream(cfg, set, *downArg, *latArg, changes, law); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
+
+// lawArgs are the values of -adapt and the flags of its laws, as given.
+type lawArgs struct {
+	name, interval, threshold, increase, growth string
+}
+
+// parseDownstream parses the flags of the downstream model and of
+// adaptive mode into cfg, whose other flags are parsed. set holds the
+// flags given.
+func parseDownstream(cfg *simConfig, set map[string]bool, capacity, latency string, changes []string, law lawArgs) error {
+	adaptFlags := []string{"adapt-interval", "adapt-threshold", "adapt-increase", "adapt-growth"}
+	if !set["downstream"] {
+		for _, name := range append([]string{"downstream-latency", "capacity-change", "adapt"}, adaptFlags...) {
+			if set[name] {
+				return fmt.Errorf("-%s needs -downstream, the capacity of the service behind the limiter", name)
+			}
+		}
+		return nil
+	}
+	if len(cfg.algs) != 1 {
+		return fmt.Errorf("-downstream models the service behind one limiter; -algorithm names %d algorithms", len(cfg.algs))
+	}
+	first, err := parseCapacity(capacity)
+	if err != nil {
+		return fmt.Errorf("-downstream %q: %v", capacity, err)
+	}
+	down := &downstreamConfig{steps: []capacityStep{first}}
+	if down.base, err = parseDuration(latency); err != nil {
+		return fmt.Errorf("-downstream-latency %q: %v", latency, err)
+	}
+	later, err := parseCapacityChanges(changes, cfg.duration)
+	if err != nil {
+		return fmt.Errorf("-capacity-change %v", err)
+	}
+	down.steps = append(down.steps, later...)
+	cfg.down = down
+
+	if !set["adapt"] {
+		for _, name := range adaptFlags {
+			if set[name] {
+				return fmt.Errorf("-%s needs -adapt, the law that adapts the limit", name)
+			}
+		}
+		return nil
+	}
+	alg := cfg.algs[0]
+	if alg.Name() == algorithms.Concurrency.Name() {
+		return fmt.Errorf("-adapt adapts a rate, and %s limits leases held; choose a rate algorithm", alg.Name())
+	}
+	for _, name := range adaptFlags {
+		if l, ok := lawFlags[name]; ok && set[name] && l != law.name && (law.name == lawAIMD || law.name == lawGradient) {
+			return fmt.Errorf("-%s sets a parameter of the %s law, not of -adapt %s", name, l, law.name)
+		}
+	}
+	ivl, err := parseDuration(law.interval)
+	if err != nil {
+		return fmt.Errorf("-adapt-interval %q: %v", law.interval, err)
+	}
+	var params lawParams
+	if set["adapt-threshold"] {
+		if params.threshold, err = parseDuration(law.threshold); err != nil {
+			return fmt.Errorf("-adapt-threshold %q: %v", law.threshold, err)
+		}
+	}
+	if set["adapt-increase"] {
+		if params.increase, err = parsePositive(law.increase); err != nil {
+			return fmt.Errorf("-adapt-increase %q: %v", law.increase, err)
+		}
+	}
+	if params.growth, err = parsePositive(law.growth); err != nil {
+		return fmt.Errorf("-adapt-growth %q: %v", law.growth, err)
+	}
+	cfg.adapt, err = newAdaptConfig(law.name, ivl, params, down.base, cfg.limit, alg)
+	return err
+}
+
+// parsePositive parses a positive, finite decimal number.
+func parsePositive(s string) (float64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil:
+		return 0, errors.New("not a number such as 1.5")
+	case !(f > 0) || math.IsInf(f, 0):
+		return 0, errors.New("must be a positive number")
+	}
+	return f, nil
+}
+
+// list is a flag that may be given more than once; it keeps every value,
+// in order.
+type list []string
+
+func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 
 // allAlgorithms is the -algorithm value that names every rate-limiting
 // algorithm.
@@ -623,6 +747,26 @@ type interval struct {
 	admitted   int64
 	rejected   int64
 	level      int64 // Decision.Remaining of a zero-cost peek at end
+	// With a downstream model:
+	limit    float64 // the limit's rate a second at end, before an update then
+	capacity float64 // the downstream's capacity a second just before end
+	served   int64   // requests admitted to the downstream
+	latency  float64 // their latencies' sum, ns, which an int64 could overflow
+}
+
+// meanLatency returns the mean latency of the requests the interval
+// admitted to the downstream, or 0 if none.
+func (iv interval) meanLatency() time.Duration {
+	if iv.served == 0 {
+		return 0
+	}
+	return time.Duration(iv.latency / float64(iv.served))
+}
+
+// limitPoint is the limit's rate a second from an offset on.
+type limitPoint struct {
+	at   time.Duration // from the simulation's start
+	rate float64
 }
 
 // simResult is what a simulation produced.
@@ -634,6 +778,22 @@ type simResult struct {
 	costs        bool  // some request cost other than 1
 	admittedCost int64
 	ignored      int // trace requests at or after the duration
+	// limits is the limit over the run, at the start and at each change:
+	// with a downstream model only. Under -adapt it changes with every
+	// update that moves it.
+	limits []limitPoint
+}
+
+// limitAt returns the limit's rate a second just before off, the one that
+// decided the requests then: at 0, the initial limit.
+func (r *simResult) limitAt(off time.Duration) float64 {
+	i, _ := slices.BinarySearchFunc(r.limits, off, func(p limitPoint, off time.Duration) int {
+		if p.at < off {
+			return -1
+		}
+		return 1
+	})
+	return r.limits[max(i-1, 0)].rate
 }
 
 func (r *simResult) totals() (sent, admitted, rejected int64) {
@@ -660,7 +820,10 @@ func simulateAll(cfg *simConfig) ([]*simResult, error) {
 }
 
 // simulate runs cfg's traffic through a limiter of alg on a memory store
-// whose clock is the simulation's virtual clock.
+// whose clock is the simulation's virtual clock. With a downstream model,
+// the admitted requests are sent to it; with -adapt, an adaptive
+// controller sets the limit from their latencies, reported as they
+// complete, and updates once a control interval of the same clock.
 func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 	var now time.Time // the virtual clock
 	store, err := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
@@ -668,9 +831,30 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		return nil, err
 	}
 	defer store.Close()
-	lim, err := core.NewLimiter(store, alg, cfg.limit)
+	// Under -adapt, decisions go through a policy that decides each
+	// request under the controller's limit, as package adaptive is used.
+	var st core.Store = store
+	var ctrl *adaptive.Controller
+	if cfg.adapt != nil {
+		if ctrl, err = cfg.adapt.newController(cfg.limit); err != nil {
+			return nil, err
+		}
+		defer ctrl.Close()
+		p, err := policy.New(store, policy.WithOverride(ctrl.Override))
+		if err != nil {
+			return nil, err
+		}
+		st = p
+	}
+	lim, err := core.NewLimiter(st, alg, cfg.limit)
 	if err != nil {
 		return nil, err
+	}
+	limit := func() core.Limit {
+		if ctrl != nil {
+			return ctrl.Limit()
+		}
+		return cfg.limit
 	}
 	ctx := context.Background()
 
@@ -686,7 +870,7 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 	// A zero-cost peek reports the capacity left at an instant without
 	// charging anything.
 	level := func(off time.Duration) (core.Decision, error) {
-		d, err := store.Apply(ctx, core.Request{
+		d, err := st.Apply(ctx, core.Request{
 			Key: simKey, Algorithm: alg, Limit: cfg.limit,
 			Cost: 0, Op: core.OpPeek, Now: cfg.start.Add(off),
 		})
@@ -700,6 +884,11 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		return nil, err
 	}
 	res.startLevel, res.capacity = d.Remaining, d.Limit
+	var down *downstream
+	if cfg.down != nil {
+		down = &downstream{cfg: cfg.down}
+		res.limits = []limitPoint{{0, perSecond(limit())}}
+	}
 	cur := 0
 	closeInterval := func() error {
 		iv := &res.intervals[cur]
@@ -708,7 +897,57 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 			return err
 		}
 		iv.level = d.Remaining
+		if down != nil {
+			iv.limit = perSecond(limit())
+			iv.capacity = cfg.down.capacityAt(iv.end.Microseconds() - 1)
+		}
 		cur++
+		return nil
+	}
+
+	// The requests in the downstream, in the order they complete: its
+	// queue is served first in, first out.
+	type call struct {
+		end     int64 // µs from the start
+		latency time.Duration
+	}
+	var calls []call
+	nextUpdate := int64(math.MaxInt64) // µs from the start
+	if ctrl != nil {
+		nextUpdate = cfg.adapt.interval.Microseconds()
+	}
+	// catchUp runs in time order what happens before a request at off µs,
+	// and at off itself: the downstream's calls that complete are
+	// reported to the controller, intervals that end close, and the
+	// controller updates. At one instant it reports first, so that an
+	// update sees the calls that ended then, and closes an interval
+	// before the update, so that the interval shows the limit that
+	// decided its requests.
+	catchUp := func(off int64) error {
+		for cur < len(res.intervals) {
+			end := res.intervals[cur].end.Microseconds()
+			switch {
+			case len(calls) > 0 && calls[0].end <= min(off, end, nextUpdate):
+				if err := ctrl.Report(calls[0].latency, adaptive.OK); err != nil {
+					return fmt.Errorf("report at %v: %w", time.Duration(calls[0].end)*time.Microsecond, err)
+				}
+				calls = calls[1:]
+			case end <= min(off, nextUpdate):
+				if err := closeInterval(); err != nil {
+					return err
+				}
+			case nextUpdate <= off:
+				if err := ctrl.Update(ctx); err != nil {
+					return fmt.Errorf("update at %v: %w", time.Duration(nextUpdate)*time.Microsecond, err)
+				}
+				if rate := perSecond(ctrl.Limit()); rate != res.limits[len(res.limits)-1].rate {
+					res.limits = append(res.limits, limitPoint{time.Duration(nextUpdate) * time.Microsecond, rate})
+				}
+				nextUpdate += cfg.adapt.interval.Microseconds()
+			default:
+				return nil
+			}
+		}
 		return nil
 	}
 
@@ -718,12 +957,10 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		if sent++; sent > maxRequests {
 			return nil, fmt.Errorf("the traffic sends more than %d requests; lower its rate or shorten -duration", maxRequests)
 		}
-		off := time.Duration(at) * time.Microsecond
-		for off >= res.intervals[cur].end {
-			if err := closeInterval(); err != nil {
-				return nil, err
-			}
+		if err := catchUp(at); err != nil {
+			return nil, err
 		}
+		off := time.Duration(at) * time.Microsecond
 		now = cfg.start.Add(off)
 		d, err := lim.AllowN(ctx, simKey, cost)
 		if err != nil {
@@ -734,6 +971,16 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		if d.Allowed {
 			iv.admitted++
 			res.admittedCost += cost
+			if down != nil {
+				latency := down.admit(at)
+				iv.served++
+				iv.latency += float64(latency)
+				if ctrl != nil {
+					// The controller learns a call's latency when the
+					// call ends.
+					calls = append(calls, call{at + int64((latency+time.Microsecond-1)/time.Microsecond), latency})
+				}
+			}
 		} else {
 			iv.rejected++
 		}
@@ -741,10 +988,8 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 			res.costs = true
 		}
 	}
-	for cur < len(res.intervals) {
-		if err := closeInterval(); err != nil {
-			return nil, err
-		}
+	if err := catchUp(end); err != nil {
+		return nil, err
 	}
 	if tr, ok := cfg.traffic.(*tracePattern); ok {
 		res.ignored = tr.beyond(end)
@@ -785,17 +1030,44 @@ func limitRate(cfg *simConfig) string {
 }
 
 // writeTable prints the header, one row per interval, the totals and the
-// summary of one algorithm's run.
+// summary of one algorithm's run. With a downstream model the rows gain
+// its capacity and latency, and under -adapt the adapted limit.
 func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
-	fmt.Fprintf(w, "%s, %v, traffic %s, %s in intervals of %s\n\n",
-		res.alg.Name(), cfg.limit, trafficName(cfg), duration(cfg.duration), duration(cfg.interval))
+	limitText := cfg.limit.String()
+	if cfg.adapt != nil {
+		limitText = "limit adapted from " + limitText
+	}
+	fmt.Fprintf(w, "%s, %s, traffic %s, %s in intervals of %s\n",
+		res.alg.Name(), limitText, trafficName(cfg), duration(cfg.duration), duration(cfg.interval))
+	if cfg.down != nil {
+		fmt.Fprintf(w, "downstream: %v\n", cfg.down)
+	}
+	if cfg.adapt != nil {
+		fmt.Fprintf(w, "law: %v, updated every %s\n", cfg.adapt.law, duration(cfg.adapt.interval))
+	}
+	fmt.Fprintln(w)
 
-	rows := [][]string{{"interval", "sent", "admitted", "rejected", "level"}}
+	header := []string{"interval", "sent", "admitted", "rejected", "level"}
+	if cfg.adapt != nil {
+		header = append(header, "limit")
+	}
+	if cfg.down != nil {
+		header = append(header, "capacity", "latency")
+	}
+	rows := [][]string{header}
 	for _, iv := range res.intervals {
-		rows = append(rows, []string{span(iv), itoa(iv.sent), itoa(iv.admitted), itoa(iv.rejected), itoa(iv.level)})
+		row := []string{span(iv), itoa(iv.sent), itoa(iv.admitted), itoa(iv.rejected), itoa(iv.level)}
+		if cfg.adapt != nil {
+			row = append(row, decimal(iv.limit))
+		}
+		if cfg.down != nil {
+			row = append(row, decimal(iv.capacity), latencyText(iv.meanLatency()))
+		}
+		rows = append(rows, row)
 	}
 	sum := summarize(cfg, res)
-	rows = append(rows, []string{"total", itoa(sum.sent), itoa(sum.admitted), itoa(sum.rejected), ""})
+	total := []string{"total", itoa(sum.sent), itoa(sum.admitted), itoa(sum.rejected)}
+	rows = append(rows, append(total, make([]string, len(header)-len(total))...))
 	writeColumns(w, rows)
 
 	fmt.Fprintln(w)
@@ -805,15 +1077,77 @@ func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
 		fmt.Fprintln(w, "sent 0")
 	}
 	fmt.Fprintf(w, "most admitted in one interval: %d (%s)\n", sum.most.admitted, span(sum.most))
-	fmt.Fprintf(w, "admitted per second over the run: %s (the limit's rate: %s per second)\n", sum.perSecond, limitRate(cfg))
+	switch {
+	case cfg.adapt != nil:
+		fmt.Fprintf(w, "admitted per second over the run: %s (the downstream's capacity: %s per second on average)\n", sum.perSecond, decimal(cfg.down.meanCapacity(cfg.duration)))
+	case cfg.down != nil:
+		fmt.Fprintf(w, "admitted per second over the run: %s (the limit's rate: %s per second; the downstream's capacity: %s on average)\n",
+			sum.perSecond, limitRate(cfg), decimal(cfg.down.meanCapacity(cfg.duration)))
+	default:
+		fmt.Fprintf(w, "admitted per second over the run: %s (the limit's rate: %s per second)\n", sum.perSecond, limitRate(cfg))
+	}
 	if res.costs {
 		fmt.Fprintf(w, "cost admitted: %d, %s per second\n", res.admittedCost, sum.costPerSecond)
+	}
+	if cfg.adapt != nil {
+		var ends []string
+		for _, e := range phaseEnds(cfg, res) {
+			ends = append(ends, fmt.Sprintf("%s at %s (capacity %s, %+.1f%%)", decimal(e.limit), duration(e.at), decimal(e.capacity), 100*e.deviation()))
+		}
+		fmt.Fprintf(w, "the limit as each capacity ends, per second: %s\n", strings.Join(ends, "; "))
+		fmt.Fprintln(w, "limit: the adapted limit's rate per second at each interval's end")
+	}
+	if cfg.down != nil {
+		fmt.Fprintln(w, "capacity: the downstream's, per second, at each interval's end")
+		fmt.Fprintln(w, "latency: the mean latency of the requests admitted in the interval")
+	}
+	if cfg.adapt != nil {
+		fmt.Fprintf(w, "level: the capacity left at each interval's end, out of the adapted limit's burst (%d at the start)\n", res.capacity)
+		return
 	}
 	fmt.Fprintf(w, "level: the capacity left at each interval's end, out of %d", res.capacity)
 	if res.capacity != cfg.limit.Burst() {
 		fmt.Fprintf(w, " (%s counts the rate per window and ignores the burst)", res.alg.Name())
 	}
 	fmt.Fprintln(w)
+}
+
+// phaseEnd is the adapted limit at the end of one of the downstream's
+// capacities: just before it changes, or at the end of the run.
+type phaseEnd struct {
+	at              time.Duration // the instant the capacity ends
+	limit, capacity float64       // a second
+}
+
+// deviation returns how far the limit is from the capacity, as a fraction
+// of the capacity: +0.05 is 5 % above it.
+func (e phaseEnd) deviation() float64 { return (e.limit - e.capacity) / e.capacity }
+
+// phaseEnds returns the limit at the end of each of the downstream's
+// capacities, in order.
+func phaseEnds(cfg *simConfig, res *simResult) []phaseEnd {
+	steps := cfg.down.steps
+	ends := make([]phaseEnd, len(steps))
+	for i, s := range steps {
+		at := cfg.duration
+		if i+1 < len(steps) {
+			at = time.Duration(steps[i+1].at) * time.Microsecond
+		}
+		ends[i] = phaseEnd{at: at, limit: res.limitAt(at), capacity: s.perSecond()}
+	}
+	return ends
+}
+
+// latencyText formats a mean latency to a tenth of a millisecond, or a
+// millisecond from a second up; "-" for none.
+func latencyText(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond).String()
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 // writeComparison prints the runs of several algorithms on the same
