@@ -21,18 +21,34 @@ import (
 // tolerance Burst × perToken.
 //
 // State: T the last charge (µs); A the TAT's whole microseconds; B its
-// fraction in ticks (0 ≤ B < C); C the perMicro the fraction was written
-// under; E the TAT rounded up, when the key is fully rested.
+// fraction in ticks (0 ≤ B < |C|); C the perMicro the fraction was written
+// under, negated when the key was in debt at T (see below); E the TAT
+// rounded up, when the key is fully rested.
+//
+// A reservation ([core.Request.MaxWait]) may move the TAT further ahead of
+// now than the tolerance, by at most [core.Step.Debt] ticks (a tick is a
+// unit): the key is then in debt, and the time by which the TAT exceeds
+// now plus the tolerance is how long a cost of one waits. The decision
+// reports what the token bucket's would in the same debt: Remaining 0,
+// RetryAfter (after a denial) the time until the same cost would pass at
+// once, ResetAfter the time until the TAT, and Delay, for an admitted
+// reservation, the time until the TAT less the tolerance, when the
+// capacity it took exists. A plain request sees the debt and waits it
+// out; a later reservation queues behind it. A refund moves the TAT back
+// by the refunded cost's intervals, never before now: it pays off debt
+// first, exactly as the token bucket puts its tokens back.
 //
 // When the limit changes before E, the key keeps the time it owed at its
 // last charge (its TAT, rounded up to a whole microsecond when the
-// fraction's ticks change size), capped at the new tolerance: a key is
-// never more than empty. From E on the key is forgotten.
-//
-// A refund moves the TAT back by the refunded cost's intervals, never
-// before now. GCRA does not reserve ([core.Reserver]): its TAT cannot tell
-// a reservation's debt from a key that a lowered burst left over-full, so
-// use the token bucket to Wait or Reserve.
+// fraction's ticks change size). If the key was not in debt then, the
+// time owed is capped at the new tolerance: a key is never more than
+// empty. If it was (C is negative), the key keeps all of it, up to 2^52
+// ticks of the new limit, so that reservations already admitted stay
+// ahead of every later request: a lowered burst then leaves the key owing
+// the old tolerance's time as well as its debt, which it waits out at the
+// new rate. The sign of C is what tells the two apart, since the TAT alone
+// cannot tell a reservation's debt from a key a lowered burst left
+// over-full. From E on the key is forgotten.
 type gcra struct{}
 
 func (*gcra) Name() string { return "gcra" }
@@ -41,36 +57,56 @@ func (*gcra) Validate(core.Limit) error { return nil }
 
 func (*gcra) Horizon(l core.Limit) time.Duration { return TokenBucket.Horizon(l) }
 
+// Reserves reports true: GCRA holds debt as a TAT beyond the tolerance.
+func (*gcra) Reserves() bool { return true }
+
 func (*gcra) Transition(s *core.State, st core.Step) core.Decision {
 	cost := st.Cost
 	u, r := st.Limit.Units()
 	burst := st.Limit.Burst()
 	tolerance := burst * u
 	now := st.Now
-	// owed is how far the TAT was ahead of the last charge, in ticks,
-	// capped at the tolerance: the cap is taken at the last charge, not at
-	// now, so that repeated denials under a new limit agree on their waits.
+	// owed is how far the TAT was ahead of the last charge, in ticks. For
+	// a key that was not in debt it is capped at the tolerance, at the
+	// last charge rather than at now, so that repeated denials under a
+	// new limit agree on their waits; a key in debt keeps it all, up to
+	// 2^52 ticks (what a reservation may owe, core.Step.Debt), so that
+	// every sum below stays within 2^53.
 	var owed int64
 	if now = max(now, s.T); now < s.E {
-		if ahead := s.A - s.T; s.C == r {
+		ahead := s.A - s.T
+		switch {
+		case s.C == r:
 			// Written under this rate, within a tolerance of at most
 			// 2^52 ticks: the product cannot overflow.
 			owed = min(ahead*r+s.B, tolerance)
-		} else {
+		case s.C == -r:
+			// In debt under this rate: at most 2^52 ticks, likewise.
+			owed = ahead*r + s.B
+		default:
 			if s.B > 0 {
 				ahead++
 			}
-			owed = min(min(ahead, core.CeilDiv(tolerance, r))*r, tolerance)
+			limit := tolerance
+			if s.C < 0 {
+				limit = core.MaxUnits
+			}
+			owed = min(min(ahead, core.CeilDiv(limit, r))*r, limit)
 		}
 	}
 	// debt is how far the TAT is ahead of now: what was owed, less what
-	// the time since has paid, as a token bucket refills.
+	// the time since has paid, as a token bucket refills. Beyond the
+	// tolerance it is a reservation's debt.
 	debt := tolerance - refill(tolerance-owed, tolerance, now-s.T, r)
 	decision := func(allowed bool, debt int64) core.Decision {
-		return core.Decision{Allowed: allowed, Limit: burst, Remaining: (tolerance - debt) / u, ResetAfter: micros(core.CeilDiv(debt, r))}
+		return core.Decision{Allowed: allowed, Limit: burst, Remaining: max(tolerance-debt, 0) / u, ResetAfter: micros(core.CeilDiv(debt, r))}
 	}
 	save := func(debt int64) {
-		s.T, s.A, s.B, s.C, s.E = now, now+debt/r, debt%r, r, now+core.CeilDiv(debt, r)
+		c := r
+		if debt > tolerance {
+			c = -r // in debt: keep it through a change of limit
+		}
+		s.T, s.A, s.B, s.C, s.E = now, now+debt/r, debt%r, c, now+core.CeilDiv(debt, r)
 	}
 	if st.Op == core.OpRefund {
 		if cost > 0 && debt > 0 {
@@ -88,17 +124,20 @@ func (*gcra) Transition(s *core.State, st core.Step) core.Decision {
 		d.RetryAfter = core.RetryNever
 		return forget(d, now, s.E)
 	}
-	if over := debt + cost*u - tolerance; over > 0 {
+	// A cost of 0 is always admitted, even by a key in debt.
+	if over := debt + cost*u - tolerance; cost > 0 && over > st.Debt {
 		d := decision(false, debt)
 		d.RetryAfter = micros(core.CeilDiv(over, r))
 		return forget(d, now, s.E)
 	}
 	debt += cost * u
+	d := decision(true, debt)
 	switch {
 	case cost == 0:
-		return forget(decision(true, debt), now, s.E)
+		return forget(d, now, s.E)
 	case st.Op == core.OpCharge:
 		save(debt)
 	}
-	return decision(true, debt)
+	d.Delay = micros(core.CeilDiv(debt-tolerance, r))
+	return d
 }

@@ -3,26 +3,35 @@
 -- conclude.lua (which makes the reply and the write).
 --
 -- State: T the last charge (µs); A the TAT's whole microseconds; B its
--- fraction in ticks of 1/C µs; C the units per µs it was written under; E
--- the TAT rounded up. Arithmetic is in ticks: a token is u ticks, the
--- tolerance burst × u.
+-- fraction in ticks of 1/|C| µs; C the units per µs it was written under,
+-- negated when the key was in debt at T (a reservation took the TAT
+-- beyond the tolerance); E the TAT rounded up. Arithmetic is in ticks: a
+-- token is u ticks, the tolerance burst × u.
 
 local tolerance = burst * u
 -- owed: how far the TAT was ahead of the last charge, capped at the
--- tolerance when it was taken.
+-- tolerance when it was taken unless the key was in debt then, when it is
+-- kept up to 2^52 ticks (gcra.go).
 local owed = 0
 if now < E then
 	local ahead = A - T
 	if C == r then
 		owed = math.min(ahead * r + B, tolerance)
+	elseif C == -r then
+		owed = ahead * r + B
 	else
 		if B > 0 then
 			ahead = ahead + 1
 		end
-		owed = math.min(math.min(ahead, ceildiv(tolerance, r)) * r, tolerance)
+		local most = tolerance
+		if C < 0 then
+			most = 4503599627370496
+		end
+		owed = math.min(math.min(ahead, ceildiv(most, r)) * r, most)
 	end
 end
--- debt: how far the TAT is ahead of now.
+-- debt: how far the TAT is ahead of now; beyond the tolerance, a
+-- reservation's debt.
 local debt = tolerance - refill(tolerance - owed, tolerance, now - T, r)
 if refund then
 	allowed = true
@@ -36,7 +45,7 @@ if refund then
 	end
 elseif cost > burst then
 	retry, forget = NEVER, true
-elseif debt + cost * u - tolerance > 0 then
+elseif cost > 0 and debt + cost * u - tolerance > maxdebt then
 	retry, forget = ceildiv(debt + cost * u - tolerance, r), true
 else
 	debt = debt + cost * u
@@ -45,10 +54,15 @@ else
 		forget = true
 	else
 		dirty = not peek
+		delay = ceildiv(debt - tolerance, r)
 	end
 end
-limit, remaining, reset = burst, idiv(tolerance - debt, u), ceildiv(debt, r)
+limit, remaining, reset = burst, idiv(math.max(tolerance - debt, 0), u), ceildiv(debt, r)
 if dirty then
 	local whole = idiv(debt, r)
-	T, A, B, C, E = now, now + whole, debt - whole * r, r, now + reset
+	local c = r
+	if debt > tolerance then
+		c = -r
+	end
+	T, A, B, C, E = now, now + whole, debt - whole * r, c, now + reset
 end

@@ -155,6 +155,17 @@ type Request struct {
 	// [MaxUnits] units (see [Limit.Units]), which for any practical limit
 	// is far beyond a deadline.
 	MaxWait time.Duration
+	// MaxQueue, when positive, bounds a reservation's queue as MaxWait
+	// bounds its wait: the reservation is admitted only if, after it, the
+	// key owes at most MaxQueue units of cost (tokens). A reservation's
+	// debt is its queue: a key in debt by d tokens has d reservations of
+	// cost 1 still waiting, this one included, so with costs of 1 at most
+	// MaxQueue callers wait per key, across every process sharing the
+	// store. Counted in cost rather than time, the bound holds whatever
+	// the limit each request carries. Zero means no bound but MaxWait; it
+	// must be zero for every operation but [OpReserve], and at most
+	// [MaxUnits]. [Limiter.WithQueue] and [Stack.WithQueue] set it.
+	MaxQueue int64
 	// Lease names a lease of the concurrency algorithm
 	// (algorithms.Concurrency), 1 to [MaxUnits]: a charge acquires Cost
 	// slots under it, or renews them if the key holds it already; a
@@ -186,6 +197,10 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: a reservation needs a positive MaxWait, not %v", ErrInvalidRequest, r.MaxWait)
 	case r.Op != OpReserve && r.MaxWait != 0:
 		return fmt.Errorf("%w: MaxWait belongs to reservations, not to a %v", ErrInvalidRequest, r.Op)
+	case r.MaxQueue < 0 || r.MaxQueue > MaxUnits:
+		return fmt.Errorf("%w: MaxQueue %d is outside 0 to 2^52", ErrInvalidRequest, r.MaxQueue)
+	case r.Op != OpReserve && r.MaxQueue != 0:
+		return fmt.Errorf("%w: MaxQueue belongs to reservations, not to a %v", ErrInvalidRequest, r.Op)
 	}
 	if err := r.Limit.Validate(); err != nil {
 		return err
@@ -211,6 +226,11 @@ func (r *Request) Step(now int64) Step {
 		st.Debt = MaxUnits - r.Limit.burst*r.Limit.unit
 		if w, per := r.MaxWait.Microseconds(), r.Limit.refill; w < st.Debt/per {
 			st.Debt = w * per
+		}
+		// A queue of q tokens is a debt of q tokens' units under this
+		// request's limit.
+		if q, unit := r.MaxQueue, r.Limit.unit; q > 0 && q < st.Debt/unit {
+			st.Debt = q * unit
 		}
 	}
 	return st
@@ -266,9 +286,10 @@ type Step struct {
 	// which reaches an algorithm as a charge with a Debt.
 	Op Op
 	// Debt is how far, in units (see [Limit.Units]), an admission may take
-	// the key below empty: MaxWait × units per µs for a reservation, at
-	// most [MaxUnits] less the limit's capacity in units; zero for every
-	// other request.
+	// the key below empty: for a reservation, MaxWait × units per µs, at
+	// most MaxQueue × units per token when MaxQueue is set, and at most
+	// [MaxUnits] less the limit's capacity in units; zero for every other
+	// request.
 	Debt int64
 	// Lease is the request's lease ([Request.Lease]); 0 if none.
 	Lease int64
@@ -360,9 +381,11 @@ type Algorithm interface {
 
 // Reserver is implemented by algorithms that can reserve: admit a request
 // now that may act only later, by letting a key go into debt (see
-// [Request.MaxWait] and [Step.Debt]). The bucket algorithms reserve; the
-// window algorithms, whose capacity returns all at once at a boundary,
-// do not.
+// [Request.MaxWait] and [Step.Debt]). The bucket algorithms, the token
+// bucket and GCRA, reserve (and so can queue, see [Request.MaxQueue]);
+// the window algorithms, whose capacity returns all at once at a
+// boundary, and the concurrency algorithm, whose slots are held rather
+// than spent, do not.
 type Reserver interface {
 	Algorithm
 	// Reserves reports whether the algorithm honours [Step.Debt]; an

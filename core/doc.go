@@ -10,6 +10,14 @@
 // takes a concurrency slot that [Lease.Release] gives back, and
 // [Limiter.Reset] forgets a key.
 //
+// Reservations need an algorithm that can hold debt ([Reserver]): the
+// token bucket and GCRA. A reservation's debt is its place in line, so
+// [Limiter.WithQueue] bounds how many wait per key, across every process
+// sharing the store: with a burst of 1 it shapes traffic, requests
+// leaving one at a time at the limit's rate, as nginx's limit_req does
+// (docs/shaping.md). A waiter that gives up is refunded, within
+// [CleanupTimeout].
+//
 // A [Stack] applies several named rules to one request, all or nothing:
 // a per-user, a per-tenant and a global limit, or a burst limit and a
 // daily quota. It has the same verbs (Allow, Peek, Reserve, Wait,

@@ -2,9 +2,11 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"time"
 )
 
 // Leaser is implemented by algorithms that hold leases ([Request.Lease]):
@@ -55,19 +57,42 @@ func (l *Lease) ID() int64 {
 
 // Release gives the lease's slots back, in one store call. Calls after
 // the first succeeding one, and on a lease that was not acquired, do
-// nothing. It is made even if ctx is done (with ctx's values, without its
-// cancellation).
+// nothing. It is made even if ctx is done, with ctx's values but not its
+// cancellation, and bounded by [CleanupTimeout]; if it fails, Release
+// returns an error wrapping [ErrCleanup] and the store's error, and a
+// later Release tries again (releasing a lease twice is harmless: the
+// second finds nothing held under its identifier). Slots that are never
+// released expire with the lease.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.Allowed || l.released || len(l.held) == 0 {
 		return nil
 	}
-	if _, err := apply(context.WithoutCancel(ctx), l.store, l.requests(OpRefund)); err != nil {
-		return fmt.Errorf("sluice: release lease: %w", err)
+	if err := release(ctx, l.store, l.requests(OpRefund), "release lease"); err != nil {
+		return err
 	}
 	l.released = true
 	return nil
+}
+
+// ended reports whether ctx has ended: done, or past its deadline, which
+// a client may report (rueidis does) before the context's own timer has
+// fired.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// release refunds the lease requests reqs on store, as a cleanup.
+func release(ctx context.Context, store Store, reqs []Request, what string) error {
+	return cleanup(ctx, what, func(ctx context.Context) error {
+		_, err := apply(ctx, store, reqs)
+		return err
+	})
 }
 
 // Renew extends the lease by the limit's Period from now, for work that
@@ -92,10 +117,28 @@ func (l *Lease) requests(op Op) []Request {
 }
 
 // acquire charges reqs on store, all or none, and returns the lease of
-// those that hold leases.
+// those that hold leases. If ctx ends before the store answers, the store
+// may have acquired the slots all the same (a call already sent is
+// applied); they are released at once, as a cleanup, since releasing a
+// lease the key does not hold changes nothing.
 func acquire(ctx context.Context, store Store, reqs []Request) (*Lease, error) {
 	v, err := apply(ctx, store, reqs)
 	if err != nil {
+		if !ended(ctx) {
+			return nil, err
+		}
+		var held []Request
+		for _, r := range reqs {
+			if r.Lease != 0 {
+				r.Op = OpRefund
+				held = append(held, r)
+			}
+		}
+		if len(held) > 0 {
+			if rerr := release(ctx, store, held, "release lease of a cancelled acquisition"); rerr != nil {
+				return nil, errors.Join(err, rerr)
+			}
+		}
 		return nil, err
 	}
 	ls := &Lease{Verdict: v, store: store}

@@ -17,6 +17,7 @@ type Limiter struct {
 	store Store
 	alg   Algorithm
 	limit Limit
+	queue int64 // each key's queue bound for reservations; 0: none (WithQueue)
 }
 
 // NewLimiter returns a limiter that decides with alg under limit, keeping

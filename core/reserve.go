@@ -17,7 +17,42 @@ var (
 	// ErrWaitTooLong reports a wait that could not end before the
 	// context's deadline. Nothing was charged.
 	ErrWaitTooLong = errors.New("sluice: wait would outlast the context's deadline")
+	// ErrQueueFull reports a wait refused because the key's queue was
+	// full (see [Limiter.WithQueue]): it could have ended before the
+	// context's deadline, but as many as the queue holds were waiting
+	// already. Nothing was charged.
+	ErrQueueFull = errors.New("sluice: queue full")
+	// ErrCleanup reports a refund or a release that sluice made on a
+	// caller's behalf and could not confirm within [CleanupTimeout]: the
+	// capacity may still be charged, until the key's state recovers or
+	// the lease expires. A refund that timed out may nonetheless have
+	// been applied (a store never replays a call that timed out), so
+	// sluice does not try it again; it reports it, joined with the
+	// error that made the caller give up.
+	ErrCleanup = errors.New("sluice: refund or release not confirmed")
 )
+
+// CleanupTimeout bounds each refund or release sluice makes on a
+// caller's behalf: [Reservation.Cancel], the refund of a [Limiter.Wait]
+// or [Stack.Wait] whose context ended, [Lease.Release], and the release
+// of a lease whose acquisition was cut short. Such a call runs with the
+// caller's context values but not its cancellation, since it is made
+// because the caller gave up, and ends at this deadline: no call of
+// sluice outlives its context by more than CleanupTimeout, even when the
+// store hangs. A store that answers at all answers far sooner.
+const CleanupTimeout = 500 * time.Millisecond
+
+// cleanup makes the store call f on the caller's behalf, with ctx's
+// values, without its cancellation, within CleanupTimeout; a failure
+// wraps [ErrCleanup].
+func cleanup(ctx context.Context, what string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrCleanup, what, err)
+	}
+	return nil
+}
 
 // Reservation is capacity charged ahead of its use by [Limiter.Reserve]
 // or [Stack.ReserveN]: the caller may act once [Reservation.Delay] has
@@ -40,18 +75,28 @@ func (r *Reservation) OK() bool { return r.Allowed }
 
 // Cancel gives the reserved capacity back, to every rule, for a caller
 // that gave up or whose work failed before it started; calls after the
-// first, and on a reservation that was not OK, do nothing. Cancelling
-// after acting returns capacity that was used: the limit is then exceeded
-// by the reservation's cost. The refund is one store call; it is made even
-// if ctx is already done (with ctx's values, without its cancellation).
+// first that succeeded, and on a reservation that was not OK, do
+// nothing. In a queue ([Limiter.WithQueue]) the freed place goes to the
+// next reservation made. Cancelling after acting returns capacity that
+// was used: the limit is then exceeded by the reservation's cost.
+//
+// The refund is one store call, made with ctx's values but not its
+// cancellation (it is made even if ctx is done) and bounded by
+// [CleanupTimeout]. If it fails, Cancel returns an error wrapping
+// [ErrCleanup] and the store's error; a later Cancel tries again, which
+// after a timeout may give the capacity back twice.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.Allowed || r.cancelled {
 		return nil
 	}
-	if _, err := apply(context.WithoutCancel(ctx), r.store, r.refunds); err != nil {
-		return fmt.Errorf("sluice: cancel reservation: %w", err) // nothing was given back: a retry may
+	err := cleanup(ctx, "cancel reservation", func(ctx context.Context) error {
+		_, err := apply(ctx, r.store, r.refunds)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	r.cancelled = true
 	return nil
@@ -69,7 +114,7 @@ func reserve(ctx context.Context, store Store, reqs []Request) (*Reservation, er
 // asRefunds turns reqs into the refunds that undo them, in place.
 func asRefunds(reqs []Request) []Request {
 	for i := range reqs {
-		reqs[i].Op, reqs[i].MaxWait = OpRefund, 0
+		reqs[i].Op, reqs[i].MaxWait, reqs[i].MaxQueue = OpRefund, 0, 0
 	}
 	return reqs
 }
@@ -82,15 +127,17 @@ func (l *Limiter) Reserve(ctx context.Context, key string, maxWait time.Duration
 // ReserveN charges cost n to key now if the limit admits it within maxWait,
 // letting the key go into debt, and returns the reservation: the caller
 // must wait its Delay before acting. A reservation that would need longer
-// is not made (OK is false) and charges nothing. This is one atomic store
-// call, in Redis as in memory, so reservations from a whole fleet queue up
-// in one order. The limiter's algorithm must reserve ([Reserver], such as
-// the token bucket); otherwise ReserveN fails with [ErrUnsupported].
+// is not made (OK is false) and charges nothing; so is one that would
+// find the key's queue full, for a limiter made by [Limiter.WithQueue].
+// This is one atomic store call, in Redis as in memory, so reservations
+// from a whole fleet queue up in one order. The limiter's algorithm must
+// reserve ([Reserver], such as the token bucket and GCRA); otherwise
+// ReserveN fails with [ErrUnsupported].
 func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
 	if maxWait <= 0 {
 		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
 	}
-	return reserve(ctx, l.store, []Request{{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Op: OpReserve, MaxWait: maxWait}})
+	return reserve(ctx, l.store, []Request{{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Op: OpReserve, MaxWait: maxWait, MaxQueue: l.queue}})
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -102,10 +149,14 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // decision. It makes one store call: a reservation (see [Limiter.ReserveN])
 // for as long as ctx allows, then sleeps the reservation's delay. It fails
 // at once, charging nothing, with [ErrUnsatisfiable] when n exceeds the
-// limit's capacity and with [ErrWaitTooLong] when the delay would outlast
-// ctx's deadline; and it fails with ctx's error, giving the capacity back,
-// when ctx is done while it sleeps. Without a deadline it waits as long as
-// the key's debt needs.
+// limit's capacity, with [ErrWaitTooLong] when the delay would outlast
+// ctx's deadline, and with [ErrQueueFull] when the key's queue is full
+// ([Limiter.WithQueue]); the returned decision then says when the same
+// cost would pass at once (RetryAfter). When ctx is done while it sleeps,
+// it gives the capacity back (see [Reservation.Cancel]) and fails with
+// ctx's error, joined with an error wrapping [ErrCleanup] if the refund
+// could not be confirmed within [CleanupTimeout]. Without a deadline it
+// waits as long as the key's debt needs.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
 	if l.limit.inf {
 		if err := ctx.Err(); err != nil {
@@ -113,15 +164,55 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		}
 		return Unlimited(), nil
 	}
-	v, err := wait(ctx, n, func(maxWait time.Duration) (*Reservation, error) {
+	v, err := wait(ctx, n, l.queue > 0, func(maxWait time.Duration) (*Reservation, error) {
 		return l.ReserveN(ctx, key, n, maxWait)
 	})
 	return v.Decision, err
 }
 
+// WithQueue returns a limiter like l whose reservations (Reserve,
+// ReserveN, Wait, WaitN) each key queues at most n units of cost for: a
+// reservation is admitted only if, after it, the key owes at most n
+// tokens, which with costs of 1 is at most n callers waiting, this one
+// included (see [Request.MaxQueue]). The n+1-th is refused at once, its
+// Wait failing with [ErrQueueFull]; a waiter that gives up is refunded,
+// and its place goes to the next caller. The queue is the key's debt in
+// the store, so the bound holds across every process sharing it. Use it
+// with a burst of 1 to shape traffic: requests leave one at a time, at
+// the limit's rate, as from a leaky bucket (docs/shaping.md).
+//
+// It fails with an error wrapping [ErrInvalidRequest] if n is not 1 to
+// [MaxUnits], and with [ErrUnsupported] if the limiter's algorithm cannot
+// reserve.
+func (l *Limiter) WithQueue(n int64) (*Limiter, error) {
+	if err := checkQueue(n); err != nil {
+		return nil, err
+	}
+	if !l.limit.inf && !Reserves(l.alg) {
+		return nil, fmt.Errorf("%w: algorithm %q cannot reserve, so it cannot queue", ErrUnsupported, l.alg.Name())
+	}
+	q := *l
+	q.queue = n
+	return &q, nil
+}
+
+// Queue returns the limiter's queue bound ([Limiter.WithQueue]); 0 if it
+// has none.
+func (l *Limiter) Queue() int64 { return l.queue }
+
+// checkQueue reports a queue bound WithQueue cannot use.
+func checkQueue(n int64) error {
+	if n <= 0 || n > MaxUnits {
+		return fmt.Errorf("%w: a queue of %d; want 1 to 2^52", ErrInvalidRequest, n)
+	}
+	return nil
+}
+
 // wait reserves cost n for as long as ctx allows, through reserve, and
-// sleeps the reservation's delay, cancelling it if ctx ends first.
-func wait(ctx context.Context, n int64, reserve func(maxWait time.Duration) (*Reservation, error)) (Verdict, error) {
+// sleeps the reservation's delay, cancelling it if ctx ends first. queued
+// says whether the reservation is bounded by a queue, so that a denial
+// within the deadline is told apart as [ErrQueueFull].
+func wait(ctx context.Context, n int64, queued bool, reserve func(maxWait time.Duration) (*Reservation, error)) (Verdict, error) {
 	if err := ctx.Err(); err != nil {
 		return Verdict{}, err
 	}
@@ -137,6 +228,10 @@ func wait(ctx context.Context, n int64, reserve func(maxWait time.Duration) (*Re
 		return Verdict{}, err
 	case r.Unsatisfiable():
 		return r.Verdict, fmt.Errorf("%w: cost %d, limit %d", ErrUnsatisfiable, n, r.Limit)
+	case !r.Allowed && queued && r.RetryAfter <= maxWait.Truncate(time.Microsecond):
+		// Within the deadline (a store bounds the debt by MaxWait in
+		// whole µs): the queue refused it.
+		return r.Verdict, fmt.Errorf("%w: cost %d would pass in %v", ErrQueueFull, n, r.RetryAfter)
 	case !r.Allowed:
 		return r.Verdict, fmt.Errorf("%w: cost %d needs %v more", ErrWaitTooLong, n, r.RetryAfter)
 	case r.Delay == 0:

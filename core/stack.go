@@ -33,6 +33,7 @@ type Stack struct {
 	rules  []Rule
 	algs   []Algorithm // each rule's algorithm, named after the rule
 	leases bool        // a rule holds concurrency leases
+	queue  int64       // each rule's queue bound for reservations; 0: none (WithQueue)
 }
 
 // NewStack returns a stack of rules over store. It fails with
@@ -164,10 +165,34 @@ func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait ti
 		return nil, err
 	}
 	for i := range reqs {
-		reqs[i].MaxWait = maxWait
+		reqs[i].MaxWait, reqs[i].MaxQueue = maxWait, s.queue
 	}
 	return reserve(ctx, s.store, reqs)
 }
+
+// WithQueue returns a stack like s whose reservations (ReserveN, Wait,
+// WaitN) queue at most n units of cost on each rule's key: a reservation
+// is admitted only if, after it, every rule's key owes at most n tokens
+// (see [Limiter.WithQueue] and [Request.MaxQueue]). It fails with an
+// error wrapping [ErrInvalidRequest] if n is not 1 to [MaxUnits], and
+// with [ErrUnsupported] naming a rule whose algorithm cannot reserve.
+func (s *Stack) WithQueue(n int64) (*Stack, error) {
+	if err := checkQueue(n); err != nil {
+		return nil, err
+	}
+	for _, r := range s.rules {
+		if !r.Limit.inf && !Reserves(r.Algorithm) {
+			return nil, fmt.Errorf("rule %q: %w: algorithm %q cannot reserve, so it cannot queue", r.Name, ErrUnsupported, r.Algorithm.Name())
+		}
+	}
+	q := *s
+	q.queue = n
+	return &q, nil
+}
+
+// Queue returns the stack's queue bound ([Stack.WithQueue]); 0 if it has
+// none.
+func (s *Stack) Queue() int64 { return s.queue }
 
 // Wait is shorthand for WaitN(ctx, keys, 1).
 func (s *Stack) Wait(ctx context.Context, keys ...string) (Verdict, error) {
@@ -177,10 +202,11 @@ func (s *Stack) Wait(ctx context.Context, keys ...string) (Verdict, error) {
 // WaitN blocks until cost n may be spent under every rule, then returns
 // the verdict. It makes one store call, a reservation of every rule (see
 // [Stack.ReserveN]) for as long as ctx allows, then sleeps the longest
-// delay; it fails as [Limiter.WaitN] does, and gives every rule its
-// capacity back when ctx ends while it sleeps.
+// delay; it fails as [Limiter.WaitN] does (with [ErrQueueFull] when a
+// rule's queue is full, see [Stack.WithQueue]), and gives every rule its
+// capacity back, within [CleanupTimeout], when ctx ends while it sleeps.
 func (s *Stack) WaitN(ctx context.Context, keys []string, n int64) (Verdict, error) {
-	return wait(ctx, n, func(maxWait time.Duration) (*Reservation, error) {
+	return wait(ctx, n, s.queue > 0, func(maxWait time.Duration) (*Reservation, error) {
 		return s.ReserveN(ctx, keys, n, maxWait)
 	})
 }

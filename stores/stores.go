@@ -49,6 +49,13 @@ func ValidateAll(reqs []core.Request, out []core.Decision) error {
 // Each refund is made at once, in the same call, so the window is a few
 // store round trips.
 //
+// Refunds, asked for or undoing a batch, are made with ctx's values but
+// not its cancellation, since a refund is often made because the caller
+// gave up, and all of a call's refunds within [core.CleanupTimeout], so
+// that a store that hangs cannot hold the call longer. An undo that
+// fails is reported wrapping [core.ErrCleanup]: the charges it was to
+// give back may still be held, until the keys' state recovers.
+//
 // Two undoings are inexact. Under a window algorithm a charge refunded
 // moves the key's last-charged window to the refund's, so a later refund
 // of an earlier charge may give back nothing. And a batch that renews a
@@ -67,9 +74,11 @@ func ApplyInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []c
 		}
 		return nil
 	case core.OpRefund:
+		ctx, cancel := cleanupContext(ctx)
+		defer cancel()
 		var errs []error
 		for i := range reqs {
-			d, err := s.Apply(context.WithoutCancel(ctx), reqs[i])
+			d, err := s.Apply(ctx, reqs[i])
 			if err != nil {
 				errs = append(errs, fmt.Errorf("refund of request %d: %w", i, err))
 			}
@@ -78,15 +87,23 @@ func ApplyInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []c
 		return errors.Join(errs...)
 	}
 	refund := func(n int) error {
+		if n == 0 {
+			return nil
+		}
+		ctx, cancel := cleanupContext(ctx)
+		defer cancel()
 		var errs []error
 		for j := n - 1; j >= 0; j-- {
 			r := reqs[j]
-			r.Op, r.MaxWait = core.OpRefund, 0
-			if _, err := s.Apply(context.WithoutCancel(ctx), r); err != nil {
+			r.Op, r.MaxWait, r.MaxQueue = core.OpRefund, 0, 0
+			if _, err := s.Apply(ctx, r); err != nil {
 				errs = append(errs, fmt.Errorf("refund of request %d: %w", j, err))
 			}
 		}
-		return errors.Join(errs...)
+		if len(errs) > 0 {
+			return fmt.Errorf("%w: undoing a batch decided in turn: %w", core.ErrCleanup, errors.Join(errs...))
+		}
+		return nil
 	}
 	for i := range reqs {
 		d, err := s.Apply(ctx, reqs[i])
@@ -106,7 +123,7 @@ func ApplyInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []c
 		}
 		for j := i + 1; j < len(reqs); j++ {
 			r := reqs[j]
-			r.Op, r.MaxWait = core.OpPeek, 0
+			r.Op, r.MaxWait, r.MaxQueue = core.OpPeek, 0, 0
 			if out[j], err = s.Apply(ctx, r); err != nil {
 				return fmt.Errorf("request %d: %w", j, err)
 			}
@@ -114,6 +131,13 @@ func ApplyInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []c
 		return nil
 	}
 	return nil
+}
+
+// cleanupContext returns the context of the refunds ApplyInTurn makes:
+// ctx's values, without its cancellation, ending after
+// [core.CleanupTimeout].
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), core.CleanupTimeout)
 }
 
 // Func adapts a function to a [core.Store], as [net/http.HandlerFunc] does

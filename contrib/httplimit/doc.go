@@ -42,6 +42,18 @@
 // (the panic goes on). The rule's Period is the slots' time to live, and
 // must be longer than the slowest handler.
 //
+// # Shaping
+//
+// With [WithQueue] or [WithMaxDelay] the middleware shapes traffic, as
+// nginx's limit_req does, rather than only limiting it: a request the
+// stack cannot admit at once is reserved ([core.Stack.ReserveN]; the
+// token bucket and GCRA reserve) and waits its turn, honouring the
+// request's context, then is served; one that finds the line full (or
+// would wait longer than the delay) is answered 429 at once, its
+// Retry-After the time until a place in the line frees. A client that
+// goes away while it waits is refunded, and its place goes to the next
+// arrival. docs/shaping.md maps every limit_req setting.
+//
 // # Outcomes
 //
 //   - Allowed: the request is served, with rate-limit headers
@@ -49,8 +61,9 @@
 //     item for every rule, and RateLimit, the binding rule's numbers).
 //   - Denied: 429 Too Many Requests, with the headers, Retry-After in
 //     whole seconds (the binding rule's wait: never earlier than the
-//     RateLimit field's t; optional jitter only adds, see
-//     [WithRetryJitter]) and an RFC 9457 application/problem+json body
+//     RateLimit field's t, but for a shaping middleware, whose refused
+//     request may retry as soon as a place in the line frees; optional
+//     jitter only adds, see [WithRetryJitter]) and an RFC 9457 application/problem+json body
 //     whose violated-policies lists every rule that denied ([WriteDenied],
 //     [WithDeniedHandler]).
 //   - The store failed, or the stack's failure policy answered

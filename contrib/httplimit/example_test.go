@@ -81,3 +81,48 @@ func Example() {
 	//   Content-Type: application/problem+json
 	// global left after one more: 997
 }
+
+// A server that shapes its traffic as nginx's limit_req rate=10r/s
+// burst=2 does: requests leave one at a time, 100 ms apart, at most 2
+// waiting their turn; the one that finds the line full is refused at
+// once, told to come back when a place frees. The store's clock is stuck,
+// so that the requests, sent one after another, find the line as the
+// ones before them left it: the second waits 100 ms, the third 200 ms.
+func ExampleWithQueue() {
+	stuck := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	store, err := memstore.New(memstore.Config{Now: func() time.Time { return stuck }})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	stack, err := core.NewStack(store,
+		core.Rule{Name: "api", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10).WithBurst(1)})
+	if err != nil {
+		panic(err)
+	}
+	shape, err := httplimit.New(stack, httplimit.WithQueue(2), httplimit.WithKey("api", httplimit.GlobalKey))
+	if err != nil {
+		panic(err)
+	}
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello\n") })
+	srv := httptest.NewServer(shape.Handler(hello))
+	defer srv.Close()
+
+	for range 4 {
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status)
+		if v := resp.Header.Get("Retry-After"); v != "" {
+			fmt.Println("  Retry-After:", v)
+		}
+	}
+	// Output:
+	// 200 OK
+	// 200 OK
+	// 200 OK
+	// 429 Too Many Requests
+	//   Retry-After: 1
+}

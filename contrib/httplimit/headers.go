@@ -119,7 +119,8 @@ func waitOf(d core.Decision) time.Duration {
 
 // resetSeconds returns waitOf(d) in whole seconds, rounded up so that a
 // client never comes back early, and clamped to a structured field
-// Integer. A 429's Retry-After is never less.
+// Integer. A 429's Retry-After is never less, but a shaping
+// middleware's, which says when a place in the line frees (untilPlace).
 func resetSeconds(d core.Decision) int64 { return sfInt(ceilSeconds(waitOf(d))) }
 
 // jitter returns a random delay from 0 to max inclusive.

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -43,17 +44,21 @@ type Denial struct {
 	Cost int64
 	// RetryAfter is the delay sent in the Retry-After header: the binding
 	// decision's RetryAfter rounded up to whole seconds, plus any jitter.
-	// It is zero when the request can never be admitted
-	// ([core.Decision.Unsatisfiable]); no Retry-After is sent then.
+	// For a middleware that shapes ([WithQueue], [WithMaxDelay]) it is
+	// instead the time until the request would be taken into the line,
+	// rounded up, at least 1 s. It is zero when the request can never be
+	// admitted ([core.Decision.Unsatisfiable]); no Retry-After is sent
+	// then.
 	RetryAfter time.Duration
 }
 
 // rule is one rule of the middleware's stack.
 type rule struct {
 	name   string
-	quoted string  // name as a structured field String
-	item   string  // the RateLimit-Policy item; "" for an Inf limit
-	key    KeyFunc // nil: the default key function
+	quoted string     // name as a structured field String
+	item   string     // the RateLimit-Policy item; "" for an Inf limit
+	key    KeyFunc    // nil: the default key function
+	limit  core.Limit // the rule's limit, for the wait of a full line
 }
 
 // Middleware limits the requests an [http.Handler] serves with a
@@ -63,6 +68,7 @@ type Middleware struct {
 	stack   *core.Stack
 	rules   []rule
 	leases  bool   // a rule holds concurrency leases
+	shaping bool   // WithQueue or WithMaxDelay: requests wait their turn
 	policyH string // RateLimit-Policy: every rule's item
 	settings
 }
@@ -101,6 +107,21 @@ func New(stack *core.Stack, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: IPv4 prefix length %d is outside 1 to 32", ErrInvalidOption, c.v4)
 	case c.v6set && (c.v6 < 1 || c.v6 > 128):
 		return nil, fmt.Errorf("%w: IPv6 prefix length %d is outside 1 to 128", ErrInvalidOption, c.v6)
+	case c.delaySet && c.maxDelay <= 0:
+		return nil, fmt.Errorf("%w: WithMaxDelay(%v): want a positive delay", ErrInvalidOption, c.maxDelay)
+	}
+	if c.queueSet {
+		q, err := stack.WithQueue(c.queue)
+		if err != nil {
+			return nil, fmt.Errorf("%w: WithQueue(%d): %w", ErrInvalidOption, c.queue, err)
+		}
+		m.stack = q
+	}
+	if c.queueSet || c.delaySet {
+		m.shaping = true
+		if !c.delaySet {
+			m.maxDelay = math.MaxInt64 // as long as the queue needs
+		}
 	}
 	c.ip.IPv4Prefix, c.ip.IPv6Prefix = c.v4, c.v6
 	ip, err := NewClientIP(c.ip)
@@ -127,12 +148,22 @@ func New(stack *core.Stack, opts ...Option) (*Middleware, error) {
 		if err := validName(r.Name); err != nil {
 			return nil, err
 		}
-		p := rule{name: r.Name, quoted: strconv.Quote(r.Name)}
+		p := rule{name: r.Name, quoted: strconv.Quote(r.Name), limit: r.Limit}
 		if p.item = policyItem(p.quoted, r.Algorithm, r.Limit); p.item != "" {
 			items = append(items, p.item)
 		}
 		m.rules = append(m.rules, p)
 		m.leases = m.leases || core.Leases(r.Algorithm)
+	}
+	if m.shaping && m.leases {
+		return nil, fmt.Errorf("%w: WithQueue and WithMaxDelay need rules that reserve; the stack has a concurrency rule", ErrInvalidOption)
+	}
+	if m.shaping {
+		for _, r := range stack.Rules() {
+			if !r.Limit.IsInf() && !core.Reserves(r.Algorithm) {
+				return nil, fmt.Errorf("%w: WithMaxDelay: rule %q: %w: algorithm %q cannot reserve", ErrInvalidOption, r.Name, core.ErrUnsupported, r.Algorithm.Name())
+			}
+		}
 	}
 	m.policyH = strings.Join(items, ", ")
 	for _, k := range c.keys {
@@ -242,11 +273,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		v     core.Verdict
 		lease *core.Lease
 	)
-	if m.leases {
+	switch {
+	case m.shaping:
+		var served bool
+		if v, served, err = m.wait(ctx, keys, cost); err == nil && !served {
+			return // the client went away while it waited
+		}
+	case m.leases:
 		if lease, err = m.stack.AcquireN(ctx, keys, cost); err == nil {
 			v = lease.Verdict
 		}
-	} else {
+	default:
 		v, err = m.stack.AllowN(ctx, keys, cost)
 	}
 	if err != nil {
@@ -280,21 +317,92 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 	}
 	if !v.Unsatisfiable() {
-		secs := ceilSeconds(v.RetryAfter)
-		if m.jitter > 0 {
-			secs = ceilSeconds(v.RetryAfter + min(jitter(m.jitter), math.MaxInt64-v.RetryAfter))
-		}
+		wait := v.RetryAfter
 		// Never earlier than the RateLimit field's t, and never "retry
 		// now": a denial's wait is positive.
 		floor := resetSeconds(v.Decision)
 		if shown >= 0 {
 			floor = max(floor, resetSeconds(v.Rules[shown]))
 		}
+		if m.shaping {
+			// The line was full: a retry is served once it finds a place
+			// in it, which comes sooner than the instant t describes, when
+			// the request would pass without waiting.
+			wait, floor = m.untilPlace(v), 0
+		}
+		secs := ceilSeconds(wait)
+		if m.jitter > 0 {
+			secs = ceilSeconds(wait + min(jitter(m.jitter), math.MaxInt64-wait))
+		}
 		secs = min(max(secs, floor, 1), int64(math.MaxInt64/time.Second))
 		dn.RetryAfter = time.Duration(secs) * time.Second
 		h[hRetryAfter] = []string{strconv.FormatInt(secs, 10)}
 	}
 	m.denied(w, r, dn)
+}
+
+// wait reserves cost on every rule's key within the middleware's bounds
+// and sleeps the reservation's delay. It returns the verdict to answer
+// with, served false if ctx ended while it slept: the reservation was then
+// cancelled and nothing is to be answered. A refund that could not be
+// confirmed goes to the error handler, for the record: its client is gone.
+func (m *Middleware) wait(ctx context.Context, keys []string, cost int64) (core.Verdict, bool, error) {
+	r, err := m.stack.ReserveN(ctx, keys, cost, m.maxDelay)
+	if err != nil || !r.Allowed || r.Delay == 0 {
+		if err != nil {
+			return core.Verdict{}, false, err
+		}
+		return r.Verdict, true, nil
+	}
+	t := time.NewTimer(r.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return r.Verdict, true, nil
+	case <-ctx.Done():
+		if err := r.Cancel(ctx); err != nil {
+			return core.Verdict{}, false, errors.Join(ctx.Err(), err)
+		}
+		return core.Verdict{}, false, nil
+	}
+}
+
+// untilPlace returns, for a request a shaping middleware denied, how long
+// until the same request would be taken into the line: until every rule
+// that denied it would owe no more than the line holds. A rule's decision
+// says when the request would pass at once (RetryAfter); it is taken into
+// the line that long before, less the line's length in time: the
+// queue's tokens at the rule's rate, or the longest delay
+// ([WithMaxDelay]), whichever is shorter. The line's length is rounded
+// down, so that the wait is never short.
+func (m *Middleware) untilPlace(v core.Verdict) time.Duration {
+	var wait time.Duration
+	for i, d := range v.Rules {
+		if d.Allowed || m.rules[i].limit.IsInf() {
+			continue
+		}
+		line := m.maxDelay.Truncate(time.Microsecond) // the store bounds a debt by whole µs
+		if q := m.stack.Queue(); q > 0 {
+			line = min(line, queueTime(q, m.rules[i].limit))
+		}
+		wait = max(wait, d.RetryAfter-line)
+	}
+	return wait
+}
+
+// queueTime returns how long it takes q tokens to accrue under l, rounded
+// down to a whole microsecond: q × Period / Rate, in 128 bits since q and
+// the period may each be near 2^52.
+func queueTime(q int64, l core.Limit) time.Duration {
+	hi, lo := bits.Mul64(uint64(q), uint64(l.PeriodMicros()))
+	if hi >= uint64(l.Rate()) {
+		return math.MaxInt64
+	}
+	µs, _ := bits.Div64(hi, lo, uint64(l.Rate()))
+	if µs > math.MaxInt64/uint64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(µs) * time.Microsecond
 }
 
 // failedClosed returns the index of a rule the stack's failure policy

@@ -24,25 +24,28 @@ type ruleKey struct {
 }
 
 type config struct {
-	keys   []ruleKey // WithKey, in the order given
-	ip     IPConfig
-	v4, v6 int  // WithIPv4Prefix, WithIPv6Prefix
-	v4set  bool // so that an explicit 0 is reported, not taken as the default
-	v6set  bool
+	keys               []ruleKey // WithKey, in the order given
+	ip                 IPConfig
+	v4, v6             int  // WithIPv4Prefix, WithIPv6Prefix
+	v4set              bool // so that an explicit 0 is reported, not taken as the default
+	v6set              bool
+	queueSet, delaySet bool // WithQueue, WithMaxDelay given
 	settings
 }
 
 // settings are the options a [Middleware] keeps as they were given (or
 // defaulted by [New]).
 type settings struct {
-	key     KeyFunc // the default key function
-	cost    CostFunc
-	headers Headers
-	jitter  time.Duration
-	denied  DeniedFunc
-	onError ErrorFunc
-	noKey   ErrorFunc
-	now     func() time.Time
+	key      KeyFunc // the default key function
+	cost     CostFunc
+	headers  Headers
+	jitter   time.Duration
+	denied   DeniedFunc
+	onError  ErrorFunc
+	noKey    ErrorFunc
+	now      func() time.Time
+	queue    int64         // WithQueue; 0: none
+	maxDelay time.Duration // WithMaxDelay; 0: none
 }
 
 // WithKey sets how a request's key is found for the stack's rule named
@@ -171,4 +174,31 @@ func WithNoKeyHandler(f ErrorFunc) Option {
 // stores decide the time.
 func WithNow(now func() time.Time) Option {
 	return optionFunc(func(c *config) { c.now = now })
+}
+
+// WithQueue makes the middleware shape traffic rather than only limit it:
+// a request the stack cannot admit at once waits in line for its turn,
+// and is served when it comes, if at most n requests' costs wait on each
+// rule's key (see [core.Stack.WithQueue]); the request beyond is denied
+// at once with 429 and a Retry-After of the whole seconds until a place
+// in the line frees, at least 1 (see [Denial].RetryAfter). The line is
+// the keys' debt in the store, so n holds across every instance sharing
+// it. A waiting request whose client goes away gives its place back, and
+// nothing is written for it. Combined with
+// [WithMaxDelay], a request waits only if both bounds allow it. It is
+// nginx's limit_req burst (docs/shaping.md). [New] fails for n < 1, and
+// for a stack whose rules cannot reserve (the window algorithms,
+// concurrency). The default is no waiting: every request is decided at
+// once.
+func WithQueue(n int64) Option {
+	return optionFunc(func(c *config) { c.queue, c.queueSet = n, true })
+}
+
+// WithMaxDelay makes the middleware shape traffic, as [WithQueue] does,
+// with requests waiting at most d for their turn; a request that would
+// wait longer is denied at once with 429 and a Retry-After of the whole
+// seconds until it would wait at most d, at least 1. [New] fails for
+// d ≤ 0. The default is no waiting.
+func WithMaxDelay(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxDelay, c.delaySet = d, true })
 }

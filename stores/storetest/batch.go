@@ -223,11 +223,20 @@ func testBatchPeek(t *testing.T, s core.Store) {
 // random trace of reservations, charges and refunds follows. A batch with
 // a rule whose algorithm cannot reserve fails with core.ErrUnsupported.
 func testBatchReserve(t *testing.T, s core.Store) {
-	ms := time.Millisecond
-	algs := []core.Algorithm{algorithms.TokenBucket, algorithms.TokenBucket}
 	fast, slow := core.PerSecond(10).WithBurst(1), core.PerSecond(2).WithBurst(1) // a token every 100ms, 500ms
+	for _, base := range []core.Algorithm{algorithms.TokenBucket, algorithms.GCRA} {
+		testBatchReserveOf(t, s, base, fast, slow)
+	}
+	testBatchReserveUnsupported(t, s)
+}
+
+// testBatchReserveOf runs testBatchReserve's table and trace with both
+// rules under alg.
+func testBatchReserveOf(t *testing.T, s core.Store, alg core.Algorithm, fast, slow core.Limit) {
+	ms := time.Millisecond
+	algs := []core.Algorithm{alg, alg}
 	for name, rules := range layouts(t, algs, []core.Limit{fast, slow}) {
-		t.Run(name, func(t *testing.T) {
+		t.Run(alg.Name()+"/"+name, func(t *testing.T) {
 			ref := make(reference)
 			for i, st := range []struct {
 				at      time.Duration
@@ -306,8 +315,11 @@ func testBatchReserve(t *testing.T, s core.Store) {
 		})
 	}
 
-	// An algorithm that cannot reserve fails the batch before anything
-	// is charged.
+}
+
+// testBatchReserveUnsupported: an algorithm that cannot reserve fails the
+// batch before anything is charged.
+func testBatchReserveUnsupported(t *testing.T, s core.Store) {
 	key := newKey(t)
 	bucket := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: T0, Op: core.OpReserve, MaxWait: time.Second}
 	window := bucket

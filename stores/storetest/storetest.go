@@ -665,12 +665,15 @@ func testRefund(t *testing.T, s core.Store, alg core.Algorithm) {
 	}
 }
 
-// testReserve checks reservations (core.Request.MaxWait) under the
-// algorithms that make them, and that the others refuse them.
+// testReserve checks reservations (core.Request.MaxWait) and their queue
+// bound (core.Request.MaxQueue) under every algorithm that makes them,
+// the token bucket and GCRA alike, and that the others refuse them.
 func testReserve(t *testing.T, s core.Store) {
 	ctx := context.Background()
+	var reservers []core.Algorithm
 	for _, alg := range algorithms.All() {
-		if r, ok := alg.(core.Reserver); ok && r.Reserves() {
+		if core.Reserves(alg) {
+			reservers = append(reservers, alg)
 			continue
 		}
 		req := core.Request{Key: newKey(t), Algorithm: alg, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second, Now: T0}
@@ -678,43 +681,53 @@ func testReserve(t *testing.T, s core.Store) {
 			t.Errorf("%s: a reservation = %v, want ErrUnsupported", alg.Name(), err)
 		}
 	}
-	key := newKey(t)
+	if len(reservers) < 2 {
+		t.Fatalf("%d algorithms reserve; want the token bucket and GCRA", len(reservers))
+	}
 	limit := core.PerSecond(10).WithBurst(2) // a token every 100ms
 	ms := time.Millisecond
-	for i, st := range []struct {
-		at      time.Duration
-		cost    int64
-		wait    time.Duration
-		refund  bool
-		allowed bool
-		delay   time.Duration
-		retry   time.Duration
-	}{
-		{0, 2, 0, false, true, 0, 0},
-		{0, 1, 100 * ms, false, true, 100 * ms, 0},
-		{0, 1, 150 * ms, false, false, 0, 200 * ms}, // would be ready at 200ms
-		{0, 2, 300 * ms, false, true, 300 * ms, 0},  // 3 tokens owed
-		{0, 1, 0, false, false, 0, 400 * ms},        // a plain request waits for the debt
-		{0, 2, 0, true, true, 0, 0},                 // give the last 2 back
-		{50 * ms, 1, 0, false, false, 0, 150 * ms},  // one and a half owed
-		{100 * ms, 1, 200 * ms, false, true, 100 * ms, 0},
-		{300 * ms, 2, 0, false, false, 0, 100 * ms},
-		{300 * ms, 1, 0, false, true, 0, 0},
-	} {
-		req := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: limit, Cost: st.cost, Now: T0.Add(st.at)}
-		switch {
-		case st.refund:
-			req.Op = core.OpRefund
-		case st.wait > 0:
-			req.Op, req.MaxWait = core.OpReserve, st.wait
-		}
-		d, err := s.Apply(ctx, req)
-		if err != nil {
-			t.Fatalf("step %d: %+v: %v", i, req, err)
-		}
-		if d.Allowed != st.allowed || d.Delay != st.delay || d.RetryAfter != st.retry {
-			t.Errorf("step %d: cost %d at T0+%v, wait %v, refund %v = allowed %v, delay %v, retry %v; want %v, %v, %v",
-				i, st.cost, st.at, st.wait, st.refund, d.Allowed, d.Delay, d.RetryAfter, st.allowed, st.delay, st.retry)
+	for _, alg := range reservers {
+		key := newKey(t)
+		for i, st := range []struct {
+			at      time.Duration
+			cost    int64
+			wait    time.Duration
+			queue   int64
+			refund  bool
+			allowed bool
+			delay   time.Duration
+			retry   time.Duration
+		}{
+			{0, 2, 0, 0, false, true, 0, 0},
+			{0, 1, 100 * ms, 0, false, true, 100 * ms, 0},
+			{0, 1, 150 * ms, 0, false, false, 0, 200 * ms},  // would be ready at 200ms
+			{0, 2, 300 * ms, 0, false, true, 300 * ms, 0},   // 3 tokens owed
+			{0, 1, 0, 0, false, false, 0, 400 * ms},         // a plain request waits for the debt
+			{0, 1, time.Hour, 3, false, false, 0, 400 * ms}, // a queue of 3 is full
+			{0, 2, 0, 0, true, true, 0, 0},                  // give the last 2 back
+			{0, 1, time.Hour, 2, false, true, 200 * ms, 0},  // the next moves up
+			{0, 1, time.Hour, 2, false, false, 0, 300 * ms},
+			{0, 1, 0, 0, true, true, 0, 0},
+			{50 * ms, 1, 0, 0, false, false, 0, 150 * ms}, // one and a half owed
+			{100 * ms, 1, 200 * ms, 0, false, true, 100 * ms, 0},
+			{300 * ms, 2, 0, 0, false, false, 0, 100 * ms},
+			{300 * ms, 1, 0, 0, false, true, 0, 0},
+		} {
+			req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: st.cost, Now: T0.Add(st.at)}
+			switch {
+			case st.refund:
+				req.Op = core.OpRefund
+			case st.wait > 0:
+				req.Op, req.MaxWait, req.MaxQueue = core.OpReserve, st.wait, st.queue
+			}
+			d, err := s.Apply(ctx, req)
+			if err != nil {
+				t.Fatalf("%s step %d: %+v: %v", alg.Name(), i, req, err)
+			}
+			if d.Allowed != st.allowed || d.Delay != st.delay || d.RetryAfter != st.retry {
+				t.Errorf("%s step %d: cost %d at T0+%v, wait %v, queue %d, refund %v = allowed %v, delay %v, retry %v; want %v, %v, %v",
+					alg.Name(), i, st.cost, st.at, st.wait, st.queue, st.refund, d.Allowed, d.Delay, d.RetryAfter, st.allowed, st.delay, st.retry)
+			}
 		}
 	}
 }
