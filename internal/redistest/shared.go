@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/leakcheck"
 )
 
 // mainRunning is set by Main; Shared and SharedCluster refuse to start a
@@ -129,14 +131,25 @@ func requireMain(t testing.TB, name string) {
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 //
-// It exits with m.Run's code, or with 1 if the tests passed but a shared
-// server could not be stopped. It never returns.
+// It exits with m.Run's code, or with 1 if the tests passed but
+// goroutines of sluice, gobreaker or a Redis client outlived them
+// (package leakcheck) or a shared server could not be stopped. It never
+// returns.
 func Main(m *testing.M) {
 	mainRunning.Store(true)
 	code := m.Run()
 	if err := stopShared(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		if code == 0 {
+			code = 1
+		}
+	}
+	if code == 0 {
+		// Every test has closed what it made, and the shared servers
+		// are gone: no goroutine of sluice, gobreaker or a Redis client
+		// may be left.
+		if err := leakcheck.Check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
 	}

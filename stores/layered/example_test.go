@@ -45,6 +45,7 @@ func Example_lease() {
 	if err != nil {
 		panic(err)
 	}
+	defer remote.Close() // a stores.Func has no Close to pass it on
 	calls := 0
 	counted := stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		calls++
