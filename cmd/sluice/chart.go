@@ -37,6 +37,8 @@ const (
 	colorGrid     = "#e4e4e4"
 	colorLimit    = "#1f4e8c" // dark blue, as the level it replaces
 	colorCapacity = "#111111" // near black, dashed
+	colorReleased = "#1f4e8c" // dark blue, as the level it replaces
+	colorLine     = "#111111" // near black, dashed
 )
 
 // seriesColors gives each algorithm the same colour on every comparison
@@ -61,6 +63,8 @@ func saveChart(path string, cfg *simConfig, results []*simResult) error {
 	switch {
 	case cfg.down != nil:
 		err = writeDownstreamChart(f, cfg, results[0])
+	case cfg.shape != nil:
+		err = writeShapingChart(f, cfg, results[0])
 	case len(results) == 1:
 		err = writeChart(f, cfg, results[0])
 	default:
@@ -224,6 +228,71 @@ func writeDownstreamChart(w io.Writer, cfg *simConfig, res *simResult) error {
 		num(lx+170), num(lx+190), colorLimit, num(lx+195), limitName)
 	c.printf(`<line x1="%s" x2="%s" y1="58" y2="58" stroke="%s" stroke-width="2.5" stroke-dasharray="8 5"/><text x="%s" y="62">capacity</text>`+"\n",
 		num(lx+290), num(lx+320), colorCapacity, num(lx+325))
+	c.printf("</g>\n")
+
+	return c.end()
+}
+
+// writeShapingChart writes an SVG chart of a run in shaping mode: a
+// stacked bar per interval (admitted into the line or at once below,
+// rejected above, so that the bar is what was sent), and against the
+// same axis two lines: a step line of the requests released in each
+// interval, which is what the service behind the shaper receives, and,
+// dashed, the line's length at each interval's end. Bursts in, the
+// released line shows what comes out.
+func writeShapingChart(w io.Writer, cfg *simConfig, res *simResult) error {
+	c := newChart(w, singleFrame, cfg, res.intervals)
+	most := int64(c.leftTop)
+	for _, iv := range res.intervals {
+		most = max(most, iv.line)
+	}
+	c.leftTop, c.leftStep = axisScale(most)
+
+	c.begin(fmt.Sprintf("%s · %v · %s · shaped", res.alg.Name(), cfg.limit, trafficName(cfg)),
+		fmt.Sprintf("%s; %s in intervals of %v; lines: released per interval, and in line at each interval's end",
+			cfg.shape, duration(cfg.duration), duration(cfg.interval)))
+	c.leftAxis()
+
+	c.bars(func(_ int, iv interval) string {
+		return fmt.Sprintf("%s: sent %d, admitted %d, rejected %d, released %d, in line at the end %d", span(iv), iv.sent, iv.admitted, iv.rejected, iv.released, iv.line)
+	}, func(_ int, iv interval) []segment {
+		return []segment{{"admitted", colorAdmitted, iv.admitted}, {"rejected", colorRejected, iv.rejected}}
+	})
+	c.xAxis(colorAxis)
+
+	// The released requests, flat across each interval as the admitted
+	// of a comparison chart are; over a white halo of its own path, which
+	// keeps it in sight on the bars of either colour.
+	released := make([]limitPoint, len(res.intervals))
+	for i, iv := range res.intervals {
+		released[i] = limitPoint{iv.start, float64(iv.released)}
+	}
+	d := c.stepLine(released, c.yLeft)
+	c.printf(`<g class="released" fill="none" stroke-width="2.5" stroke-linejoin="round"><title>released</title>` + "\n")
+	c.printf(`<path d="%s" stroke="white" stroke-width="5.5" stroke-opacity="0.8"/>`+"\n", d)
+	c.printf(`<path d="%s" stroke="%s"/>`+"\n", d, colorReleased)
+	c.printf("</g>\n")
+
+	// The line's length, measured at each interval's end, from an empty
+	// line at the start.
+	var pts strings.Builder
+	fmt.Fprintf(&pts, "%s,%s", num(c.xOf(0)), num(c.yLeft(0)))
+	for _, iv := range res.intervals {
+		fmt.Fprintf(&pts, " %s,%s", num(c.xOf(iv.end.Seconds())), num(c.yLeft(float64(iv.line))))
+	}
+	c.printf(`<g class="line" fill="none" stroke-width="1.5" stroke-linejoin="round"><title>in line</title>` + "\n")
+	c.printf(`<polyline points="%s" stroke="%s" stroke-dasharray="6 4"/>`+"\n", pts.String(), colorLine)
+	c.printf("</g>\n")
+
+	// The legend, top right.
+	lx := c.right - 420
+	c.printf(`<g class="legend" fill="%s">`+"\n", colorAxis)
+	c.printf(`<rect x="%s" y="52" width="12" height="12" fill="%s"/><text x="%s" y="62">admitted</text>`+"\n", num(lx), colorAdmitted, num(lx+17))
+	c.printf(`<rect x="%s" y="52" width="12" height="12" fill="%s"/><text x="%s" y="62">rejected</text>`+"\n", num(lx+85), colorRejected, num(lx+102))
+	c.printf(`<line x1="%s" x2="%s" y1="58" y2="58" stroke="%s" stroke-width="2.5"/><text x="%s" y="62">released</text>`+"\n",
+		num(lx+170), num(lx+190), colorReleased, num(lx+195))
+	c.printf(`<line x1="%s" x2="%s" y1="58" y2="58" stroke="%s" stroke-width="1.5" stroke-dasharray="6 4"/><text x="%s" y="62">in line</text>`+"\n",
+		num(lx+270), num(lx+300), colorLine, num(lx+305))
 	c.printf("</g>\n")
 
 	return c.end()

@@ -413,3 +413,92 @@ func TestDownstreamChart(t *testing.T) {
 		})
 	}
 }
+
+// TestShapingChart checks the chart of shaping mode: a bar per interval,
+// the released requests as a step line over its halo, at each interval's
+// count, and the line's length as a dashed line of a point per interval's
+// end; no level, whose axis it does not draw.
+func TestShapingChart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"the docs' example", shapingExample},
+		// A line longer than any burst sent: the axis must reach it.
+		{"a long line", []string{"-limit", "10/s burst 1", "-traffic", "constant:20/s", "-queue", "30", "-duration", "6s"}},
+		// Releases that stop while the line is empty, then start again.
+		{"a line that empties", []string{"-limit", "10/s burst 1", "-traffic", "burst:30/4s", "-queue", "20", "-duration", "8s"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(dir, fmt.Sprintf("shaping%d.svg", i))
+			res := drawChart(t, tt.args, path)
+			counts, texts := svgCounts(t, path)
+			if counts["g.bar"] != len(res.intervals) {
+				t.Errorf("%d bars, want %d", counts["g.bar"], len(res.intervals))
+			}
+			for _, class := range []string{"g.released", "g.line", "g.legend", "g.x-axis", "g.left-axis"} {
+				if counts[class] != 1 {
+					t.Errorf("%d elements %s, want 1", counts[class], class)
+				}
+			}
+			if counts["g.level"] != 0 || counts["g.right-axis"] != 0 {
+				t.Errorf("%d level lines and %d right axes, want none", counts["g.level"], counts["g.right-axis"])
+			}
+			for _, want := range []string{"admitted", "rejected", "released", "in line"} {
+				if !slices.Contains(texts["g.legend"], want) {
+					t.Errorf("legend %q does not say %q", texts["g.legend"], want)
+				}
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svg := string(b)
+			// The left axis's top tick is at least the longest line at
+			// an interval's end and the most sent.
+			var most int64
+			for _, iv := range res.intervals {
+				most = max(most, iv.sent, iv.line)
+			}
+			ticks := texts["g.left-axis"]
+			if top, err := strconv.ParseFloat(ticks[len(ticks)-2], 64); err != nil || top < float64(most) {
+				t.Errorf("left axis up to %q, want at least %d", ticks[len(ticks)-2], most)
+			}
+			// The released line: its halo and itself, the same path, at
+			// each interval's count in turn.
+			m := regexp.MustCompile(`<g class="released"[^>]*>.*\n<path d="([^"]*)"[^\n]*\n<path d="([^"]*)"`).FindStringSubmatch(svg)
+			if m == nil {
+				t.Fatal("no released line of two paths")
+			}
+			if m[1] != m[2] {
+				t.Errorf("halo %q and line %q differ", m[1], m[2])
+			}
+			ys := regexp.MustCompile(`(?:M[0-9.]+,|V)([0-9.]+)`).FindAllStringSubmatch(m[2], -1)
+			if len(ys) != len(res.intervals) {
+				t.Fatalf("released line %q has %d values, want one per interval, %d", m[2], len(ys), len(res.intervals))
+			}
+			for j := 1; j < len(ys); j++ {
+				// Heights in proportion to the counts: the line falls
+				// as far as the count rises.
+				dy, _ := strconv.ParseFloat(ys[j][1], 64)
+				dy0, _ := strconv.ParseFloat(ys[j-1][1], 64)
+				want := float64(res.intervals[j].released - res.intervals[j-1].released)
+				y0, y1 := singleFrame.bottom, singleFrame.top
+				top, _ := strconv.ParseFloat(ticks[len(ticks)-2], 64)
+				if got := (dy0 - dy) / (y0 - y1) * top; math.Abs(got-want) > 0.05 {
+					t.Errorf("released line: %s to %s is a change of %.2f, want %v", ys[j-1][1], ys[j][1], got, want)
+				}
+			}
+			// The line's length: a point at the start and at each
+			// interval's end.
+			pts := regexp.MustCompile(`<g class="line"[^>]*>.*\n<polyline points="([^"]*)"`).FindStringSubmatch(svg)
+			if pts == nil || len(strings.Fields(pts[1])) != len(res.intervals)+1 {
+				t.Errorf("in-line polyline %q, want %d points", pts, len(res.intervals)+1)
+			}
+		})
+	}
+}

@@ -41,6 +41,14 @@
 //
 //	go run ./cmd/sluice sim -traffic constant:400/s -downstream 200/s -capacity-change 30s:100/s -adapt gradient -duration 60s
 //
+// -queue and -max-delay shape the traffic instead (token bucket and GCRA):
+// each request reserves its turn ([github.com/sluicehq/sluice/core.Limiter.WithQueue])
+// and waits in line, or is refused at once when the line is full or the
+// wait too long; the table adds what left the line in each interval and
+// the line's length, and the summary the gaps between releases:
+//
+//	go run ./cmd/sluice sim -algorithm gcra -limit 10/s -burst 1 -traffic burst:30/2s -queue 20 -duration 12s
+//
 // # inspect
 //
 // Inspect reads a key's state from Redis as the Redis stores keep it

@@ -60,6 +60,37 @@ type simConfig struct {
 	start       time.Time         // whole microseconds
 	down        *downstreamConfig // nil: no downstream model
 	adapt       *adaptConfig      // nil: the limit is fixed; set only with down
+	shape       *shapeConfig      // nil: each request is admitted or rejected at once
+}
+
+// shapeConfig is a parsed -queue and -max-delay: shaping mode, in which
+// each request reserves its turn and waits in line for it.
+type shapeConfig struct {
+	queue    int64         // tokens in line per key, 1 to 2^52; 0: no bound but maxDelay
+	maxDelay time.Duration // the longest wait, whole µs; 0: no bound but queue
+}
+
+// maxWait returns the MaxWait of each reservation: -max-delay, or without
+// it the longest a Duration holds, as core's Wait uses without a
+// deadline, which leaves the queue the only bound.
+func (s *shapeConfig) maxWait() time.Duration {
+	if s.maxDelay > 0 {
+		return s.maxDelay
+	}
+	return time.Duration(math.MaxInt64)
+}
+
+// String describes the bounds as the table's header does: "a queue of 20
+// tokens and a wait of at most 2s".
+func (s *shapeConfig) String() string {
+	var parts []string
+	if s.queue > 0 {
+		parts = append(parts, fmt.Sprintf("a queue of %d tokens", s.queue))
+	}
+	if s.maxDelay > 0 {
+		parts = append(parts, "a wait of at most "+duration(s.maxDelay))
+	}
+	return strings.Join(parts, " and ")
 }
 
 // errHelp reports that -h was asked for; it is not a failure.
@@ -131,6 +162,15 @@ against the capacity:
 
   sim -traffic constant:400/s -downstream 200/s -capacity-change 30s:100/s -adapt gradient -duration 60s
 
+With -queue or -max-delay, the limiter shapes the traffic rather than
+cutting it (the token bucket and GCRA only): each request reserves its
+turn and waits in line for it, or is refused at once if the line is full
+or its wait too long. With a burst of 1 the requests leave the line one at a
+time, at the limit's rate. The table gains what left the line in each
+interval and the line's length at its end:
+
+  sim -algorithm gcra -limit 10/s -burst 1 -traffic burst:30/2s -queue 20 -duration 12s
+
 Flags:
 `)
 	fs.SetOutput(w)
@@ -162,6 +202,8 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 		thrArg   = textFlag(fs, "adapt-threshold", "", "the `latency` above which the AIMD law backs off, at the 99th percentile\n(default twice -downstream-latency)")
 		incArg   = textFlag(fs, "adapt-increase", "", "what the AIMD law adds to the limit in a healthy update, `N` requests\nper the limit's period (default a tenth of the initial rate)")
 		growArg  = textFlag(fs, "adapt-growth", defaultAdaptGrowth, "the gradient law's growth `K`: a healthy update moves the limit towards\nlimit + K·√limit")
+		queueArg = textFlag(fs, "queue", "", "shape the traffic: each request reserves its turn and waits in line, at most\n`N` tokens of them per key, the rest refused at once (token-bucket and gcra)")
+		delayArg = textFlag(fs, "max-delay", "", "shape the traffic: each request reserves its turn and waits in line at most\nthis Go `duration`, or is refused at once (token-bucket and gcra)")
 		changes  list
 	)
 	fs.Var(&changes, "capacity-change", "change the downstream's capacity at an instant: `AT:RATE`, such as 30s:100/s;\na comma list, or the flag repeated, for several")
@@ -265,7 +307,66 @@ func parseSim(args []string, stdout io.Writer) (*simConfig, error) {
 	if err := parseDownstream(cfg, set, *downArg, *latArg, changes, law); err != nil {
 		return nil, err
 	}
+	if err := parseShaping(cfg, set, *queueArg, *delayArg); err != nil {
+		return nil, err
+	}
 	return cfg, nil
+}
+
+// parseShaping parses the flags of shaping mode, -queue and -max-delay,
+// into cfg, whose other flags are parsed. set holds the flags given.
+func parseShaping(cfg *simConfig, set map[string]bool, queue, maxDelay string) error {
+	name := ""
+	switch {
+	case set["queue"]:
+		name = "queue"
+	case set["max-delay"]:
+		name = "max-delay"
+	default:
+		return nil
+	}
+	switch alg := cfg.algs[0]; {
+	case len(cfg.algs) != 1:
+		return fmt.Errorf("-%s shapes the traffic of one limiter; -algorithm names %d algorithms", name, len(cfg.algs))
+	case !core.Reserves(alg):
+		return fmt.Errorf("-%s shapes traffic with reservations, which %s cannot make; use %s", name, alg.Name(), reserverNames())
+	case cfg.down != nil:
+		// The downstream model takes each request as it is admitted;
+		// behind a line it would have to take it at its release.
+		return fmt.Errorf("-%s and -downstream: sim models a downstream behind a limiter that admits at once, not behind a line", name)
+	}
+	shape := &shapeConfig{}
+	if set["queue"] {
+		n, err := strconv.ParseInt(queue, 10, 64)
+		if err != nil || n < 1 || n > core.MaxUnits {
+			return fmt.Errorf("-queue %q: want a whole number of tokens from 1 to 2^52", queue)
+		}
+		shape.queue = n
+	}
+	if set["max-delay"] {
+		d, err := parseDuration(maxDelay)
+		if err != nil {
+			return fmt.Errorf("-max-delay %q: %v", maxDelay, err)
+		}
+		shape.maxDelay = d
+	}
+	cfg.shape = shape
+	return nil
+}
+
+// reserverNames lists the algorithms that can reserve, and so shape:
+// "token-bucket or gcra".
+func reserverNames() string {
+	var names []string
+	for _, alg := range append(algorithms.All(), algorithms.Concurrency) {
+		if core.Reserves(alg) {
+			names = append(names, alg.Name())
+		}
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // lawArgs are the values of -adapt and the flags of its laws, as given.
@@ -752,6 +853,9 @@ type interval struct {
 	capacity float64 // the downstream's capacity a second just before end
 	served   int64   // requests admitted to the downstream
 	latency  float64 // their latencies' sum, ns, which an int64 could overflow
+	// In shaping mode:
+	released int64 // requests whose turn came in the interval: they left the line
+	line     int64 // requests admitted and still waiting at end
 }
 
 // meanLatency returns the mean latency of the requests the interval
@@ -782,6 +886,14 @@ type simResult struct {
 	// with a downstream model only. Under -adapt it changes with every
 	// update that moves it.
 	limits []limitPoint
+	// In shaping mode, the releases before the run's end: how many, the
+	// smallest and largest gap between consecutive ones (with two or
+	// more), the most requests in line at once, and how many were still
+	// in line at the end.
+	releases       int64
+	minGap, maxGap time.Duration
+	maxLine        int64
+	inLine         int64
 }
 
 // limitAt returns the limit's rate a second just before off, the one that
@@ -850,6 +962,11 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.shape != nil && cfg.shape.queue > 0 {
+		if lim, err = lim.WithQueue(cfg.shape.queue); err != nil {
+			return nil, err
+		}
+	}
 	limit := func() core.Limit {
 		if ctrl != nil {
 			return ctrl.Limit()
@@ -890,6 +1007,24 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		res.limits = []limitPoint{{0, perSecond(limit())}}
 	}
 	cur := 0
+	// In shaping mode, the instants (µs from the start) at which the
+	// requests in line may act, in order: each leaves the line then.
+	var line []int64
+	var lastRelease int64
+	// release counts a request leaving the line at t µs, in the current
+	// interval; releases come in time order.
+	release := func(t int64) {
+		res.intervals[cur].released++
+		if res.releases > 0 {
+			gap := time.Duration(t-lastRelease) * time.Microsecond
+			if res.releases == 1 || gap < res.minGap {
+				res.minGap = gap
+			}
+			res.maxGap = max(res.maxGap, gap)
+		}
+		res.releases++
+		lastRelease = t
+	}
 	closeInterval := func() error {
 		iv := &res.intervals[cur]
 		d, err := level(iv.end)
@@ -897,6 +1032,7 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 			return err
 		}
 		iv.level = d.Remaining
+		iv.line = int64(len(line))
 		if down != nil {
 			iv.limit = perSecond(limit())
 			iv.capacity = cfg.down.capacityAt(iv.end.Microseconds() - 1)
@@ -927,6 +1063,12 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		for cur < len(res.intervals) {
 			end := res.intervals[cur].end.Microseconds()
 			switch {
+			case len(line) > 0 && line[0] < end && line[0] <= off:
+				// A request whose turn comes before the interval ends,
+				// and no later than off: before a request at off, so
+				// that it finds the line without it.
+				release(line[0])
+				line = line[1:]
 			case len(calls) > 0 && calls[0].end <= min(off, end, nextUpdate):
 				if err := ctrl.Report(calls[0].latency, adaptive.OK); err != nil {
 					return fmt.Errorf("report at %v: %w", time.Duration(calls[0].end)*time.Microsecond, err)
@@ -962,7 +1104,16 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		}
 		off := time.Duration(at) * time.Microsecond
 		now = cfg.start.Add(off)
-		d, err := lim.AllowN(ctx, simKey, cost)
+		var d core.Decision
+		if cfg.shape != nil {
+			var r *core.Reservation
+			r, err = lim.ReserveN(ctx, simKey, cost, cfg.shape.maxWait())
+			if r != nil {
+				d = r.Decision
+			}
+		} else {
+			d, err = lim.AllowN(ctx, simKey, cost)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("request at %v: %w", off, err)
 		}
@@ -971,6 +1122,24 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		if d.Allowed {
 			iv.admitted++
 			res.admittedCost += cost
+			if cfg.shape != nil {
+				// Delay is in whole µs, the resolution of sluice's
+				// clock; should a store give a fraction, rounding up
+				// keeps the request from acting before its turn.
+				turn := at + int64((d.Delay+time.Microsecond-1)/time.Microsecond)
+				if turn == at {
+					// Admitted at once: it passes through the line
+					// now, after every request whose turn came before.
+					release(at)
+				} else {
+					// The key's debt is repaid in order, so a turn is
+					// never before an earlier one's and this appends;
+					// the search keeps the line in order regardless.
+					i, _ := slices.BinarySearch(line, turn+1)
+					line = slices.Insert(line, i, turn)
+				}
+				res.maxLine = max(res.maxLine, int64(len(line)))
+			}
 			if down != nil {
 				latency := down.admit(at)
 				iv.served++
@@ -991,6 +1160,7 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 	if err := catchUp(end); err != nil {
 		return nil, err
 	}
+	res.inLine = int64(len(line))
 	if tr, ok := cfg.traffic.(*tracePattern); ok {
 		res.ignored = tr.beyond(end)
 	}
@@ -1003,12 +1173,13 @@ type summary struct {
 	sent, admitted, rejected int64
 	share                    string   // admitted out of sent, "30.0%"; "" when none was sent
 	most                     interval // the first interval that admitted the most
+	mostReleased             interval // in shaping mode, the first that released the most
 	perSecond                string   // admitted per second over the run
 	costPerSecond            string   // the cost admitted per second over the run
 }
 
 func summarize(cfg *simConfig, res *simResult) summary {
-	s := summary{most: res.intervals[0]}
+	s := summary{most: res.intervals[0], mostReleased: res.intervals[0]}
 	s.sent, s.admitted, s.rejected = res.totals()
 	if s.sent > 0 {
 		s.share = fmt.Sprintf("%.1f%%", 100*float64(s.admitted)/float64(s.sent))
@@ -1016,6 +1187,9 @@ func summarize(cfg *simConfig, res *simResult) summary {
 	for _, iv := range res.intervals[1:] {
 		if iv.admitted > s.most.admitted {
 			s.most = iv
+		}
+		if iv.released > s.mostReleased.released {
+			s.mostReleased = iv
 		}
 	}
 	secs := cfg.duration.Seconds()
@@ -1045,9 +1219,16 @@ func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
 	if cfg.adapt != nil {
 		fmt.Fprintf(w, "law: %v, updated every %s\n", cfg.adapt.law, duration(cfg.adapt.interval))
 	}
+	if cfg.shape != nil {
+		fmt.Fprintf(w, "shaping: each request reserves its turn, with %v\n", cfg.shape)
+	}
 	fmt.Fprintln(w)
 
-	header := []string{"interval", "sent", "admitted", "rejected", "level"}
+	header := []string{"interval", "sent", "admitted", "rejected"}
+	if cfg.shape != nil {
+		header = append(header, "released", "line")
+	}
+	header = append(header, "level")
 	if cfg.adapt != nil {
 		header = append(header, "limit")
 	}
@@ -1056,7 +1237,11 @@ func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
 	}
 	rows := [][]string{header}
 	for _, iv := range res.intervals {
-		row := []string{span(iv), itoa(iv.sent), itoa(iv.admitted), itoa(iv.rejected), itoa(iv.level)}
+		row := []string{span(iv), itoa(iv.sent), itoa(iv.admitted), itoa(iv.rejected)}
+		if cfg.shape != nil {
+			row = append(row, itoa(iv.released), itoa(iv.line))
+		}
+		row = append(row, itoa(iv.level))
 		if cfg.adapt != nil {
 			row = append(row, decimal(iv.limit))
 		}
@@ -1067,6 +1252,9 @@ func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
 	}
 	sum := summarize(cfg, res)
 	total := []string{"total", itoa(sum.sent), itoa(sum.admitted), itoa(sum.rejected)}
+	if cfg.shape != nil {
+		total = append(total, itoa(res.releases))
+	}
 	rows = append(rows, append(total, make([]string, len(header)-len(total))...))
 	writeColumns(w, rows)
 
@@ -1077,6 +1265,9 @@ func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
 		fmt.Fprintln(w, "sent 0")
 	}
 	fmt.Fprintf(w, "most admitted in one interval: %d (%s)\n", sum.most.admitted, span(sum.most))
+	if cfg.shape != nil {
+		writeShapingSummary(w, cfg, res, sum)
+	}
 	switch {
 	case cfg.adapt != nil:
 		fmt.Fprintf(w, "admitted per second over the run: %s (the downstream's capacity: %s per second on average)\n", sum.perSecond, decimal(cfg.down.meanCapacity(cfg.duration)))
@@ -1097,6 +1288,10 @@ func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
 		fmt.Fprintf(w, "the limit as each capacity ends, per second: %s\n", strings.Join(ends, "; "))
 		fmt.Fprintln(w, "limit: the adapted limit's rate per second at each interval's end")
 	}
+	if cfg.shape != nil {
+		fmt.Fprintln(w, "released: the requests whose turn came in the interval, those admitted at once included")
+		fmt.Fprintln(w, "line: the requests admitted and still waiting for their turn at the interval's end")
+	}
 	if cfg.down != nil {
 		fmt.Fprintln(w, "capacity: the downstream's, per second, at each interval's end")
 		fmt.Fprintln(w, "latency: the mean latency of the requests admitted in the interval")
@@ -1110,6 +1305,22 @@ func writeTable(w io.Writer, cfg *simConfig, res *simResult) {
 		fmt.Fprintf(w, " (%s counts the rate per window and ignores the burst)", res.alg.Name())
 	}
 	fmt.Fprintln(w)
+}
+
+// writeShapingSummary prints the summary lines of shaping mode: how
+// smooth the releases were, against the limit's spacing, and what was
+// left in line.
+func writeShapingSummary(w io.Writer, cfg *simConfig, res *simResult, sum summary) {
+	fmt.Fprintf(w, "most released in one interval: %d (%s)\n", sum.mostReleased.released, span(sum.mostReleased))
+	// The spacing of a burst of 1: rate tokens a period.
+	spacing := cfg.limit.Period() / time.Duration(cfg.limit.Rate())
+	if res.releases < 2 {
+		fmt.Fprintf(w, "gap between consecutive releases: none, %d released (the limit's spacing: %s)\n", res.releases, duration(spacing))
+	} else {
+		fmt.Fprintf(w, "gap between consecutive releases: smallest %s, largest %s (the limit's spacing: %s)\n",
+			duration(res.minGap), duration(res.maxGap), duration(spacing))
+	}
+	fmt.Fprintf(w, "longest line: %d; still in line at the end: %d\n", res.maxLine, res.inLine)
 }
 
 // phaseEnd is the adapted limit at the end of one of the downstream's

@@ -65,6 +65,11 @@ func TestGolden(t *testing.T) {
 		// The example of docs/sim.md, "Adapting to a downstream".
 		{"adaptive.golden", adaptExample},
 		{"adaptive-aimd.golden", append(slices.Clone(adaptExample[:len(adaptExample)-1]), "aimd")},
+		// The example of docs/sim.md, "Shaping bursts".
+		{"shaping.golden", shapingExample},
+		// Both bounds, a burst of 2, a bucket: two leave at once, the
+		// rest 1/r apart, and the wait refuses before the queue does.
+		{"shaping-max-delay.golden", []string{"-limit", "4/s burst 2", "-traffic", "burst:12/2s", "-queue", "8", "-max-delay", "1s", "-duration", "4s", "-interval", "500ms"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.golden, func(t *testing.T) {
@@ -735,6 +740,22 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-downstream", "200/s", "-adapt", "gradient", "-adapt-growth", "fast"}, `-adapt-growth "fast": not a number`},
 		{[]string{"-downstream", "200/s", "-adapt", "gradient", "-algorithm", "concurrency"}, "-adapt adapts a rate, and concurrency limits leases held"},
 		{[]string{"-downstream", "200/s", "-adapt", "gradient", "-algorithm", "sliding-window-log", "-limit", "200/s"}, "-adapt gradient: the limit may grow to 100 times the initial rate, 20000 req/s (burst 20000), which sliding-window-log cannot take"},
+		// Shaping mode.
+		{[]string{"-queue", "0"}, `-queue "0": want a whole number of tokens from 1 to 2^52`},
+		{[]string{"-queue", "-3"}, `-queue "-3": want a whole number of tokens from 1 to 2^52`},
+		{[]string{"-queue", "lots"}, `-queue "lots": want a whole number of tokens`},
+		{[]string{"-queue", "4503599627370497"}, `-queue "4503599627370497": want a whole number of tokens from 1 to 2^52`},
+		{[]string{"-max-delay", "0s"}, `-max-delay "0s": must be positive`},
+		{[]string{"-max-delay", "soon"}, `-max-delay "soon": not a Go duration`},
+		{[]string{"-max-delay", "1.5us"}, `-max-delay "1.5us": must be a whole number of microseconds`},
+		{[]string{"-queue", "5", "-algorithm", "fixed-window"}, "-queue shapes traffic with reservations, which fixed-window cannot make; use token-bucket or gcra"},
+		{[]string{"-max-delay", "1s", "-algorithm", "sliding-window-log"}, "-max-delay shapes traffic with reservations, which sliding-window-log cannot make; use token-bucket or gcra"},
+		{[]string{"-queue", "5", "-algorithm", "concurrency"}, "-queue shapes traffic with reservations, which concurrency cannot make"},
+		{[]string{"-queue", "5", "-algorithm", "token-bucket,gcra"}, "-queue shapes the traffic of one limiter; -algorithm names 2 algorithms"},
+		{[]string{"-max-delay", "1s", "-algorithm", "all"}, "-max-delay shapes the traffic of one limiter; -algorithm names 5 algorithms"},
+		{[]string{"-queue", "5", "-downstream", "200/s"}, "-queue and -downstream: sim models a downstream behind a limiter that admits at once, not behind a line"},
+		{[]string{"-max-delay", "1s", "-downstream", "200/s", "-adapt", "gradient"}, "-max-delay and -downstream"},
+		{[]string{"-queue", "5", "-adapt", "gradient"}, "-adapt needs -downstream"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {
@@ -762,7 +783,8 @@ func TestSimHelp(t *testing.T) {
 			t.Errorf("sluice %q = %d, want 0", args, code)
 		}
 		for _, want := range []string{"Usage: sluice sim [flags]", "-algorithm", "or all", "onoff:RATE,ON,OFF", "(default burst:60/1s)",
-			"-downstream RATE", "-capacity-change AT:RATE", "-adapt law", "(default 100ms)"} {
+			"-downstream RATE", "-capacity-change AT:RATE", "-adapt law", "(default 100ms)",
+			"-queue N", "-max-delay duration", "shapes the traffic"} {
 			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("sluice %q does not mention %q:\n%s", args, want, stdout.String())
 			}
@@ -913,5 +935,96 @@ func TestDocs(t *testing.T) {
 		if !strings.Contains(string(guide), "](img/"+filepath.Base(chart)+")") {
 			t.Errorf("%s: docs/algorithms.md does not show it", chart)
 		}
+	}
+}
+
+// shapingExample is the command line of docs/sim.md, "Shaping bursts":
+// bursts of 30 every 2 s into a line of 20 in front of 10 a second.
+var shapingExample = []string{"-algorithm", "gcra", "-limit", "10/s", "-burst", "1", "-traffic", "burst:30/2s", "-queue", "20", "-duration", "12s", "-interval", "1s"}
+
+// TestShaping runs shaping mode on the virtual clock and checks the line
+// against the bounds: with a burst of 1 the requests leave exactly 1/r
+// apart (the gap between releases is never less); the line never holds
+// more than -queue; a burst over burst + queue has exactly the excess
+// refused; and every request admitted either left the line or is still
+// in it at the end.
+func TestShaping(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	tests := []struct {
+		name     string
+		args     []string
+		admitted int64
+		rejected int64
+		maxLine  int64 // the longest line
+		minGap   time.Duration
+		maxGap   time.Duration
+	}{
+		// 30 at once: 1 passes, 20 wait 0.1 s to 2 s, 9 are refused.
+		{"gcra, one burst over the queue", []string{"-algorithm", "gcra", "-limit", "10/s burst 1", "-traffic", "burst:30/10s", "-queue", "20", "-duration", "10s"},
+			21, 9, 20, 100 * ms, 100 * ms},
+		{"token bucket, one burst over the queue", []string{"-limit", "10/s burst 1", "-traffic", "burst:30/10s", "-queue", "20", "-duration", "10s"},
+			21, 9, 20, 100 * ms, 100 * ms},
+		// The docs' example: the first burst finds the bucket full, the
+		// next five each find the last of the line just leaving.
+		{"the docs' example", shapingExample, 21 + 5*20, 9 + 5*10, 20, 100 * ms, 100 * ms},
+		// A burst of 5 leaves at once, then the line 1/r apart.
+		{"token bucket, a burst of 5", []string{"-limit", "10/s burst 5", "-traffic", "burst:30/10s", "-queue", "10", "-duration", "10s"},
+			15, 15, 10, 0, 100 * ms},
+		// Waits of 0 to 1 s: 11 admitted.
+		{"max delay", []string{"-algorithm", "gcra", "-limit", "10/s burst 1", "-traffic", "burst:30/10s", "-max-delay", "1s", "-duration", "10s"},
+			11, 19, 10, 100 * ms, 100 * ms},
+		// Both bounds: the queue of 5 refuses first.
+		{"queue under max delay", []string{"-algorithm", "gcra", "-limit", "10/s burst 1", "-traffic", "burst:30/10s", "-queue", "5", "-max-delay", "1s", "-duration", "10s"},
+			6, 24, 5, 100 * ms, 100 * ms},
+		// Twice the rate, evenly: the line grows by one every 0.1 s
+		// until it holds 20, then every other request is refused. One
+		// leaves every 0.1 s from 0, 100 in the run, and 20 are in line
+		// at its end: 120 of the 200 admitted.
+		{"constant over the rate", []string{"-algorithm", "gcra", "-limit", "10/s burst 1", "-traffic", "constant:20/s", "-queue", "20", "-duration", "10s"},
+			120, 80, 20, 100 * ms, 100 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := parseSim(tt.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := simulate(cfg, cfg.algs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, admitted, rejected := res.totals()
+			if admitted != tt.admitted || rejected != tt.rejected {
+				t.Errorf("admitted %d, rejected %d; want %d and %d", admitted, rejected, tt.admitted, tt.rejected)
+			}
+			if res.maxLine != tt.maxLine {
+				t.Errorf("longest line %d, want %d", res.maxLine, tt.maxLine)
+			}
+			if cfg.shape.queue > 0 && res.maxLine > cfg.shape.queue {
+				t.Errorf("longest line %d, more than -queue %d", res.maxLine, cfg.shape.queue)
+			}
+			if res.minGap != tt.minGap || res.maxGap != tt.maxGap {
+				t.Errorf("gaps between releases from %v to %v, want %v to %v", res.minGap, res.maxGap, tt.minGap, tt.maxGap)
+			}
+			// Over any interval the releases stay within burst + rate ×
+			// interval, and the line at its end within -queue.
+			spacing := cfg.limit.Period() / time.Duration(cfg.limit.Rate())
+			var released int64
+			for _, iv := range res.intervals {
+				if most := cfg.limit.Burst() + int64((iv.end-iv.start)/spacing); iv.released > most {
+					t.Errorf("%s: released %d, more than burst + rate × interval, %d", span(iv), iv.released, most)
+				}
+				if cfg.shape.queue > 0 && iv.line > cfg.shape.queue {
+					t.Errorf("%s: %d in line at the end, more than -queue %d", span(iv), iv.line, cfg.shape.queue)
+				}
+				released += iv.released
+			}
+			if released != res.releases || admitted != released+res.inLine {
+				t.Errorf("admitted %d, released %d (counted %d), %d still in line: want admitted = released + in line",
+					admitted, released, res.releases, res.inLine)
+			}
+		})
 	}
 }
