@@ -267,13 +267,20 @@ func TestRunClose(t *testing.T) {
 	if err := ctrl.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Close has waited for Run to leave its loop: no update after it.
+	// (Run's own return reaches done a moment later, on its goroutine.)
+	closed := ctrl.Stats().Intervals
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("Run returned %v after Close, want nil", err)
 		}
-	default:
-		t.Fatal("Run still running after Close returned")
+	case <-time.After(time.Second):
+		t.Fatal("Run still running a second after Close returned")
+	}
+	time.Sleep(5 * time.Millisecond)
+	if n := ctrl.Stats().Intervals; n != closed {
+		t.Errorf("%d updates after Close returned, want none", n-closed)
 	}
 	if err := ctrl.Update(context.Background()); !errors.Is(err, core.ErrClosed) {
 		t.Errorf("Update after Close = %v, want core.ErrClosed", err)
