@@ -1,23 +1,14 @@
 package redisstore_test
 
 import (
-	"context"
-	"errors"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
-
-// cleanupSlack is what a cleanup may take beyond core.CleanupTimeout on a
-// busy two-core machine under the race detector: scheduling, not Redis.
-const cleanupSlack = 300 * time.Millisecond
 
 // TestBoundedCleanup: on a Redis whose clients are all paused
 // (CLIENT PAUSE ALL), callers of Wait, Reserve and Cancel, Acquire,
@@ -33,135 +24,9 @@ func TestBoundedCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runBoundedCleanup(t, store, func() {
+	redisfaults.CheckBoundedCleanup(t, store, func() {
 		if _, err := srv.Do("CLIENT", "PAUSE", "2000", "ALL"); err != nil {
 			t.Fatal(err)
 		}
 	})
-}
-
-// runBoundedCleanup runs TestBoundedCleanup's callers on store, pausing
-// the store's Redis with pause once every caller holds capacity.
-func runBoundedCleanup(t *testing.T, store core.Store, pause func()) {
-	ctx := context.Background()
-	slow := core.Every(10 * time.Second) // a token every 10s: every wait is long
-	lim, err := core.NewLimiter(store, algorithms.GCRA, slow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conc, err := core.NewLimiter(store, algorithms.Concurrency, core.Per(4, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: slow},
-		core.Rule{Name: "global", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1000)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"wait", "reserve"} {
-		if d, err := lim.Allow(ctx, k); err != nil || !d.Allowed {
-			t.Fatalf("Allow(%s) = %+v, %v; want the key's one token", k, d, err)
-		}
-	}
-	if v, err := stack.Allow(ctx, "stack", "all"); err != nil || !v.Allowed {
-		t.Fatalf("stack.Allow = %+v, %v", v, err)
-	}
-
-	// Callers that hold capacity when Redis stops answering.
-	r, err := lim.Reserve(ctx, "reserve", time.Minute)
-	if err != nil || !r.OK() || r.Delay <= 0 {
-		t.Fatalf("Reserve = %+v, %v; want a reservation with a delay", r, err)
-	}
-	lease, err := conc.Acquire(ctx, "lease")
-	if err != nil || !lease.OK() {
-		t.Fatalf("Acquire = %+v, %v", lease, err)
-	}
-	type waiter struct {
-		name   string
-		cancel context.CancelFunc
-		done   chan error
-		end    time.Time // when it returned
-	}
-	waiters := []*waiter{{name: "Limiter.Wait"}, {name: "Stack.Wait"}}
-	for _, w := range waiters {
-		wctx, cancel := context.WithCancel(ctx)
-		w.cancel, w.done = cancel, make(chan error, 1)
-		go func() {
-			var err error
-			if w.name == "Limiter.Wait" {
-				_, err = lim.Wait(wctx, "wait")
-			} else {
-				_, err = stack.Wait(wctx, "stack", "all")
-			}
-			w.end = time.Now()
-			w.done <- err
-		}()
-	}
-	// Each waiter sleeps once its reservation is in the store: the debt
-	// shows in a peek.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		d1, err1 := lim.Peek(ctx, "wait")
-		v2, err2 := stack.Peek(ctx, "stack", "all")
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
-		}
-		if d1.RetryAfter > 10*time.Second && v2.RetryAfter > 10*time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiters' reservations never showed: %+v, %+v", d1, v2)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-
-	pause()
-	// Give up, all at once, while Redis answers no one.
-	start := time.Now()
-	var wg sync.WaitGroup
-	check := func(name string, err error, end time.Time, ended time.Time, cause error) {
-		t.Helper()
-		if took := end.Sub(ended); took > core.CleanupTimeout+cleanupSlack {
-			t.Errorf("%s returned %v after its context ended; want at most CleanupTimeout %v + %v", name, took, core.CleanupTimeout, cleanupSlack)
-		}
-		if !errors.Is(err, core.ErrCleanup) {
-			t.Errorf("%s = %v; want the unconfirmed refund reported (core.ErrCleanup)", name, err)
-		}
-		if cause != nil && !errors.Is(err, cause) {
-			t.Errorf("%s = %v; want it to carry %v", name, err, cause)
-		}
-		t.Logf("%s returned %v after its context ended: %v", name, end.Sub(ended), err)
-	}
-	for _, w := range waiters {
-		w.cancel()
-	}
-	cancelled, cancelNow := context.WithCancel(ctx)
-	cancelNow()
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		err := r.Cancel(cancelled)
-		check("Reservation.Cancel", err, time.Now(), start, nil)
-	}()
-	go func() {
-		defer wg.Done()
-		err := lease.Release(cancelled)
-		check("Lease.Release", err, time.Now(), start, nil)
-	}()
-	go func() {
-		defer wg.Done()
-		actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		defer cancel()
-		l, err := conc.Acquire(actx, "lease")
-		end := time.Now()
-		if l != nil {
-			t.Errorf("Acquire on a paused Redis = %+v; want no lease", l)
-		}
-		check("Limiter.Acquire", err, end, start.Add(100*time.Millisecond), context.DeadlineExceeded)
-	}()
-	for _, w := range waiters {
-		err := <-w.done
-		check(w.name, err, w.end, start, context.Canceled)
-	}
-	wg.Wait()
 }
