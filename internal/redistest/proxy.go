@@ -19,8 +19,9 @@ const proxyQueue = 64
 // Proxy is a TCP proxy in front of one server, for fault tests: it passes
 // bytes through, delays the server's replies ([Proxy.Delay]), or
 // blackholes every connection ([Proxy.Blackhole]): it accepts and reads,
-// and forwards nothing in either direction until [Proxy.Pass]. Make one
-// with [NewProxy]. Its methods are safe for concurrent use.
+// and forwards nothing in either direction until [Proxy.Pass]. Its target
+// can change ([Proxy.SetTarget]), as an address repointed at a new primary
+// does. Make one with [NewProxy]. Its methods are safe for concurrent use.
 //
 // A connection accepted by the proxy dials the target at once; if that
 // fails (the server is down), the proxy closes the client's connection.
@@ -28,10 +29,10 @@ const proxyQueue = 64
 // bounded queue between them, so a delay adds latency, not a bandwidth
 // limit: chunks read 1 ms apart leave 1 ms apart.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu        sync.Mutex
+	target    string // where connections accepted from now on go
 	blackhole bool
 	delay     time.Duration
 	changed   chan struct{} // closed and replaced when blackhole changes
@@ -82,8 +83,24 @@ func newProxy(target string) (*Proxy, error) {
 // Addr returns the address clients dial, "127.0.0.1:PORT".
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Target returns the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
+// Target returns the address the proxy forwards new connections to.
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
+// SetTarget sends the connections the proxy accepts from now on to
+// target, a "host:port", as a DNS name or a Kubernetes Service repointed
+// at a new primary does. The connections already open stay
+// with the server they reached until either side closes them: a client
+// that keeps its connections keeps talking to the old server, which is
+// what a failover by repointing an address leaves behind.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
 
 // Pass forwards bytes again, ending a blackhole and a delay. Chunks held
 // while the proxy blackholed are forwarded now, in order, as a network
@@ -183,7 +200,7 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	defer p.untrack(client)
-	server, err := net.DialTimeout("tcp", p.target, dialTimeout)
+	server, err := net.DialTimeout("tcp", p.Target(), dialTimeout)
 	if err != nil {
 		return
 	}

@@ -194,3 +194,62 @@ func TestProxyTargetDown(t *testing.T) {
 		t.Errorf("read through a proxy to a closed port = %q, nil; want the connection closed", s)
 	}
 }
+
+// serverPort asks the server at the other end of c for its port.
+func (c *rawConn) serverPort(t *testing.T) string {
+	t.Helper()
+	c.send(t, "CONFIG GET port")
+	var lines []string
+	for range 5 { // *2, $4, port, $N, the port
+		s, err := c.read(5 * time.Second)
+		if err != nil {
+			t.Fatalf("CONFIG GET port: %q, then %v", lines, err)
+		}
+		lines = append(lines, s)
+	}
+	return lines[4]
+}
+
+// TestProxySetTarget repoints a proxy: the connections it accepts from then
+// on reach the new target, while a connection already open stays with the
+// server it reached, as after a failover by repointing an address.
+func TestProxySetTarget(t *testing.T) {
+	t.Parallel()
+	from, to := Shared(t), Start(t)
+	p := NewProxy(t, from.Addr())
+	before := dialRaw(t, p.Addr())
+	if got, want := before.serverPort(t), strconv.Itoa(from.Port()); got != want {
+		t.Fatalf("before SetTarget: a connection reached port %s, want %s", got, want)
+	}
+	// SetTarget races with the proxy's accepting: the race detector
+	// watches the target's reads and writes.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20 {
+			c := dialRaw(t, p.Addr())
+			if s, _, err := c.ping(t, 5*time.Second); err != nil || s != "+PONG" {
+				t.Errorf("PING while the target changed = %q, %v", s, err)
+				return
+			}
+		}
+	}()
+	p.SetTarget(to.Addr())
+	<-done
+	if p.Target() != to.Addr() {
+		t.Errorf("Target() = %s after SetTarget(%s)", p.Target(), to.Addr())
+	}
+	steps := []struct {
+		name string
+		c    *rawConn
+		want int
+	}{
+		{"the connection open before SetTarget", before, from.Port()},
+		{"a connection accepted after SetTarget", dialRaw(t, p.Addr()), to.Port()},
+	}
+	for _, st := range steps {
+		if got := st.c.serverPort(t); got != strconv.Itoa(st.want) {
+			t.Errorf("%s reached port %s, want %d", st.name, got, st.want)
+		}
+	}
+}

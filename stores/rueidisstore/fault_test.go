@@ -163,9 +163,11 @@ func TestUnsupportedAlgorithm(t *testing.T) {
 func TestHealing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
-	store, err := rueidisstore.New(newClient(t, srv.Addr()), rueidisstore.Config{Prefix: "heal-rueidis:"})
+	// A prefix of its own a run: the server is shared, and -count reruns.
+	prefix := fmt.Sprintf("heal%d:", prefixes.Add(1))
+	store, err := rueidisstore.New(newClient(t, srv.Addr()), rueidisstore.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	redisfaults.CheckHealing(t, srv, store, "heal-rueidis:")
+	redisfaults.CheckHealing(t, srv, store, prefix)
 }

@@ -14,7 +14,7 @@ import (
 // TestReshardUnderLoad moves the slot of a hot key's stack to another
 // master, key by key as redis-cli --cluster reshard does, while 64
 // goroutines decide on it: the client follows MOVED and ASK and
-// the store retries TRYAGAIN, so that at most 1 % of the decisions fail
+// the store retries TRYAGAIN, so that at most 0.1 % of the decisions fail
 // (none with CROSSSLOT); behind a fail-open breaker no error reaches a
 // caller (the breaker's answers, to the odd TRYAGAIN and to calls the
 // loaded test machine holds past the deadline, are logged: 0 to 0.33 %

@@ -1,0 +1,28 @@
+package redisstore_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redisfaults"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestEviction floods a small server with 100,000 keys while a hot key is
+// decided under load, under allkeys-lru and volatile-ttl: the hot
+// key admits at most one extra burst each time its state is lost, and
+// under allkeys-lru, used all the time, it is never evicted while the
+// flood leaves the other keys a few seconds (redisfaults.Evictions). The
+// server is the test's own, as its memory and policy are.
+func TestEviction(t *testing.T) {
+	t.Parallel()
+	for _, e := range redisfaults.Evictions() {
+		t.Run(e.Name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 80})
+			t.Cleanup(func() { client.Close() })
+			t.Log(redisfaults.EvictUnderLoad(t, srv, newStore(t, client), e))
+		})
+	}
+}
