@@ -39,8 +39,9 @@ func BenchmarkReport(b *testing.B) {
 // BenchmarkDecision compares Limiter.Allow on memstore, one hot key, under
 // a fixed limit ("fixed"), through a policy without an override
 // ("policy"), through an override returning a constant ("constant"), and
-// through policy.WithOverride(ctrl.Override) ("adaptive"): the target is
-// adaptive within 1.1× of a fixed limit through the same policy.
+// through policy.WithOverride(ctrl.Override) ("adaptive"), and with the
+// limiter following the controller (core.Limiter.Following, "following"):
+// the target is an adaptive decision within 1.1× of a fixed one.
 func BenchmarkDecision(b *testing.B) {
 	ctrl, err := adaptive.New(core.PerSecond(1_000_000_000), adaptive.AIMD(), adaptive.WithBounds(1, 1_000_000_000))
 	if err != nil {
@@ -57,6 +58,7 @@ func BenchmarkDecision(b *testing.B) {
 			return policy.New(s, policy.WithOverride(func(core.Request) core.Limit { return limit }))
 		}},
 		{"adaptive", func(s core.Store) (core.Store, error) { return policy.New(s, policy.WithOverride(ctrl.Override)) }},
+		{"following", func(s core.Store) (core.Store, error) { return s, nil }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			store, err := c.wrap(newMemstore(b))
@@ -66,6 +68,13 @@ func BenchmarkDecision(b *testing.B) {
 			lim, err := core.NewLimiter(store, algorithms.TokenBucket, limit)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if c.name == "following" {
+				// The limiter reads the controller's limit itself: no
+				// policy in the way (core.Limiter.Following).
+				if lim, err = lim.Following(ctrl); err != nil {
+					b.Fatal(err)
+				}
 			}
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -15,13 +15,19 @@
 // Every step is capped ([WithMaxStep]) and bounded ([WithBounds]); both
 // laws back off on failures ([ErrorRatio]) and on explicit overload.
 //
-// Decisions use the adapted limit through [policy.WithOverride]:
+// A [core.Limiter] decides under the adapted limit by following the
+// controller, which costs a decision one atomic load:
 //
 //	ctrl, err := adaptive.New(core.PerSecond(100), adaptive.Gradient())
-//	p, err := policy.New(store, policy.WithOverride(ctrl.Override))
-//	lim, err := core.NewLimiter(p, algorithms.TokenBucket, core.PerSecond(100))
+//	lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(100))
+//	lim, err = lim.Following(ctrl)
 //	go ctrl.Run(ctx)
 //	defer ctrl.Close()
+//
+// A rule of a [core.Stack], or any request a policy sees, uses it through
+// [policy.WithOverride] and [Controller.Override] instead
+// (policy.New(store, policy.WithOverride(ctrl.Override))), at the cost of
+// the policy's hop.
 //
 // With [WithShared], the limit lives in a store ([SharedLimit], an
 // algorithm with a Go transition and an exact Lua twin), so that every

@@ -137,7 +137,7 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 	if maxWait <= 0 {
 		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
 	}
-	return reserve(ctx, l.store, []Request{{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Op: OpReserve, MaxWait: maxWait, MaxQueue: l.queue}})
+	return reserve(ctx, l.store, []Request{{Key: key, Algorithm: l.alg, Limit: l.Limit(), Cost: n, Op: OpReserve, MaxWait: maxWait, MaxQueue: l.queue}})
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -158,7 +158,7 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // could not be confirmed within [CleanupTimeout]. Without a deadline it
 // waits as long as the key's debt needs.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
-	if l.limit.inf {
+	if l.Limit().inf {
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
@@ -188,7 +188,7 @@ func (l *Limiter) WithQueue(n int64) (*Limiter, error) {
 	if err := checkQueue(n); err != nil {
 		return nil, err
 	}
-	if !l.limit.inf && !Reserves(l.alg) {
+	if !l.Limit().inf && !Reserves(l.alg) {
 		return nil, fmt.Errorf("%w: algorithm %q cannot reserve, so it cannot queue", ErrUnsupported, l.alg.Name())
 	}
 	q := *l
