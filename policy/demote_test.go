@@ -136,7 +136,7 @@ func testFailoverDemoted(t *testing.T, cl client) {
 	// answers by its mode and no caller sees an error; the rest is logged.
 	first := sinceNano(switched, watch.firstOK.Load())
 	last := sinceNano(switched, watch.last.Load())
-	if cl.name == "rueidis" {
+	if cl.keepsDemoted {
 		t.Logf("rueidis, which does not recover from a demotion without a restart: %d READONLY, the last %v after the switch; first admission from the new primary %v after it (negative: none); %+v",
 			watch.readonly.Load(), last.Round(time.Millisecond), first.Round(time.Millisecond), r.b.Stats())
 		return

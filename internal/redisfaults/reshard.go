@@ -16,7 +16,8 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// MoveSlot moves slot from its owner in c to another master, as
+// MoveSlot moves the slot of key (a Redis key) from its owner in c to
+// another master, as
 // `redis-cli --cluster reshard` moves each of its slots, but one key at a
 // time with pause between keys, so that the slot stays half-moved (its
 // keys split between the nodes, the source MIGRATING and the target
@@ -24,9 +25,10 @@ import (
 // TRYAGAIN: the target IMPORTING and the source MIGRATING, each key
 // MIGRATEd, then every node told the slot's new owner. It returns the
 // target.
-func MoveSlot(t testing.TB, c *redistest.Cluster, slot int, pause time.Duration) *redistest.Server {
+func MoveSlot(t testing.TB, c *redistest.Cluster, key string, pause time.Duration) *redistest.Server {
 	t.Helper()
-	src, err := ownerOf(c, slot)
+	slot := redistest.Slot(key)
+	src, err := c.Owner(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,18 +68,6 @@ func MoveSlot(t testing.TB, c *redistest.Cluster, slot int, pause time.Duration)
 		}
 	}
 	return dst
-}
-
-func ownerOf(c *redistest.Cluster, slot int) (*redistest.Server, error) {
-	// Owner takes a key; a key made of the slot's hash tag would do, but
-	// the slot is what the caller has: find a tag that hashes to it.
-	for i := 0; i < 1<<20; i++ {
-		tag := "s" + strconv.Itoa(i)
-		if redistest.Slot(tag) == slot {
-			return c.Owner("{" + tag + "}")
-		}
-	}
-	return nil, fmt.Errorf("no tag found for slot %d", slot)
 }
 
 func nodeID(t testing.TB, s *redistest.Server) string {
@@ -131,7 +121,7 @@ func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, pref
 		t.Fatal(err)
 	}
 	const key = "user:hot"
-	slot := redistest.Slot(redisscript.Key(prefix, key, "bucket"))
+	state := redisscript.Key(prefix, key, "bucket") // every rule's state shares its slot
 	ctx := context.Background()
 	// Warm: the keys exist, so the move has something to migrate.
 	if _, err := stack.Allow(ctx, key, key); err != nil {
@@ -189,7 +179,7 @@ func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, pref
 	}
 	time.Sleep(300 * time.Millisecond)
 	moved := time.Now()
-	MoveSlot(t, c, slot, pause)
+	MoveSlot(t, c, state, pause)
 	took := time.Since(moved)
 	time.Sleep(time.Second)
 	close(stop)
