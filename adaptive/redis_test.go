@@ -23,8 +23,8 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -93,7 +93,7 @@ func TestSharedLimitParity(t *testing.T) {
 		case 1:
 			req.Cost = core.MaxUnits
 		}
-		want := adaptive.SharedLimit.Transition(&state, req.Step(now))
+		want := core.Run(&state, &req, 0)
 		got, err := store.Apply(ctx, req)
 		if err != nil {
 			t.Fatalf("op %d: %v", i, err)
@@ -159,11 +159,11 @@ func TestSharedLimitUnreadable(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		d, err := store.Apply(ctx, core.Request{Key: "unreadable", Algorithm: adaptive.SharedLimit, Limit: limit, Cost: 1, Op: core.OpPeek, Now: at})
-		if err != nil || d != (core.Decision{}) {
+		if err != nil || d != (core.Decision{At: at.UTC()}) {
 			t.Errorf("%s: read = %+v, %v; want no value", c.name, d, err)
 		}
 		d, err = store.Apply(ctx, core.Request{Key: "unreadable", Algorithm: adaptive.SharedLimit, Limit: limit, Cost: 123000, Now: at})
-		want := core.Decision{Allowed: true, Limit: 123000, Remaining: 1, ResetAfter: 10 * time.Second}
+		want := core.Decision{Allowed: true, Limit: 123000, Remaining: 1, ResetAfter: 10 * time.Second, At: at.UTC()}
 		if err != nil || d != want {
 			t.Errorf("%s: proposal = %+v, %v; want %+v", c.name, d, err, want)
 		}

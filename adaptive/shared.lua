@@ -12,7 +12,9 @@
 --          cost (the proposal), op (0 propose, else read), rate (writes
 --          per period) and period (µs, the value's TTL).
 -- reply    {allowed (1: written), value, sequence, retry-after µs,
---          reset-after µs, 0}; a value of 0 means there is none.
+--          reset-after µs, 0, the instant decided at (µs), 0, 0, 0}; a
+--          value of 0 means there is none. The shared value has no level
+--          (its units per token, the ninth number, are 0).
 --
 -- Numbers: Redis's Lua has only doubles, exact for integers below 2^53;
 -- every number here is an integer below 2^53, so the arithmetic is the Go
@@ -71,13 +73,13 @@ if op == 0 and cost > 0 and (not live or now - T >= gap) then
 	end
 	redis.call('PSETEX', KEY, math.ceil(period / 1000) + margin,
 		struct.pack('<ddddd', now, cost, seq, 0, now + period))
-	return {1, cost, seq, 0, period, 0}
+	return {1, cost, seq, 0, period, 0, now, 0, 0, 0}
 end
 if live then
 	local retry = T + gap - now
 	if retry < 0 then
 		retry = 0
 	end
-	return {0, A, B, retry, E - now, 0}
+	return {0, A, B, retry, E - now, 0, now, 0, 0, 0}
 end
-return {0, 0, 0, 0, 0, 0}
+return {0, 0, 0, 0, 0, 0, now, 0, 0, 0}

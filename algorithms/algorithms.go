@@ -55,9 +55,13 @@ func micros(n int64) time.Duration { return time.Duration(n) * time.Microsecond 
 func windowStart(now, period int64) int64 { return now - now%period }
 
 // unsatisfiable is the decision for a cost above capacity.
-func unsatisfiable(limit, remaining int64, resetAfter time.Duration) core.Decision {
-	return core.Decision{Limit: limit, Remaining: remaining, RetryAfter: core.RetryNever, ResetAfter: resetAfter}
+func unsatisfiable(limit, remaining int64, level core.Level, resetAfter time.Duration) core.Decision {
+	return core.Decision{Limit: limit, Remaining: remaining, Level: level, RetryAfter: core.RetryNever, ResetAfter: resetAfter}
 }
+
+// whole returns the level of a window algorithm that counts whole costs:
+// n left, in tokens of one unit.
+func whole(n int64) core.Level { return core.Level{Units: n, PerToken: 1} }
 
 // forget caps the waits of a decision that writes nothing at e, the instant
 // the key's state is forgotten: from e on the key is fresh, at full

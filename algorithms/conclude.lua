@@ -19,8 +19,15 @@ if forget then
 	end
 end
 -- The reply's first number holds flags: 1 allowed, 2 healed (the key held
--- a value sluice could not read; the decision is a missing key's).
-local reply = {(allowed and 1 or 0) + (healed and 2 or 0), limit, remaining, retry, reset, delay}
+-- a value sluice could not read; the decision is a missing key's). Then
+-- the decision's numbers, its instant (now: the request's or the
+-- server's, or the key's last charge if later), the level, and what a
+-- partial admission admitted.
+local admitted = 0
+if take and allowed then
+	admitted = take
+end
+local reply = {(allowed and 1 or 0) + (healed and 2 or 0), limit, remaining, retry, reset, delay, now, units, per, admitted}
 -- A written state's TTL runs from now to E, when it is forgotten, plus the
 -- margin. On the server's clock a store's expiry never changes a
 -- decision: from E on every script decides as for a missing key.

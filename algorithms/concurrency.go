@@ -74,7 +74,7 @@ func (*concurrency) Transition(s *core.State, st core.Step) core.Decision {
 		}
 	}
 	decision := func(allowed bool, held, until int64) core.Decision {
-		return core.Decision{Allowed: allowed, Limit: n, Remaining: max(n-held, 0), ResetAfter: micros(max(until-now, 0))}
+		return core.Decision{Allowed: allowed, Limit: n, Remaining: max(n-held, 0), Level: whole(n - held), ResetAfter: micros(max(until-now, 0))}
 	}
 	// keep writes the live slots, less the lease's if drop, less release
 	// anonymous ones (the latest to expire first), plus add new slots of

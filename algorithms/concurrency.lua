@@ -104,3 +104,4 @@ elseif cost > 0 then
 	held, ending = live + cost, math.max(last, now + period)
 end
 limit, remaining, reset = rate, math.max(rate - held, 0), math.max(ending - now, 0)
+units, per = rate - held, 1

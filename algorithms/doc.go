@@ -23,6 +23,16 @@
 // ([core.State].E); from then on the key is decided as a fresh one, so a
 // store that forgets it then changes no decision.
 //
+// Every decision reports the key's exact level after it
+// ([core.Decision].Level): a bucket's tokens, in the limit's units per
+// token and below zero while reservations are owed; what a window still
+// admits, in whole costs, or for the sliding window counter in periods
+// of a token, its previous window weighing by fractions; a concurrency
+// limit's free slots. And after a step of cost 0 a decision's Remaining
+// is the largest cost the algorithm admits at that instant, which is how
+// a partial admission ([core.OpAtMost]) finds what to charge, with no
+// code of the algorithm's own.
+//
 // All arithmetic is on integers that stay below 2^53 (see [core.MaxExact]),
 // so that each algorithm's Lua twin, run inside Redis where numbers are
 // doubles, reaches exactly the same decision; limits that would break that

@@ -46,7 +46,12 @@ func TestUnsatisfiable(t *testing.T) {
 						s := clone(c.s)
 						st := step{at: 100 * time.Millisecond, cost: cost, peek: peek}
 						d := apply(tc.alg, &s, t0+st.at.Microseconds(), core.Request{Limit: lim, Cost: cost, Op: peekIf(peek)})
+						// The level is whole here: the key's standing, exactly.
 						want := core.Decision{Limit: 10, Remaining: c.remaining, RetryAfter: core.RetryNever, ResetAfter: c.reset}
+						if got := d.Level.Tokens(); got != float64(c.remaining) {
+							t.Errorf("%s key: %s: Level = %v, want %d", c.name, st.name(), d.Level, c.remaining)
+						}
+						want.Level = d.Level
 						if d != want {
 							t.Errorf("%s key: %s = %+v, want %+v", c.name, st.name(), d, want)
 						}

@@ -57,16 +57,16 @@ func (*fixedWindow) Transition(s *core.State, st core.Step) core.Decision {
 			count = max(count-cost, 0)
 			s.T, s.A, s.B, s.E = now, start, count, start+period
 		}
-		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-count, 0), ResetAfter: resetAfter(count)}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-count, 0), Level: whole(rate - count), ResetAfter: resetAfter(count)}
 	}
 	if cost > rate {
-		return forget(unsatisfiable(rate, max(rate-count, 0), resetAfter(count)), now, s.E)
+		return forget(unsatisfiable(rate, max(rate-count, 0), whole(rate-count), resetAfter(count)), now, s.E)
 	}
 	if cost > 0 && count+cost > rate {
-		return forget(core.Decision{Limit: rate, Remaining: max(rate-count, 0), RetryAfter: untilEnd, ResetAfter: untilEnd}, now, s.E)
+		return forget(core.Decision{Limit: rate, Remaining: max(rate-count, 0), Level: whole(rate - count), RetryAfter: untilEnd, ResetAfter: untilEnd}, now, s.E)
 	}
 	count += cost
-	d := core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-count, 0), ResetAfter: resetAfter(count)}
+	d := core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-count, 0), Level: whole(rate - count), ResetAfter: resetAfter(count)}
 	switch {
 	case cost == 0:
 		return forget(d, now, s.E)

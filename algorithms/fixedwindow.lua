@@ -32,6 +32,7 @@ else
 	end
 end
 limit, remaining = rate, math.max(rate - count, 0)
+units, per = rate - count, 1
 -- The window's end, once anything is counted in it (as it is when a cost
 -- that fits the limit is denied).
 if count > 0 then

@@ -134,6 +134,27 @@ func checkCall(alg core.Algorithm, before, s core.State, now int64, o op, d core
 		return s, fmt.Sprintf("Source = %v, want %v", d.Source, core.SourceStore)
 	case o.cost == 0 && !d.Allowed:
 		return s, "a cost of 0 was denied; it is always admitted"
+	case d.Level.PerToken <= 0:
+		return s, fmt.Sprintf("Level = %+v, want a positive PerToken", d.Level)
+	case d.Remaining != max(floorDiv(d.Level.Units, d.Level.PerToken), 0):
+		return s, fmt.Sprintf("Remaining = %d, Level %d/%d: want the level's whole tokens", d.Remaining, d.Level.Units, d.Level.PerToken)
+	case d.Level.Units > capa*d.Level.PerToken:
+		return s, fmt.Sprintf("Level = %d/%d, above the capacity %d", d.Level.Units, d.Level.PerToken, capa)
+	}
+
+	// A partial admission charges what a decision of cost 0 reports as
+	// Remaining: the largest cost the algorithm admits at the instant.
+	fits := clone(before)
+	r := apply(alg, &fits, now, core.Request{Limit: lim, Op: core.OpPeek}).Remaining
+	if r >= 1 {
+		if dd := apply(alg, &fits, now, core.Request{Limit: lim, Cost: r, Op: core.OpPeek}); !dd.Allowed {
+			return s, fmt.Sprintf("a cost of 0 reports Remaining %d, but a cost of %d is denied: %+v", r, r, dd)
+		}
+	}
+	if r < capa {
+		if dd := apply(alg, &fits, now, core.Request{Limit: lim, Cost: r + 1, Op: core.OpPeek}); dd.Allowed {
+			return s, fmt.Sprintf("a cost of 0 reports Remaining %d, but a cost of %d is admitted: %+v", r, r+1, dd)
+		}
 	}
 
 	// The state.
@@ -323,11 +344,26 @@ func micros(n int64) time.Duration { return time.Duration(n) * time.Microsecond 
 // ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// floorDiv is ⌊a/b⌋ for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
 // bucketModel is the token bucket in tokens × Period, refilling Rate each
-// microsecond: the same rate as Units gives, without reducing it.
+// microsecond: the same rate as Units gives, without reducing it. Its
+// level is reported in the units of [core.Limit.Units], Period/g to a
+// token for g = gcd(Rate, Period), which divides every level the model
+// reaches.
 func bucketModel(lim core.Limit) model {
 	rate, period, burst := lim.Rate(), lim.PeriodMicros(), lim.Burst()
 	full := burst * period
+	u, _ := lim.Units()
+	g := period / u
+	lv := func(level int64) core.Level { return core.Level{Units: level / g, PerToken: u} }
 	refill := func(level, dt int64) int64 {
 		if dt >= ceilDiv(full-level, rate) {
 			return full
@@ -349,12 +385,12 @@ func bucketModel(lim core.Limit) model {
 			reset := func(level int64) time.Duration { return micros(ceilDiv(full-level, rate)) }
 			switch {
 			case cost > burst:
-				return core.Decision{Limit: burst, Remaining: level / period, RetryAfter: core.RetryNever, ResetAfter: reset(level)}
+				return core.Decision{Limit: burst, Remaining: level / period, Level: lv(level), RetryAfter: core.RetryNever, ResetAfter: reset(level)}
 			case level < cost*period:
-				return core.Decision{Limit: burst, Remaining: level / period, RetryAfter: micros(ceilDiv(cost*period-level, rate)), ResetAfter: reset(level)}
+				return core.Decision{Limit: burst, Remaining: level / period, Level: lv(level), RetryAfter: micros(ceilDiv(cost*period-level, rate)), ResetAfter: reset(level)}
 			}
 			level -= cost * period
-			return core.Decision{Allowed: true, Limit: burst, Remaining: level / period, ResetAfter: reset(level)}
+			return core.Decision{Allowed: true, Limit: burst, Remaining: level / period, Level: lv(level), ResetAfter: reset(level)}
 		},
 		// In any interval [a, b] the bucket admits at most its burst and
 		// what refills in b − a.
@@ -412,11 +448,11 @@ func fixedWindowModel(lim core.Limit) model {
 			}
 			switch {
 			case cost > rate:
-				return core.Decision{Limit: rate, Remaining: rate - count, RetryAfter: core.RetryNever, ResetAfter: reset(count)}
+				return core.Decision{Limit: rate, Remaining: rate - count, Level: whole(rate - count), RetryAfter: core.RetryNever, ResetAfter: reset(count)}
 			case count+cost > rate:
-				return core.Decision{Limit: rate, Remaining: rate - count, RetryAfter: untilEnd, ResetAfter: untilEnd}
+				return core.Decision{Limit: rate, Remaining: rate - count, Level: whole(rate - count), RetryAfter: untilEnd, ResetAfter: untilEnd}
 			}
-			return core.Decision{Allowed: true, Limit: rate, Remaining: rate - count - cost, ResetAfter: reset(count + cost)}
+			return core.Decision{Allowed: true, Limit: rate, Remaining: rate - count - cost, Level: whole(rate - count - cost), ResetAfter: reset(count + cost)}
 		},
 		bound: alignedBound(lim),
 	}
@@ -444,6 +480,9 @@ func slidingCounterModel(lim core.Limit) model {
 			}
 			left := start + period - now
 			remaining := func(cur int64) int64 { return max(rate-cur-ceilDiv(prev*left, period), 0) }
+			// The level: rate less what the window covers, in periods of
+			// a token.
+			level := func(cur int64) core.Level { return core.Level{Units: (rate-cur)*period - prev*left, PerToken: period} }
 			reset := func(cur int64) time.Duration {
 				switch {
 				case cur > 0:
@@ -455,7 +494,7 @@ func slidingCounterModel(lim core.Limit) model {
 			}
 			switch {
 			case cost > rate:
-				return core.Decision{Limit: rate, Remaining: remaining(cur), RetryAfter: core.RetryNever, ResetAfter: reset(cur)}
+				return core.Decision{Limit: rate, Remaining: remaining(cur), Level: level(cur), RetryAfter: core.RetryNever, ResetAfter: reset(cur)}
 			case !passes(now):
 				lo, hi := now, start+2*period // passes(lo) is false, passes(hi) true
 				for hi-lo > 1 {
@@ -465,9 +504,9 @@ func slidingCounterModel(lim core.Limit) model {
 						lo = mid
 					}
 				}
-				return core.Decision{Limit: rate, Remaining: remaining(cur), RetryAfter: micros(hi - now), ResetAfter: reset(cur)}
+				return core.Decision{Limit: rate, Remaining: remaining(cur), Level: level(cur), RetryAfter: micros(hi - now), ResetAfter: reset(cur)}
 			}
-			return core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur + cost), ResetAfter: reset(cur + cost)}
+			return core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur + cost), Level: level(cur + cost), ResetAfter: reset(cur + cost)}
 		},
 		bound: alignedBound(lim),
 	}
@@ -494,18 +533,18 @@ func slidingLogModel(lim core.Limit) model {
 			}
 			switch {
 			case cost > rate:
-				return core.Decision{Limit: rate, Remaining: max(rate-count, 0), RetryAfter: core.RetryNever, ResetAfter: reset}
+				return core.Decision{Limit: rate, Remaining: max(rate-count, 0), Level: whole(rate - count), RetryAfter: core.RetryNever, ResetAfter: reset}
 			case count+cost > rate:
 				freed, i := int64(0), 0
 				for ; count-freed+cost > rate; i++ {
 					freed += live[i].cost
 				}
-				return core.Decision{Limit: rate, Remaining: max(rate-count, 0), RetryAfter: micros(live[i-1].at + period - now), ResetAfter: reset}
+				return core.Decision{Limit: rate, Remaining: max(rate-count, 0), Level: whole(rate - count), RetryAfter: micros(live[i-1].at + period - now), ResetAfter: reset}
 			}
 			if cost > 0 {
 				reset = micros(period)
 			}
-			return core.Decision{Allowed: true, Limit: rate, Remaining: rate - count - cost, ResetAfter: reset}
+			return core.Decision{Allowed: true, Limit: rate, Remaining: rate - count - cost, Level: whole(rate - count - cost), ResetAfter: reset}
 		},
 		// No window (t − Period, t] holds more than the rate; the fullest
 		// ends at a charge.

@@ -99,7 +99,7 @@ func (*gcra) Transition(s *core.State, st core.Step) core.Decision {
 	// tolerance it is a reservation's debt.
 	debt := tolerance - refill(tolerance-owed, tolerance, now-s.T, r)
 	decision := func(allowed bool, debt int64) core.Decision {
-		return core.Decision{Allowed: allowed, Limit: burst, Remaining: max(tolerance-debt, 0) / u, ResetAfter: micros(core.CeilDiv(debt, r))}
+		return core.Decision{Allowed: allowed, Limit: burst, Remaining: max(tolerance-debt, 0) / u, Level: core.Level{Units: tolerance - debt, PerToken: u}, ResetAfter: micros(core.CeilDiv(debt, r))}
 	}
 	save := func(debt int64) {
 		c := r

@@ -58,6 +58,7 @@ else
 	end
 end
 limit, remaining, reset = burst, idiv(math.max(tolerance - debt, 0), u), ceildiv(debt, r)
+units, per = tolerance - debt, u
 if dirty then
 	local whole = idiv(debt, r)
 	local c = r

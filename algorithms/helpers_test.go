@@ -101,6 +101,9 @@ func apply(alg core.Algorithm, s *core.State, now int64, req core.Request) core.
 	return alg.Transition(s, req.Step(now))
 }
 
+// whole is the level of n whole tokens, as the window algorithms count.
+func whole(n int64) core.Level { return core.Level{Units: n, PerToken: 1} }
+
 // peekIf returns [core.OpPeek] if peek is set, else [core.OpCharge].
 func peekIf(peek bool) core.Op {
 	if peek {

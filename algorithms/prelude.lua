@@ -11,12 +11,15 @@
 --          algorithm, their entries as pairs of doubles.
 -- ARG      the request (ARGV[1] in a script of one decision): ten
 --          little-endian doubles: now (µs since the Unix epoch, or -1 for
---          the server's TIME), cost, op (0 charge, 1 peek, 2 refund),
---          rate, period (µs), burst, units per token, units per µs, the
---          debt in units a reservation may run to (0 if none), and the
---          lease of a concurrency lease (0 if none).
--- reply    {flags (1 allowed, 2 healed), limit, remaining, retry-after µs (-1: never),
---          reset-after µs, delay µs}
+--          the server's TIME), cost, op (0 charge, 1 peek, 2 refund, 3
+--          admit at most cost), rate, period (µs), burst, units per
+--          token, units per µs, the debt in units a reservation may run
+--          to (0 if none), and the lease of a concurrency lease (0 if
+--          none).
+-- reply    {flags (1 allowed, 2 healed), limit, remaining, retry-after µs
+--          (-1: never), reset-after µs, delay µs, the decision's instant
+--          (µs since the Unix epoch), the level after it in units, units
+--          per token of the level (0: none), the cost admitted in part}
 --
 -- Numbers: Redis's Lua has only doubles, exact for integers below 2^53.
 -- Every quantity sluice keeps is below 2^52 (instants in µs up to 2112,
@@ -27,6 +30,20 @@
 
 local now, cost, op, rate, period, burst, u, r, maxdebt, lease =
 	struct.unpack('<dddddddddd', ARG)
+-- A partial admission (op 3, core.OpAtMost) is decided in two passes of
+-- the decision (scripts.go): the first, before take is known, a peek of
+-- cost 0, whose remaining is the most the key admits, with most the
+-- request's cost; the second a charge of take, the least of the two, or
+-- 1 when nothing fits (core.AtMost), for a batch the least over its
+-- requests.
+local most
+if op == 3 then
+	if take then
+		cost, op = take, 0
+	else
+		most, cost, op = cost, 0, 1
+	end
+end
 -- A key's TTL is the time until it is forgotten plus this margin, in ms:
 -- a second on the server's clock; a minute for a request at an instant of
 -- its own, whose clock has nothing to do with the one Redis expires keys
@@ -75,8 +92,12 @@ if now < T then
 end
 
 -- The decision, which the algorithm's file fills in: the reply's numbers
--- (a denial's delay stays 0); forget for a decision that writes nothing,
--- whose waits conclude.lua caps at E; and, for one that writes, dirty,
--- with the new state in T, A, B, C, E and, after them, tail.
+-- (a denial's delay stays 0), the level among them; forget for a
+-- decision that writes nothing, whose waits conclude.lua caps at E; and,
+-- for one that writes, dirty, with the new state in T, A, B, C, E and,
+-- after them, tail.
 local allowed, limit, remaining, retry, reset, delay = false, 0, 0, 0, 0, 0
+-- The level after the decision, units / per tokens (core.Level); per 0
+-- for none.
+local units, per = 0, 0
 local forget, dirty, tail = false, false, nil

@@ -28,7 +28,7 @@ func TestBucketsReserve(t *testing.T) {
 
 // reserveStep is one call of a reservation table: a reservation within
 // wait (a plain charge when zero), or a refund, and every field of its
-// decision.
+// decision; the level in tokens, below zero while reservations are owed.
 type reserveStep struct {
 	at        time.Duration
 	cost      int64
@@ -38,6 +38,7 @@ type reserveStep struct {
 	lim       core.Limit // the table's when zero
 	allowed   bool
 	remaining int64
+	level     float64
 	retry     time.Duration
 	reset     time.Duration
 	delay     time.Duration
@@ -60,6 +61,10 @@ func runReserveSteps(t *testing.T, alg core.Algorithm, lim core.Limit, s *core.S
 		}
 		d := apply(alg, s, t0+st.at.Microseconds(), req)
 		want := core.Decision{Allowed: st.allowed, Limit: l.Burst(), Remaining: st.remaining, RetryAfter: st.retry, ResetAfter: st.reset, Delay: st.delay}
+		if u, _ := l.Units(); d.Level.PerToken != u || d.Level.Tokens() != st.level {
+			t.Errorf("step %d: %s %s(%s, %d) under %v: Level = %v (%d/%d), want %v", i, alg.Name(), call, offset(st.at), st.cost, l, d.Level, d.Level.Units, d.Level.PerToken, st.level)
+		}
+		want.Level = d.Level
 		if d != want {
 			t.Errorf("step %d: %s %s(%s, %d) under %v = %+v, want %+v", i, alg.Name(), call, offset(st.at), st.cost, l, d, want)
 		}
@@ -75,22 +80,23 @@ func TestGCRAReserve(t *testing.T) {
 	steps := []reserveStep{
 		{at: 0, cost: 2, allowed: true, remaining: 0, reset: 200 * ms},
 		// The TAT runs 100ms beyond the tolerance: one owed.
-		{at: 0, cost: 1, wait: 100 * ms, allowed: true, reset: 300 * ms, delay: 100 * ms},
-		{at: 0, cost: 1, wait: 150 * ms, retry: 200 * ms, reset: 300 * ms},
-		{at: 0, cost: 2, wait: 300 * ms, allowed: true, reset: 500 * ms, delay: 300 * ms},
+		{at: 0, cost: 1, wait: 100 * ms, allowed: true, level: -1, reset: 300 * ms, delay: 100 * ms},
+		{at: 0, cost: 1, wait: 150 * ms, level: -1, retry: 200 * ms, reset: 300 * ms},
+		{at: 0, cost: 2, wait: 300 * ms, allowed: true, level: -3, reset: 500 * ms, delay: 300 * ms},
 		// A plain request waits for the whole debt; so does a cost of 0
 		// not at all.
-		{at: 0, cost: 1, retry: 400 * ms, reset: 500 * ms},
-		{at: 0, cost: 0, allowed: true, reset: 500 * ms},
+		{at: 0, cost: 1, level: -3, retry: 400 * ms, reset: 500 * ms},
+		{at: 0, cost: 0, allowed: true, level: -3, reset: 500 * ms},
 		// A queue of 3 tokens: 3 are owed already.
-		{at: 0, cost: 1, wait: time.Hour, queue: 3, retry: 400 * ms, reset: 500 * ms},
+		{at: 0, cost: 1, wait: time.Hour, queue: 3, level: -3, retry: 400 * ms, reset: 500 * ms},
 		// Refunding the last 2 moves the TAT back 200ms.
-		{at: 0, cost: 2, refund: true, allowed: true, reset: 300 * ms},
-		{at: 0, cost: 1, wait: time.Hour, queue: 2, allowed: true, reset: 400 * ms, delay: 200 * ms},
-		{at: 50 * ms, cost: 1, retry: 250 * ms, reset: 350 * ms},
+		{at: 0, cost: 2, refund: true, allowed: true, level: -1, reset: 300 * ms},
+		{at: 0, cost: 1, wait: time.Hour, queue: 2, allowed: true, level: -2, reset: 400 * ms, delay: 200 * ms},
+		// Half a token has come back in 50ms.
+		{at: 50 * ms, cost: 1, level: -1.5, retry: 250 * ms, reset: 350 * ms},
 		{at: 400 * ms, cost: 2, allowed: true, remaining: 0, reset: 200 * ms},
 		// A refund never moves the TAT before now.
-		{at: 400 * ms, cost: 9, refund: true, allowed: true, remaining: 2},
+		{at: 400 * ms, cost: 9, refund: true, allowed: true, remaining: 2, level: 2},
 	}
 	for _, alg := range []core.Algorithm{algorithms.TokenBucket, algorithms.GCRA} {
 		t.Run(alg.Name(), func(t *testing.T) {
@@ -112,7 +118,7 @@ func TestGCRADebtLimitChange(t *testing.T) {
 	var s core.State
 	runReserveSteps(t, algorithms.GCRA, ten, &s, []reserveStep{
 		{at: 0, cost: 3, allowed: true, remaining: 0, reset: 300 * ms},
-		{at: 0, cost: 2, wait: time.Second, allowed: true, reset: 500 * ms, delay: 200 * ms}, // TAT t0+500ms
+		{at: 0, cost: 2, wait: time.Second, allowed: true, level: -2, reset: 500 * ms, delay: 200 * ms}, // TAT t0+500ms
 	})
 	if s.C >= 0 {
 		t.Fatalf("state %s after a reservation into debt: want C negative", relState(s))
@@ -120,8 +126,8 @@ func TestGCRADebtLimitChange(t *testing.T) {
 	runReserveSteps(t, algorithms.GCRA, ten, &s, []reserveStep{
 		// At 5 req/s with a burst of 1 the whole 500ms is kept: the key
 		// owes 300ms beyond the tolerance of 200ms.
-		{at: 0, cost: 1, lim: five, retry: 500 * ms, reset: 500 * ms},
-		{at: 0, cost: 1, wait: time.Second, lim: five, allowed: true, reset: 700 * ms, delay: 500 * ms}, // TAT t0+700ms
+		{at: 0, cost: 1, lim: five, level: -1.5, retry: 500 * ms, reset: 500 * ms},
+		{at: 0, cost: 1, wait: time.Second, lim: five, allowed: true, level: -2.5, reset: 700 * ms, delay: 500 * ms}, // TAT t0+700ms
 		// Back under 10 req/s, 700ms owed against a tolerance of 300ms.
 		{at: 400 * ms, cost: 1, retry: 100 * ms, reset: 300 * ms},
 		{at: 500 * ms, cost: 1, allowed: true, remaining: 0, reset: 300 * ms},

@@ -65,28 +65,41 @@ var (
 // single returns the script of one decision by an algorithm, whose states
 // hold entries if entries is set: it writes at once, since nothing
 // follows.
+//
+// A partial admission is decided in two passes of the decision (see
+// prelude.lua): the first finds take, the second charges it.
 func single(lua string, entries bool) *Script {
-	return NewScript(shared + fmt.Sprintf("local KEY, ARG, ENTRIES = KEYS[1], ARGV[1], %t\n", entries) + prelude + lua + conclude + `
-if dirty then
-	redis.call('PSETEX', KEY, ttl, value)
-elseif healed then
-	redis.call('DEL', KEY)
+	return NewScript(shared + fmt.Sprintf("local KEY, ARG, ENTRIES = KEYS[1], ARGV[1], %t\n", entries) + `
+local take -- a partial admission's charge, once its first pass found it
+for pass = 1, 2 do
+` + prelude + lua + conclude + `
+if most then
+	take = math.max(math.min(remaining, most), 1)
+else
+	if dirty then
+		redis.call('PSETEX', KEY, ttl, value)
+	elseif healed then
+		redis.call('DEL', KEY)
+	end
+	return reply
 end
-return reply
+end
 `)
 }
 
 // multi returns MultiScript: a loop over the requests whose body is one
 // decision, prelude.lua, the request's algorithm's file chosen by an
 // if-chain, and conclude.lua, as straight-line code like a single
-// script's, so that a call makes no closure per algorithm.
+// script's, so that a call makes no closure per algorithm. A batch of
+// partial admissions runs the loop twice: the first pass finds the most
+// every request admits, the second charges every request that.
 func multi() *Script {
 	var b strings.Builder
 	b.WriteString(shared)
 	b.WriteString(`
 -- KEYS[i] is the i-th request's state; ARGV[1] the requests, packed as
 -- one decision's ARGV[1] is, one after another; ARGV[2] one byte a
--- request, the index of its algorithm. The reply is each decision's six
+-- request, the index of its algorithm. The reply is each decision's ten
 -- integers, one after another. The writes are made only if every request
 -- was admitted.
 local n = #KEYS
@@ -94,6 +107,11 @@ local size = #ARGV[1] / n
 local out, all = {}, true
 local wkeys, wttls, wvalues, whealed = {}, {}, {}, {}
 local unread = {} -- healed keys left unwritten
+-- A batch of partial admissions makes two passes (prelude.lua): the first
+-- finds fits, the most every request admits, at most its cost; the
+-- second charges every request take.
+local take, fits
+for pass = 1, 2 do
 for i = 1, n do
 local KEY, ARG = KEYS[i], string.sub(ARGV[1], size * (i - 1) + 1, size * i)
 local alg = string.byte(ARGV[2], i)
@@ -115,17 +133,26 @@ local ENTRIES = false
 	}
 	b.WriteString("end\n")
 	b.WriteString(conclude)
-	b.WriteString(`local base = #out
-for j = 1, 6 do
-	out[base + j] = reply[j]
+	b.WriteString(`if most then
+	fits = math.min(fits or most, most, remaining)
+else
+	local base = #out
+	for j = 1, #reply do
+		out[base + j] = reply[j]
+	end
+	all = all and allowed
+	if dirty then
+		local w = #wkeys + 1
+		wkeys[w], wttls[w], wvalues[w], whealed[w] = KEY, ttl, value, healed
+	elseif healed then
+		unread[#unread + 1] = KEY
+	end
 end
-all = all and allowed
-if dirty then
-	local w = #wkeys + 1
-	wkeys[w], wttls[w], wvalues[w], whealed[w] = KEY, ttl, value, healed
-elseif healed then
-	unread[#unread + 1] = KEY
 end
+if not fits then
+	break
+end
+take, fits = math.max(fits, 1), nil
 end
 if all then
 	for j = 1, #wkeys do
@@ -150,12 +177,14 @@ return out
 
 // MultiScript returns the Lua script that decides several requests in one
 // call, all or nothing, as [core.Store]'s ApplyAll asks, for a batch of
-// any one operation (charges, peeks, refunds, reservations, concurrency
-// leases): KEYS are the requests' states, ARGV[1] their packed requests one after another (each as
-// [Script] packs one), ARGV[2] one byte a request, its algorithm's
-// [MultiIndex]; the reply is each decision's six integers in turn, and
-// the states are written only if every request was admitted. Redis
-// stores use it for requests whose keys share a Cluster slot.
+// any one operation (charges, peeks, refunds, reservations, partial
+// admissions, concurrency leases): KEYS are the requests' states, ARGV[1]
+// their packed requests one after another (each as [Script] packs one),
+// ARGV[2] one byte a request, its algorithm's [MultiIndex]; the reply is
+// each decision's ten integers in turn, and the states are written only
+// if every request was admitted. A batch of partial admissions charges
+// every request the same cost, as [core.RunAll] does. Redis stores use
+// it for requests whose keys share a Cluster slot.
 func MultiScript() *Script { return multiScript }
 
 // MultiIndex returns the index of alg's Lua twin in [MultiScript], from 1,

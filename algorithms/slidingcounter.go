@@ -63,6 +63,9 @@ func (*slidingWindowCounter) Transition(s *core.State, st core.Step) core.Decisi
 	elapsed := now - start
 	left := period - elapsed // of the previous window, still covered
 	remaining := func(cur int64) int64 { return max(rate-cur-core.CeilDiv(prev*left, period), 0) }
+	// The level is what remaining rounds down, exactly, in periods of a
+	// token: within ±rate × period, so within 2^52.
+	level := func(cur int64) core.Level { return core.Level{Units: (rate-cur)*period - prev*left, PerToken: period} }
 	resetAfter := func(cur int64) time.Duration {
 		switch {
 		case cur > 0:
@@ -84,16 +87,16 @@ func (*slidingWindowCounter) Transition(s *core.State, st core.Step) core.Decisi
 			prev = max(prev-cost, 0)
 			s.T, s.A, s.B, s.C, s.E = now, start, 0, prev, start+period
 		}
-		return core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), ResetAfter: resetAfter(cur)}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), Level: level(cur), ResetAfter: resetAfter(cur)}
 	}
 	if cost > rate {
-		return forget(unsatisfiable(rate, remaining(cur), resetAfter(cur)), now, s.E)
+		return forget(unsatisfiable(rate, remaining(cur), level(cur), resetAfter(cur)), now, s.E)
 	}
 	if room := rate - cur - cost; cost > 0 && (room < 0 || prev*left > room*period) {
-		return forget(core.Decision{Limit: rate, Remaining: remaining(cur), RetryAfter: micros(retry(elapsed, period, rate, cur, prev, cost)), ResetAfter: resetAfter(cur)}, now, s.E)
+		return forget(core.Decision{Limit: rate, Remaining: remaining(cur), Level: level(cur), RetryAfter: micros(retry(elapsed, period, rate, cur, prev, cost)), ResetAfter: resetAfter(cur)}, now, s.E)
 	}
 	cur += cost
-	d := core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), ResetAfter: resetAfter(cur)}
+	d := core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), Level: level(cur), ResetAfter: resetAfter(cur)}
 	switch {
 	case cost == 0:
 		return forget(d, now, s.E)

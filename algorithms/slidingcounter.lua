@@ -58,6 +58,8 @@ else
 	end
 end
 limit, remaining = rate, math.max(rate - cur - ceildiv(prev * left, period), 0)
+-- The level, exactly, in periods of a token: within 2^52 in magnitude.
+units, per = (rate - cur) * period - prev * left, period
 if cur > 0 then
 	reset = 2 * period - elapsed
 elseif prev > 0 then

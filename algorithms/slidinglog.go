@@ -88,10 +88,10 @@ func (*slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
 				s.E = s.Log[n-1].At + period
 			}
 		}
-		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), ResetAfter: resetAfter(live)}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), Level: whole(rate - live), ResetAfter: resetAfter(live)}
 	}
 	if cost > rate {
-		return forget(unsatisfiable(rate, max(rate-live, 0), resetAfter(live)), now, s.E)
+		return forget(unsatisfiable(rate, max(rate-live, 0), whole(rate-live), resetAfter(live)), now, s.E)
 	}
 	if cost > 0 && live+cost > rate {
 		// The request passes once enough of the oldest charges leave.
@@ -102,16 +102,17 @@ func (*slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
 		return forget(core.Decision{
 			Limit:      rate,
 			Remaining:  max(rate-live, 0),
+			Level:      whole(rate - live),
 			RetryAfter: micros(s.Log[i-1].At + period - now),
 			ResetAfter: resetAfter(live),
 		}, now, s.E)
 	}
 	if cost == 0 {
-		return forget(core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), ResetAfter: resetAfter(live)}, now, s.E)
+		return forget(core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), Level: whole(rate - live), ResetAfter: resetAfter(live)}, now, s.E)
 	}
 	if st.Op == core.OpPeek {
 		// The charge would be the newest entry, leaving a period from now.
-		return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live - cost, ResetAfter: micros(period)}
+		return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live - cost, Level: whole(rate - live - cost), ResetAfter: micros(period)}
 	}
 	log := s.Log
 	switch {
@@ -130,5 +131,5 @@ func (*slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
 	}
 	live += cost
 	s.T, s.A, s.B, s.E, s.Log = now, live, first, now+period, log
-	return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live, ResetAfter: resetAfter(live)}
+	return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live, Level: whole(rate - live), ResetAfter: resetAfter(live)}
 }

@@ -104,7 +104,7 @@ func (*tokenBucket) Transition(s *core.State, st core.Step) core.Decision {
 	if retry < 0 {
 		retryAfter = core.RetryNever
 	}
-	return core.Decision{Allowed: allowed, Limit: burst, Remaining: max(level, 0) / u, RetryAfter: retryAfter, ResetAfter: micros(reset), Delay: micros(delay)}
+	return core.Decision{Allowed: allowed, Limit: burst, Remaining: max(level, 0) / u, Level: core.Level{Units: level, PerToken: u}, RetryAfter: retryAfter, ResetAfter: micros(reset), Delay: micros(delay)}
 }
 
 // floorDiv returns ⌊a / b⌋ for b > 0, rounding down for negative a as

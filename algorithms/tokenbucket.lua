@@ -39,6 +39,7 @@ else
 	allowed, delay, dirty = true, ceildiv(-level, r), not peek
 end
 limit, remaining, reset = burst, idiv(math.max(level, 0), u), ceildiv(capacity - level, r)
+units, per = level, u
 if dirty then
 	T, A, B, E = now, level, u, now + reset
 end

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }

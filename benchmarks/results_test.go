@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 var (

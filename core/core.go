@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -80,16 +81,15 @@ type Decision struct {
 	// algorithms, the rate for the window algorithms.
 	Limit int64
 	// Remaining is the cost that would still be admitted right after this
-	// decision, in whole requests. It is never negative.
+	// decision, in whole requests: Level's whole tokens, rounded down,
+	// and never negative.
 	Remaining int64
 	// RetryAfter is zero when Allowed. After a denial it is the exact wait
 	// until the same request would be admitted, if nothing else is
 	// charged in between: a retry at that instant passes, a microsecond
 	// earlier fails. It is [RetryNever] when the cost can never be
-	// admitted (see [Decision.Unsatisfiable]). Waits count from the
-	// instant of the decision, which is the request's instant or, if the
-	// key was last charged later than that (clocks disagree), the last
-	// charge's.
+	// admitted (see [Decision.Unsatisfiable]). Waits count from At, the
+	// instant of the decision.
 	RetryAfter time.Duration
 	// ResetAfter is the wait until the key is back to full capacity, as if
 	// it had never been used; zero when it already is.
@@ -113,6 +113,81 @@ type Decision struct {
 	// can grant at most one fresh burst. Only the Redis stores set it;
 	// telemetry counts it (ratelimit.store.healed) and marks the span.
 	Healed bool
+	// At is the instant the decision was made at, in whole microseconds,
+	// in UTC: the request's instant ([Request.Now] rounded down to a
+	// microsecond, or the store's clock) or, if the key was last charged
+	// later than that (clocks disagree), the last charge's. RetryAfter,
+	// ResetAfter and Delay count from it: At.Add(RetryAfter) is when the
+	// request would pass. Every sluice store sets it, the Redis stores
+	// from the server's clock; a decision made without a store's clock (a
+	// request under [Inf], an outage policy's or a list's answer, see
+	// [Request.Answer]) carries the request's Now or the local clock's
+	// reading.
+	At time.Time
+	// Level is the key's level right after the decision (for a peek,
+	// after the charge it would make), exactly, in fractions of a token:
+	// below zero while the key owes more than it holds. A decision of cost
+	// 0 ([Limiter.Level]) reports the level at its instant. Its PerToken
+	// is 0 where the level is unknown (see [Level]).
+	Level Level
+	// Admitted is, for a partial admission ([OpAtMost],
+	// [Limiter.AllowAtMost]), the cost admitted and charged: 1 to the
+	// request's Cost when Allowed, 0 when denied. It is 0 for every other
+	// operation, which admits the whole of its cost or none of it.
+	Admitted int64
+}
+
+// Level is how much of its limit a key holds at an instant, exactly:
+// Units/PerToken tokens, what x/time/rate's Limiter.Tokens reports of its
+// one bucket. For the token bucket and GCRA it is the bucket's level,
+// which refills by fractions of a token and falls below zero while
+// reservations are owed; for the window algorithms, the cost the window
+// still admits, fractional for the sliding window counter, whose previous
+// window weighs in part, and below zero when a lowered rate leaves the
+// window holding more than it admits; for the concurrency algorithm, the
+// free slots. A Decision carries the level right after it; a decision of
+// cost 0 ([Limiter.Level], [Stack.Level]) reads it without changing it.
+//
+// Levels are exact: Units and PerToken are integers below 2^53, the same
+// from every store. The zero Level is an unknown one.
+type Level struct {
+	// Units is the level in units of 1/PerToken of a token.
+	Units int64
+	// PerToken is how many units make a token: the limit's units per
+	// token ([Limit.Units]) for the token bucket and GCRA, the period in
+	// µs for the sliding window counter, 1 for the fixed window, the
+	// sliding window log and the concurrency algorithm, and 1 for [Inf],
+	// whose level is [math.MaxInt64]. It is 0 when the level is unknown: a
+	// decision made without asking the store (an outage policy's, a
+	// list's, or a local cache's from an earlier answer) or by an
+	// algorithm of your own that does not report it.
+	PerToken int64
+}
+
+// Tokens returns the level in tokens, Units/PerToken, rounded to the
+// nearest float64 (exact when the level is a whole number of tokens); 0
+// for an unknown level.
+func (l Level) Tokens() float64 {
+	if l.PerToken == 0 {
+		return 0
+	}
+	return float64(l.Units) / float64(l.PerToken)
+}
+
+// Known reports whether the level is known: its PerToken is not 0.
+func (l Level) Known() bool { return l.PerToken != 0 }
+
+// String formats the level in tokens: a whole number exactly ("3",
+// "-2"), else as the shortest decimal that reads back as Tokens ("2.5",
+// "-0.1"); "unknown" for an unknown level.
+func (l Level) String() string {
+	switch {
+	case l.PerToken == 0:
+		return "unknown"
+	case l.Units%l.PerToken == 0:
+		return strconv.FormatInt(l.Units/l.PerToken, 10)
+	}
+	return strconv.FormatFloat(l.Tokens(), 'f', -1, 64)
 }
 
 // Unsatisfiable reports whether the request will never be admitted: its
@@ -134,14 +209,18 @@ type Request struct {
 	Limit Limit
 	// Cost is how much of the limit the request uses. Zero is allowed: it
 	// is always admitted and, like a peek, changes nothing. Costs below
-	// zero or above [MaxUnits] are invalid.
+	// zero or above [MaxUnits] are invalid. For a partial admission
+	// ([OpAtMost]) it is the most to admit, at least 1.
 	Cost int64
 	// Now, when not zero, is the instant to decide at, from 1970 to the
-	// year 2112 (see [MaxUnits]). The zero value means the store's own
-	// clock (the server's clock for Redis).
+	// year 2112 (see [MaxUnits]). Stores decide in whole microseconds: an
+	// instant between two is rounded down to the earlier (as
+	// [time.Time.Truncate] rounds it), and the decision's At shows the
+	// instant used. The zero value means the store's own clock (the
+	// server's clock for Redis). [Limiter.At] and [Stack.At] set it.
 	Now time.Time
-	// Op is what the request does: charge (the zero value), peek, refund
-	// or reserve. See [Op].
+	// Op is what the request does: charge (the zero value), peek, refund,
+	// reserve or admit in part. See [Op].
 	Op Op
 	// MaxWait is how far ahead a reservation ([OpReserve]) may be
 	// admitted; it must be positive for a reservation and zero for every
@@ -189,8 +268,10 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: %d exceeds 2^52", ErrInvalidCost, r.Cost)
 	case !r.Now.IsZero() && (r.Now.Before(epoch) || !r.Now.Before(maxTime)):
 		return fmt.Errorf("%w: %v is outside 1970 to %v", ErrInvalidTime, r.Now, maxTime)
-	case r.Op > OpReserve:
+	case r.Op > OpAtMost:
 		return fmt.Errorf("%w: unknown operation %d", ErrInvalidRequest, r.Op)
+	case r.Op == OpAtMost && r.Cost < 1:
+		return fmt.Errorf("%w: a partial admission of at most %d; want at least 1", ErrInvalidCost, r.Cost)
 	case r.Lease < 0 || r.Lease > MaxUnits:
 		return fmt.Errorf("%w: lease %d is outside 0 to 2^52", ErrInvalidRequest, r.Lease)
 	case r.Op == OpReserve && r.MaxWait <= 0:
@@ -211,14 +292,23 @@ func (r *Request) Validate() error {
 	if r.Op == OpReserve && !Reserves(r.Algorithm) {
 		return fmt.Errorf("%w: algorithm %q cannot reserve", ErrUnsupported, r.Algorithm.Name())
 	}
+	if r.Op == OpAtMost && Leases(r.Algorithm) {
+		return fmt.Errorf("%w: algorithm %q holds leases, which cannot be admitted in part", ErrUnsupported, r.Algorithm.Name())
+	}
 	return r.Algorithm.Validate(r.Limit)
 }
 
 // Step returns what the request asks of its algorithm at now, in µs since
 // the Unix epoch: the arguments of [Algorithm.Transition]. Its limit must
-// not be [Inf].
+// not be [Inf]. A reservation's step is a charge with a [Step.Debt]; a
+// partial admission's ([OpAtMost]) is a charge of its whole Cost, which
+// [Run] turns into what it admits (a store that runs the step alone
+// admits all or nothing, never more than the limit).
 func (r *Request) Step(now int64) Step {
 	st := Step{Now: now, Cost: r.Cost, Limit: r.Limit, Op: r.Op, Lease: r.Lease}
+	if r.Op == OpAtMost {
+		st.Op = OpCharge
+	}
 	if r.Op == OpReserve {
 		// A key may owe at most 2^52 units less its capacity, so that the
 		// time to refill it stays within 2^52 µs.
@@ -241,8 +331,10 @@ func (r *Request) Step(now int64) Step {
 type Op uint8
 
 // The operations. An algorithm's [Step] carries only the first three (a
-// reservation reaches it as a charge with [Step.Debt]); Lua twins receive
-// them as the numbers 0, 1 and 2.
+// reservation reaches it as a charge with [Step.Debt], a partial
+// admission as a peek of cost 0 and then a charge, see [Run]); Lua twins
+// receive them as the numbers 0, 1 and 2 (the Redis stores' prelude
+// turns a partial admission, 3, into those).
 const (
 	// OpCharge charges the cost if the limit admits it now (Allow).
 	OpCharge Op = iota
@@ -259,12 +351,23 @@ const (
 	// OpReserve charges the cost if the limit admits it within
 	// [Request.MaxWait], letting the key go into debt (Reserve, Wait).
 	OpReserve
+	// OpAtMost charges as much of the cost as the limit admits now, at
+	// least 1 and at most Cost (AllowAtMost, redis_rate's AllowAtMost):
+	// the largest cost the algorithm admits, which a decision of cost 0
+	// reports as its Remaining, charged in the same atomic step. When not
+	// even 1 fits, the request is denied as a charge of 1 would be, its
+	// RetryAfter saying when one will. [Decision.Admitted] is the cost
+	// charged. In a batch ([Store]'s ApplyAll) every request under a
+	// limit is charged the same cost: the largest every one of them
+	// admits, at most the least of their costs, or none (see [RunAll]).
+	// Algorithms that hold leases ([Leaser]) cannot admit in part.
+	OpAtMost
 )
 
-var opNames = [...]string{"charge", "peek", "refund", "reserve"}
+var opNames = [...]string{"charge", "peek", "refund", "reserve", "at-most"}
 
-// String returns the operation's name: "charge", "peek", "refund" or
-// "reserve".
+// String returns the operation's name: "charge", "peek", "refund",
+// "reserve" or "at-most".
 func (o Op) String() string {
 	if int(o) < len(opNames) {
 		return opNames[o]
@@ -283,7 +386,8 @@ type Step struct {
 	// Limit is the limit to decide under; never [Inf].
 	Limit Limit
 	// Op is [OpCharge], [OpPeek] or [OpRefund]; never [OpReserve],
-	// which reaches an algorithm as a charge with a Debt.
+	// which reaches an algorithm as a charge with a Debt, nor [OpAtMost],
+	// which reaches it as a peek of cost 0 and then a charge ([Run]).
 	Op Op
 	// Debt is how far, in units (see [Limit.Units]), an admission may take
 	// the key below empty: for a reservation, MaxWait × units per µs, at
@@ -376,6 +480,13 @@ type Algorithm interface {
 	// only when it admits a charge of positive cost, or refunds one. Its
 	// inputs have been validated ([Request.Validate]) and the limit is
 	// not [Inf]. Transition must not retain s.
+	//
+	// The decision's Remaining after a step of cost 0 is the largest cost
+	// the algorithm admits at that instant: a partial admission
+	// ([OpAtMost]) charges it. Its Level is the key's level after the
+	// step, or the zero Level if the algorithm has none to report. Its
+	// At and Admitted are left zero: [Run], which every store calls,
+	// sets them.
 	Transition(s *State, st Step) Decision
 }
 

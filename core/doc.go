@@ -5,10 +5,19 @@
 //
 // A [Limiter] applies one algorithm and one [Limit] to many keys:
 // [Limiter.Allow] and [Limiter.AllowN] charge a key if the limit admits
-// it now, [Limiter.Peek] looks without charging, [Limiter.Wait] and
+// it now, [Limiter.AllowAtMost] charges as much of a cost as fits,
+// [Limiter.Peek] looks without charging, [Limiter.Level] reads what a key
+// holds, exactly ([Level], x/time/rate's Tokens), [Limiter.Wait] and
 // [Limiter.Reserve] queue a caller until its turn, [Limiter.Acquire]
 // takes a concurrency slot that [Lease.Release] gives back, and
 // [Limiter.Reset] forgets a key.
+//
+// A limiter decides on its store's clock (the Redis server's, for the
+// Redis stores). [Limiter.At] returns one that decides at an instant of
+// your own, as x/time/rate's AllowN(t, n) and TokensAt(t) do: for tests,
+// replays and simulations. Instants are whole microseconds, an instant
+// between two decided at the earlier, and every decision reports the
+// instant it was made at ([Decision].At), from which its waits count.
 //
 // Reservations need an algorithm that can hold debt ([Reserver]): the
 // token bucket and GCRA. A reservation's debt is its place in line, so
@@ -20,10 +29,12 @@
 //
 // A [Stack] applies several named rules to one request, all or nothing:
 // a per-user, a per-tenant and a global limit, or a burst limit and a
-// daily quota. It has the same verbs (Allow, Peek, Reserve, Wait,
-// Acquire, Reset) and answers with a [Verdict]: the binding rule's
-// decision and each rule's own. On every sluice store, through every
-// sluice decorator, a stack's decision is one atomic store call.
+// daily quota. It has the same verbs (Allow, AllowAtMost, Peek, Level,
+// Reserve, Wait, Acquire, Reset, and At) and answers with a [Verdict]:
+// the binding rule's decision and each rule's own. On every sluice
+// store, through every sluice decorator, a stack's decision is one
+// atomic store call; its partial admission charges every rule the most
+// all of them admit.
 //
 // Limits read as English: core.PerSecond(10).WithBurst(50),
 // core.PerDay(1000), core.Every(time.Minute); [Inf] admits everything.
@@ -51,7 +62,11 @@
 // that does not say what it does with a batch does not compile. A store
 // that cannot decide a batch atomically calls stores.ApplyInTurn from its
 // ApplyAll, by name. A request's [Op] is its verb: [OpCharge], [OpPeek],
-// [OpRefund] or [OpReserve]. The helpers only store authors need are in
+// [OpRefund], [OpReserve] or [OpAtMost]. A store runs [Run] (or [RunAll]
+// for a batch) on a key's state: the algorithm's transition with what
+// every store adds to it, the decision's instant and partial admissions;
+// a decorator that answers without its store stamps the answer with
+// [Request.Answer]. The helpers only store authors need are in
 // package [github.com/sluicehq/sluice/stores] (ValidateAll, ApplyInTurn,
 // and Func, which turns a function into a Store for tests);
 // docs/architecture.md explains the contract and what each decorator
@@ -69,6 +84,11 @@
 // them: algorithms.Scripted (a Lua twin, for the Redis stores) and
 // layered.Batcher (a cache may take its capacity in batches). [AlgorithmAs] finds them, looking through
 // wrappers such as a stack's rules.
+//
+// A transition reports the key's level after its step ([Decision].Level)
+// and keeps the contract of [Decision].Remaining that partial admissions
+// rely on: after a step of cost 0 it is the largest cost the algorithm
+// admits.
 //
 // Every request carries its limit, so a key's limit can change between
 // calls (per-key tiers, live reconfiguration); each algorithm documents

@@ -176,7 +176,8 @@ func ExampleLimiter_Acquire() {
 // bucket; a sluice limiter is a bucket per key, in memory or in Redis.
 // lim.Allow() becomes limiter.Allow(ctx, key), lim.Wait(ctx) becomes
 // limiter.Wait(ctx, key), and lim.Reserve() limiter.Reserve(ctx, key,
-// maxWait).
+// maxWait). Calls at an instant of your own, AllowN(t, n) and
+// TokensAt(t), go through limiter.At(t).
 func Example_fromTimeRate() {
 	store, _ := memstore.New(memstore.Config{})
 	defer store.Close()
@@ -190,14 +191,23 @@ func Example_fromTimeRate() {
 		}
 	}
 	fmt.Println("allowed", allowed, "of 8 at once")
-	// Output: allowed 5 of 8 at once
+
+	t := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	limiter.At(t).AllowN(ctx, "replay", 4)                              // lim.AllowN(t, 4)
+	d, _ := limiter.At(t.Add(50*time.Millisecond)).Level(ctx, "replay") // lim.TokensAt(t + 50ms)
+	fmt.Println("tokens", d.Level.Tokens())
+	// Output:
+	// allowed 5 of 8 at once
+	// tokens 1.5
 }
 
 // Coming from go-redis/redis_rate: redis_rate is GCRA in Redis, and
 // limiter.Allow(ctx, key, redis_rate.PerSecond(10)) becomes a GCRA
 // limiter's Allow. Its Result maps to core.Decision: Allowed > 0 is
-// Allowed, and Remaining, RetryAfter and ResetAfter keep their meaning
-// (RetryAfter is 0 when allowed, not -1).
+// Allowed for a cost of 1 or more (a cost of 0 is always allowed here,
+// where redis_rate reports 0 allowed), Allowed of AllowAtMost is Admitted,
+// and Remaining, RetryAfter and ResetAfter keep their meaning (RetryAfter
+// is 0 when allowed, not -1).
 func Example_fromRedisRate() {
 	store, _ := memstore.New(memstore.Config{}) // redisstore.New(client, redisstore.Config{}) in production
 	defer store.Close()
@@ -214,5 +224,10 @@ func Example_fromRedisRate() {
 			break
 		}
 	}
-	// Output: request 11 denied, retry in 100ms
+	// limiter.AllowAtMost(ctx, key, limit, 5) on another key
+	d, _ := limiter.AllowAtMost(ctx, "project:456", 5)
+	fmt.Println("admitted", d.Admitted)
+	// Output:
+	// request 11 denied, retry in 100ms
+	// admitted 5
 }

@@ -166,5 +166,10 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Lease, er
 	if !Leases(l.alg) {
 		return nil, fmt.Errorf("%w: algorithm %q holds no leases", ErrUnsupported, l.alg.Name())
 	}
-	return acquire(ctx, l.store, []Request{{Key: key, Algorithm: l.alg, Limit: l.Limit(), Cost: n, Lease: rand.Int64N(MaxUnits) + 1}})
+	req, err := l.request(key, n, OpCharge)
+	if err != nil {
+		return nil, err
+	}
+	req.Lease = rand.Int64N(MaxUnits) + 1
+	return acquire(ctx, l.store, []Request{req})
 }

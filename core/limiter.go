@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Limiter applies one algorithm and one limit to many keys through a
@@ -14,12 +15,24 @@ import (
 // safe for concurrent use. It keeps no state of its own, so
 // several limiters may share a store; they share a key's state only when
 // they use the same algorithm for the same key.
+//
+// A limiter decides on its store's clock (the Redis server's, for the
+// Redis stores); [Limiter.At] returns one that decides at an instant of
+// your own, for tests, replays and simulations.
 type Limiter struct {
 	store Store
 	alg   Algorithm
 	limit Limit
+	queue int64  // each key's queue bound for reservations; 0: none (WithQueue)
+	x     *extra // what Following and At add; nil for a limiter NewLimiter made
+}
+
+// extra is what [Limiter.Following] and [Limiter.At] add to a limiter,
+// apart, so that a plain limiter's decision checks one pointer.
+type extra struct {
 	from  LimitSource // the limit at each call, if the limiter follows one (Following)
-	queue int64       // each key's queue bound for reservations; 0: none (WithQueue)
+	at    time.Time   // the instant to decide at, if fixed (At)
+	fixed bool
 }
 
 // LimitSource gives a limit that may change from one call to the next,
@@ -55,10 +68,10 @@ func NewLimiter(store Store, alg Algorithm, limit Limit) (*Limiter, error) {
 // Limit returns the limiter's limit: for a limiter that follows a
 // [LimitSource], the source's now.
 func (l *Limiter) Limit() Limit {
-	if l.from == nil {
+	if l.x == nil || l.x.from == nil {
 		return l.limit
 	}
-	return l.from.Limit()
+	return l.x.from.Limit()
 }
 
 // Following returns a limiter like l that decides each call under src's
@@ -71,8 +84,76 @@ func (l *Limiter) Following(src LimitSource) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: a nil limit source", ErrInvalidLimit)
 	}
 	f := *l
-	f.from = src
+	f.x = l.extra()
+	f.x.from = src
 	return &f, nil
+}
+
+// At returns a limiter like l that decides every call at instant t
+// instead of on its store's clock, as x/time/rate's AllowN(t, n),
+// ReserveN(t, n) and TokensAt(t) do: lim.At(t).AllowN(ctx, key, n),
+// lim.At(t).ReserveN(ctx, key, n, maxWait), lim.At(t).Level(ctx, key).
+// Stores decide in whole microseconds, so t is rounded down to its
+// microsecond; each decision's At reports the instant used, which is
+// later than t when the key was last charged later (a state's clock
+// never runs backwards). The returned limiter keeps l's limit (or the
+// source it follows), algorithm, store and queue; l is unchanged.
+//
+// Every call of the returned limiter fails with an error wrapping
+// [ErrInvalidTime] when t is before 1970, after 2112 or the zero Time
+// (use l itself to decide on the store's clock). Wait and WaitN, which
+// sleep on the real clock, fail with [ErrInvalidRequest]: reserve at the
+// instant with ReserveN, and act after the reservation's Delay.
+// Reservations and leases made at t are cancelled, released and renewed
+// at t.
+//
+// At allocates the copy; a limiter on the store's clock decides, as
+// before, without allocating.
+func (l *Limiter) At(t time.Time) *Limiter {
+	f := *l
+	f.x = l.extra()
+	f.x.at, f.x.fixed = t, true
+	return &f
+}
+
+// extra returns a copy of l's extra, to be changed for a new limiter.
+func (l *Limiter) extra() *extra {
+	if l.x == nil {
+		return new(extra)
+	}
+	x := *l.x
+	return &x
+}
+
+// request returns l's request for key with cost n and operation op: under
+// l's limit at this call, at l's instant if it has one.
+func (l *Limiter) request(key string, n int64, op Op) (Request, error) {
+	req := Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Op: op}
+	if x := l.x; x != nil {
+		if x.from != nil {
+			req.Limit = x.from.Limit()
+		}
+		if x.fixed {
+			if x.at.IsZero() {
+				return Request{}, errZeroInstant
+			}
+			req.Now = x.at
+		}
+	}
+	return req, nil
+}
+
+// errZeroInstant is the error of every call of a limiter or stack fixed
+// at the zero Time.
+var errZeroInstant = fmt.Errorf("%w: the zero time: At needs an instant; without At, a limiter decides on its store's clock", ErrInvalidTime)
+
+// apply decides l's request for key with cost n and operation op.
+func (l *Limiter) apply(ctx context.Context, key string, n int64, op Op) (Decision, error) {
+	req, err := l.request(key, n, op)
+	if err != nil {
+		return Decision{}, err
+	}
+	return l.store.Apply(ctx, req)
 }
 
 // Algorithm returns the limiter's algorithm.
@@ -91,8 +172,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // error means the request was invalid or the store failed, and nothing was
 // charged that the store knows of.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	if l.from != nil {
-		return l.store.Apply(ctx, Request{Key: key, Algorithm: l.alg, Limit: l.from.Limit(), Cost: n})
+	if l.x != nil {
+		return l.apply(ctx, key, n, OpCharge)
 	}
 	// Two calls rather than one request whose limit is chosen first:
 	// that cost a fixed limit's decision 5 to 8 ns on memstore
@@ -100,10 +181,35 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	return l.store.Apply(ctx, Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n})
 }
 
+// AllowAtMost charges key as much of cost n as the limit admits now, at
+// least 1 and at most n, and reports how much in the decision's
+// Admitted, as redis_rate's AllowAtMost does: the largest cost the
+// algorithm admits, found and charged in one atomic store call (one
+// script call on Redis). If not even 1 fits, the decision is a denial
+// (Admitted 0) whose RetryAfter says when one will. It fails with an
+// error wrapping [ErrInvalidCost] when n is below 1, and with
+// [ErrUnsupported] for an algorithm that holds leases. Under [Inf] it
+// admits all of n.
+func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.apply(ctx, key, n, OpAtMost)
+}
+
 // Peek reports the decision Allow would return now, without charging the
 // key or changing its state.
 func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
-	return l.store.Apply(ctx, Request{Key: key, Algorithm: l.alg, Limit: l.Limit(), Cost: 1, Op: OpPeek})
+	return l.apply(ctx, key, 1, OpPeek)
+}
+
+// Level reports key's level now without charging it or changing its
+// state: the decision of a request of cost 0, whose Level is what the key
+// holds, exactly and in fractions of a token (x/time/rate's Tokens, and
+// with [Limiter.At], TokensAt), whose At is the instant it was read at,
+// Remaining the whole tokens of it (never below 0), Limit the capacity
+// and ResetAfter the time until the key is full. It is one store call.
+// Level.Tokens() is the level as a float64; a bucket in debt after
+// reservations has a level below zero.
+func (l *Limiter) Level(ctx context.Context, key string) (Decision, error) {
+	return l.apply(ctx, key, 0, OpPeek)
 }
 
 // Reset forgets key's state under the limiter's algorithm, as if it had
@@ -116,8 +222,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // Unlimited returns the decision for a request under [Inf]: allowed, with
-// no limit in sight. Stores answer Inf requests with it without touching
-// any state.
+// no limit in sight, and a level of [math.MaxInt64] tokens. Stores answer
+// Inf requests with it without touching any state, at the request's
+// instant (see [Run] and [Request.Answer]).
 func Unlimited() Decision {
-	return Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64}
+	return Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64, Level: Level{Units: math.MaxInt64, PerToken: 1}}
 }

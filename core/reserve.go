@@ -137,7 +137,12 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 	if maxWait <= 0 {
 		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
 	}
-	return reserve(ctx, l.store, []Request{{Key: key, Algorithm: l.alg, Limit: l.Limit(), Cost: n, Op: OpReserve, MaxWait: maxWait, MaxQueue: l.queue}})
+	req, err := l.request(key, n, OpReserve)
+	if err != nil {
+		return nil, err
+	}
+	req.MaxWait, req.MaxQueue = maxWait, l.queue
+	return reserve(ctx, l.store, []Request{req})
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -156,13 +161,17 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // it gives the capacity back (see [Reservation.Cancel]) and fails with
 // ctx's error, joined with an error wrapping [ErrCleanup] if the refund
 // could not be confirmed within [CleanupTimeout]. Without a deadline it
-// waits as long as the key's debt needs.
+// waits as long as the key's debt needs. A limiter fixed at an instant
+// ([Limiter.At]) cannot wait: WaitN fails with [ErrInvalidRequest].
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
+	if l.x != nil && l.x.fixed {
+		return Decision{}, errWaitAt
+	}
 	if l.Limit().inf {
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
-		return Unlimited(), nil
+		return (&Request{Cost: n}).Answer(Unlimited()), nil
 	}
 	v, err := wait(ctx, n, l.queue > 0, func(maxWait time.Duration) (*Reservation, error) {
 		return l.ReserveN(ctx, key, n, maxWait)
@@ -199,6 +208,9 @@ func (l *Limiter) WithQueue(n int64) (*Limiter, error) {
 // Queue returns the limiter's queue bound ([Limiter.WithQueue]); 0 if it
 // has none.
 func (l *Limiter) Queue() int64 { return l.queue }
+
+// errWaitAt is the error of a Wait at a fixed instant.
+var errWaitAt = fmt.Errorf("%w: a wait at a fixed instant (At): Wait sleeps on the real clock; reserve with ReserveN and act after its Delay", ErrInvalidRequest)
 
 // checkQueue reports a queue bound WithQueue cannot use.
 func checkQueue(n int64) error {

@@ -34,6 +34,8 @@ type Stack struct {
 	algs   []Algorithm // each rule's algorithm, named after the rule
 	leases bool        // a rule holds concurrency leases
 	queue  int64       // each rule's queue bound for reservations; 0: none (WithQueue)
+	at     time.Time   // the instant to decide at, if fixed (At)
+	fixed  bool
 }
 
 // NewStack returns a stack of rules over store. It fails with
@@ -87,6 +89,18 @@ func validRuleName(name string) error {
 	return nil
 }
 
+// At returns a stack like s that decides every call at instant t instead
+// of on its store's clock, as [Limiter.At] does for one limit: t is
+// rounded down to its microsecond, each decision's At reports the
+// instant used, every call fails with an error wrapping [ErrInvalidTime]
+// when t is before 1970, after 2112 or the zero Time, and Wait and WaitN
+// fail with [ErrInvalidRequest]. s is unchanged; At allocates the copy.
+func (s *Stack) At(t time.Time) *Stack {
+	f := *s
+	f.at, f.fixed = t, true
+	return &f
+}
+
 // Rules returns the stack's rules, in order.
 func (s *Stack) Rules() []Rule { return append([]Rule(nil), s.rules...) }
 
@@ -115,9 +129,39 @@ func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (Verdict, er
 		if err := s.checkKeys(keys); err != nil {
 			return Verdict{}, err
 		}
-		return applyOne(ctx, s.store, Request{Key: keys[0], Algorithm: s.algs[0], Limit: s.rules[0].Limit, Cost: n})
+		if s.fixed && s.at.IsZero() {
+			return Verdict{}, errZeroInstant
+		}
+		return applyOne(ctx, s.store, Request{Key: keys[0], Algorithm: s.algs[0], Limit: s.rules[0].Limit, Cost: n, Now: s.at})
 	}
 	reqs, err := s.requests(keys, n, OpCharge)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return apply(ctx, s.store, reqs)
+}
+
+// AllowAtMost charges every rule, rule i on keys[i], as much of cost n as
+// every rule admits now, at least 1 and at most n, and reports how much in
+// the verdict's Admitted (each rule's decision has the same): the largest
+// cost all the rules admit, found and charged in one atomic store call,
+// as AllowN is. If any rule admits nothing, none is charged and the
+// verdict is a denial (Admitted 0) whose RetryAfter says when one will
+// pass. It fails with an error wrapping [ErrInvalidCost] when n is below
+// 1, and, like AllowN, with [ErrUnsupported] for a stack with a
+// concurrency rule. A store that decides some batches in turn
+// (stores.ApplyInTurn, such as a Redis Cluster store for keys in several
+// slots) finds the cost, then charges it in turn: a charge by another
+// caller in between may deny what would have fit, but never admits more
+// than a rule admits.
+func (s *Stack) AllowAtMost(ctx context.Context, keys []string, n int64) (Verdict, error) {
+	if s.leases {
+		return Verdict{}, fmt.Errorf("%w: the stack has a concurrency rule: its slots are not admitted in part", ErrUnsupported)
+	}
+	if n < 1 {
+		return Verdict{}, fmt.Errorf("%w: a partial admission of at most %d; want at least 1", ErrInvalidCost, n)
+	}
+	reqs, err := s.requests(keys, n, OpAtMost)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -128,6 +172,19 @@ func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (Verdict, er
 // rule or changing any state.
 func (s *Stack) Peek(ctx context.Context, keys ...string) (Verdict, error) {
 	reqs, err := s.requests(keys, 1, OpPeek)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return apply(ctx, s.store, reqs)
+}
+
+// Level reports every rule's level now, rule i's for keys[i], without
+// charging any rule or changing any state: the verdict of requests of cost
+// 0, whose Rules hold each rule's level (see [Limiter.Level]) and whose
+// binding rule is the one with the least left in proportion to its
+// capacity. It is one store call.
+func (s *Stack) Level(ctx context.Context, keys ...string) (Verdict, error) {
+	reqs, err := s.requests(keys, 0, OpPeek)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -205,7 +262,12 @@ func (s *Stack) Wait(ctx context.Context, keys ...string) (Verdict, error) {
 // delay; it fails as [Limiter.WaitN] does (with [ErrQueueFull] when a
 // rule's queue is full, see [Stack.WithQueue]), and gives every rule its
 // capacity back, within [CleanupTimeout], when ctx ends while it sleeps.
+// A stack fixed at an instant ([Stack.At]) cannot wait: WaitN fails with
+// [ErrInvalidRequest].
 func (s *Stack) WaitN(ctx context.Context, keys []string, n int64) (Verdict, error) {
+	if s.fixed {
+		return Verdict{}, errWaitAt
+	}
 	return wait(ctx, n, s.queue > 0, func(maxWait time.Duration) (*Reservation, error) {
 		return s.ReserveN(ctx, keys, n, maxWait)
 	})
@@ -253,9 +315,12 @@ func (s *Stack) requests(keys []string, n int64, op Op) ([]Request, error) {
 	if n < 0 || n > MaxUnits {
 		return nil, fmt.Errorf("%w: %d is outside 0 to 2^52", ErrInvalidCost, n)
 	}
+	if s.fixed && s.at.IsZero() {
+		return nil, errZeroInstant
+	}
 	reqs := make([]Request, len(s.rules))
 	for i, r := range s.rules {
-		reqs[i] = Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op}
+		reqs[i] = Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op, Now: s.at}
 		if op == OpReserve && !r.Limit.inf && !Reserves(r.Algorithm) {
 			return nil, fmt.Errorf("rule %q: %w: algorithm %q cannot reserve", r.Name, ErrUnsupported, r.Algorithm.Name())
 		}

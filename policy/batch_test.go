@@ -136,16 +136,16 @@ func TestBreakerBatchOpen(t *testing.T) {
 		if n := b.Stats().Rejected - rejected; n != 1 {
 			t.Errorf("%v: Stats().Rejected rose by %d for one batch, want 1", mode, n)
 		}
-		if out[2] != core.Unlimited() {
+		if want := core.Unlimited(); out[2] != (core.Decision{Allowed: true, Limit: want.Limit, Remaining: want.Remaining, Level: want.Level, At: t0}) {
 			t.Errorf("%v: the request under Inf = %+v, want core.Unlimited()", mode, out[2])
 		}
 		for i, d := range out[:2] {
 			ok := d.Source == modeSource[mode]
 			switch mode {
 			case FailOpen:
-				ok = ok && d == core.Decision{Allowed: true, Source: core.SourceFailOpen}
+				ok = ok && d == core.Decision{Allowed: true, At: t0, Source: core.SourceFailOpen}
 			case FailClosed:
-				ok = ok && !d.Allowed && d.RetryAfter > 59*time.Minute && d.Limit == 0
+				ok = ok && !d.Allowed && d.RetryAfter > 59*time.Minute && d.Limit == 0 && d.At == t0
 			case Degrade:
 				// The shares of 100 and 40 a minute among 4 instances.
 				ok = ok && d.Allowed && d.Limit == []int64{25, 10}[i] && d.Remaining == []int64{24, 9}[i]
@@ -162,7 +162,7 @@ func TestBreakerBatchOpen(t *testing.T) {
 		{Key: "a", Algorithm: userRule, Limit: core.Inf, Cost: 1},
 		{Key: "b", Algorithm: tenantRule, Limit: core.Inf, Cost: 1},
 	}
-	if err := withMode(t, b, FailClosed).ApplyAll(ctx, reqs, out); err != nil || out[0] != core.Unlimited() || out[1] != core.Unlimited() || b.Stats().Rejected != rejected {
+	if err := withMode(t, b, FailClosed).ApplyAll(ctx, reqs, out); err != nil || sansAt(out[0]) != core.Unlimited() || sansAt(out[1]) != core.Unlimited() || b.Stats().Rejected != rejected {
 		t.Errorf("a batch under Inf = %+v, %v, %d rejected; want two unlimited decisions, none rejected", out, err, b.Stats().Rejected-rejected)
 	}
 	if n := f.calls.Load() - calls; n != 0 {
@@ -443,7 +443,9 @@ func TestPolicyBatch(t *testing.T) {
 		}
 		for i := range out {
 			if tt.want[i].Source == core.SourceAllowList || tt.want[i].Source == core.SourceDenyList {
-				if out[i] != tt.want[i] {
+				want := tt.want[i]
+				want.At = t0 // the request's instant
+				if out[i] != want {
 					t.Errorf("%s: rule %d (%s) = %+v, want %+v", tt.name, i, tt.keys[i], out[i], tt.want[i])
 				}
 				continue

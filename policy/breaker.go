@@ -340,7 +340,7 @@ func unlimited(reqs []core.Request, out []core.Decision) bool {
 		}
 	}
 	for i := range out {
-		out[i] = core.Unlimited()
+		out[i] = reqs[i].Answer(core.Unlimited())
 	}
 	return true
 }
@@ -651,11 +651,11 @@ func (b *Breaker) answer(reqs []core.Request, out []core.Decision, mode Mode) er
 	for i := range reqs {
 		switch {
 		case reqs[i].Limit.IsInf():
-			out[i] = core.Unlimited()
+			out[i] = reqs[i].Answer(core.Unlimited())
 		case mode == FailOpen:
-			out[i] = core.Decision{Allowed: true, Source: core.SourceFailOpen}
+			out[i] = reqs[i].Answer(core.Decision{Allowed: true, Source: core.SourceFailOpen})
 		default:
-			out[i] = b.failClosed()
+			out[i] = reqs[i].Answer(b.failClosed())
 		}
 	}
 	return nil

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // slack is what the tests allow a decision beyond the per-call deadline:

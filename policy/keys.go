@@ -201,7 +201,7 @@ func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 	switch {
 	case denied:
 		for _, i := range at {
-			out[i] = core.Decision{Allowed: true, Source: core.SourceDenyList}
+			out[i] = all[i].Answer(core.Decision{Allowed: true, Source: core.SourceDenyList})
 		}
 	case len(rs) == 1:
 		d, err := p.inner.Apply(ctx, rs[0])
@@ -251,14 +251,14 @@ func (p *Policy) before(req *core.Request) (core.Decision, bool, error) {
 		if err := req.Validate(); err != nil {
 			return core.Decision{}, false, err
 		}
-		return core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}, true, nil
+		return req.Answer(core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}), true, nil
 	case p.allow != nil && p.allow(req.Key):
 		if err := req.Validate(); err != nil {
 			return core.Decision{}, false, err
 		}
 		d := core.Unlimited()
 		d.Source = core.SourceAllowList
-		return d, true, nil
+		return req.Answer(d), true, nil
 	}
 	if p.limit != nil {
 		req.Limit = p.limit(*req)
@@ -268,7 +268,7 @@ func (p *Policy) before(req *core.Request) (core.Decision, bool, error) {
 
 // near marks a near-limit admission, and signals it.
 func (p *Policy) near(req *core.Request, d core.Decision) core.Decision {
-	if p.nearFrac > 0 && d.Allowed && (req.Op == core.OpCharge || req.Op == core.OpReserve) &&
+	if p.nearFrac > 0 && d.Allowed && (req.Op == core.OpCharge || req.Op == core.OpReserve || req.Op == core.OpAtMost) &&
 		d.Limit > 0 && float64(d.Remaining) < p.nearFrac*float64(d.Limit) {
 		d.Near = true
 		if p.onNear != nil {
@@ -286,7 +286,11 @@ func (p *Policy) after(req *core.Request, d core.Decision) core.Decision {
 	if p.onShadow != nil {
 		p.onShadow(*req, d)
 	}
-	return core.Decision{Allowed: true, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: d.ResetAfter, Source: core.SourceShadow, Healed: d.Healed}
+	s := core.Decision{Allowed: true, Limit: d.Limit, Remaining: d.Remaining, Level: d.Level, ResetAfter: d.ResetAfter, At: d.At, Source: core.SourceShadow, Healed: d.Healed}
+	if req.Op == core.OpAtMost {
+		s.Admitted = req.Cost // passed whole, as a charge is: the caller acts on all of it
+	}
+	return s
 }
 
 // Reset forwards to the inner store.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -56,6 +57,13 @@ func ValidateAll(reqs []core.Request, out []core.Decision) error {
 // fails is reported wrapping [core.ErrCleanup]: the charges it was to
 // give back may still be held, until the keys' state recovers.
 //
+// A batch of partial admissions ([core.OpAtMost]) is probed in turn, each
+// request a peek of cost 0, which finds the least cost every request
+// admits ([core.RunAll]), then charged as a batch of charges of that cost;
+// each admitted decision's Admitted is that cost. Another caller's charge
+// between the probes and the charges may deny the batch where a smaller
+// cost would have passed; no request is ever charged more than it admits.
+//
 // Two undoings are inexact. Under a window algorithm a charge refunded
 // moves the key's last-charged window to the refund's, so a later refund
 // of an earlier charge may give back nothing. And a batch that renews a
@@ -85,7 +93,52 @@ func ApplyInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []c
 			out[i] = d
 		}
 		return errors.Join(errs...)
+	case core.OpAtMost:
+		return atMostInTurn(ctx, s, reqs, out)
 	}
+	return chargeInTurn(ctx, s, reqs, out)
+}
+
+// atMostInTurn decides a batch of partial admissions for ApplyInTurn: it
+// probes every request, then charges every one the least cost they all
+// admit.
+func atMostInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []core.Decision) error {
+	fits := int64(math.MaxInt64)
+	for i := range reqs {
+		if reqs[i].Limit.IsInf() {
+			continue
+		}
+		probe := reqs[i]
+		probe.Op, probe.Cost = core.OpPeek, 0
+		d, err := s.Apply(ctx, probe)
+		if err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		fits = min(fits, reqs[i].Cost, d.Remaining)
+	}
+	take := max(fits, 1)
+	charges := make([]core.Request, len(reqs))
+	for i, r := range reqs {
+		if !r.Limit.IsInf() {
+			r.Cost = take
+		}
+		r.Op = core.OpCharge
+		charges[i] = r
+	}
+	if err := chargeInTurn(ctx, s, charges, out); err != nil {
+		return err
+	}
+	for i := range out {
+		if out[i].Allowed {
+			out[i].Admitted = charges[i].Cost
+		}
+	}
+	return nil
+}
+
+// chargeInTurn decides a batch of charges or reservations for
+// ApplyInTurn: in order, refunding those made at the first denial.
+func chargeInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []core.Decision) error {
 	refund := func(n int) error {
 		if n == 0 {
 			return nil

@@ -29,9 +29,14 @@ const (
 	// OperationKey is what the request asks, its [core.Request].Op:
 	// "charge" ([core.OpCharge], the usual request), "peek" ([core.OpPeek]:
 	// decide, charge nothing), "refund" ([core.OpRefund]: give the cost
-	// back) or "reserve" ([core.OpReserve]: admit now, act after the
-	// decision's Delay); string.
+	// back), "reserve" ([core.OpReserve]: admit now, act after the
+	// decision's Delay) or "at-most" ([core.OpAtMost]: admit as much of
+	// the cost as fits); string.
 	OperationKey = attribute.Key("ratelimit.operation")
+	// AdmittedKey is [core.Decision].Admitted, the cost a partial
+	// admission ([core.OpAtMost]) admitted; int, absent for other
+	// operations.
+	AdmittedKey = attribute.Key("ratelimit.admitted")
 	// MaxWaitKey is a reservation's [core.Request].MaxWait in seconds;
 	// double, absent for other operations.
 	MaxWaitKey = attribute.Key("ratelimit.max_wait")
@@ -107,12 +112,13 @@ const (
 	OperationPeek    = "peek"
 	OperationRefund  = "refund"
 	OperationReserve = "reserve"
+	OperationAtMost  = "at-most"
 )
 
 // numOps is the number of operations; operations indexes their names.
-const numOps = 4
+const numOps = 5
 
-var operations = [numOps]string{OperationCharge, OperationPeek, OperationRefund, OperationReserve}
+var operations = [numOps]string{OperationCharge, OperationPeek, OperationRefund, OperationReserve, OperationAtMost}
 
 // operation returns the index in operations of what req asks.
 func operation(req *core.Request) int {

@@ -575,6 +575,9 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 	if d.Delay > 0 {
 		kv = append(kv, DelayKey.Float64(seconds(d.Delay)))
 	}
+	if req.Op == core.OpAtMost {
+		kv = append(kv, AdmittedKey.Int64(d.Admitted))
+	}
 	switch {
 	case d.Unsatisfiable():
 		kv = append(kv, UnsatisfiableKey.Bool(true))

@@ -291,7 +291,7 @@ func TestFailures(t *testing.T) {
 		{"negative cost", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}, nil, "invalid_request"},
 		{"no algorithm", nil, core.Request{Key: "user:1", Limit: core.PerSecond(1), Cost: 1}, nil, "invalid_request"},
 		{"invalid limit", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Cost: 1}, nil, "invalid_request"},
-		{"unknown operation", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve + 1}, nil, "invalid_request"},
+		{"unknown operation", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Op: core.OpAtMost + 1}, nil, "invalid_request"},
 		{"max wait on a charge", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, MaxWait: time.Second}, nil, "invalid_request"},
 		{"reservation unsupported", nil, core.Request{Key: "user:1", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second}, nil, "unsupported"},
 		{"store error", stores.Func(func(context.Context, core.Request) (core.Decision, error) {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 

@@ -31,5 +31,10 @@
 //   - Stack.Wait from 64 goroutines through the chain on Redis, with a
 //     per-user rule and a tighter shared one: admissions follow the
 //     shared rule's rate within 1 %, and the server runs one script per
-//     reservation, as docs/composition.md describes for Limiter.Wait.
+//     reservation, as docs/composition.md describes for Limiter.Wait;
+//   - the chain over a memstore behind a storetest.Faulty inside a
+//     testing/synctest bubble: a stack's Wait through every layer returns
+//     after exactly its delay on the bubble's clock, an outage is
+//     answered by the breaker's mode, and closing the chain ends every
+//     goroutine (docs/testing.md).
 package composetest

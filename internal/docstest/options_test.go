@@ -45,6 +45,8 @@ var packages = []pkgSpec{
 	{dir: "telemetry", section: "telemetry"},
 	{dir: "contrib/httplimit", section: "contrib/httplimit", extra: []string{"HeaderXForwardedFor", "HeaderForwarded"}},
 	{dir: "contrib/grpclimit", section: "contrib/grpclimit"},
+	{dir: "serve", section: "serve"},
+	{dir: "serve/limits", section: "serve/limits", structs: []string{"Options"}},
 }
 
 // optionTypes are the types whose constants are choices a user makes (a
@@ -52,12 +54,14 @@ var packages = []pkgSpec{
 // value a user configures (a Limit).
 var optionTypes = []string{"Mode", "Headers", "Limit"}
 
-// commands maps each file of cmd/sluice that defines a subcommand's flags
-// to the section that must document them.
+// commands maps each file of the sluice command (internal/cli, and the
+// server's build) that defines a subcommand's flags to the section that
+// must document them.
 var commands = map[string]string{
-	"cmd/sluice/sim.go":     "sluice sim",
-	"cmd/sluice/inspect.go": "sluice inspect",
-	"cmd/sluice/bench.go":   "sluice bench",
+	"internal/cli/sim.go":       "sluice sim",
+	"internal/cli/inspect.go":   "sluice inspect",
+	"internal/cli/bench.go":     "sluice bench",
+	"serve/cmd/sluice/serve.go": "sluice serve",
 }
 
 // An option is one identifier the page must name, and where it is

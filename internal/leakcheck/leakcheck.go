@@ -29,7 +29,7 @@ var markers = []string{
 // which lives as long as the test binary by design (redistest).
 var ignored = []string{
 	"github.com/sluicehq/sluice/internal/leakcheck.",
-	"github.com/sluicehq/sluice/internal/redistest.startProcess",
+	"github.com/sluicehq/sluice/redistest.startProcess",
 	"testing.(*M).",
 	"testing.tRunner",
 	"testing.runTests",

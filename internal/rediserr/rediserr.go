@@ -19,6 +19,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -140,6 +141,12 @@ func failedTLS(err error) bool {
 		return true
 	}
 	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return true
+	}
+	// An alert the server sent (it refused the client's certificate, or
+	// sent none it was asked for): crypto/tls reports it as a "remote
+	// error" of the connection.
+	if oe, ok := errors.AsType[*net.OpError](err); ok && oe.Op == "remote error" {
 		return true
 	}
 	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {

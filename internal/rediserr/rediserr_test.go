@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/rediserr"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -111,12 +111,29 @@ func TestMark(t *testing.T) {
 		conn.Close()
 		t.Fatal("a handshake with another CA succeeded")
 	}
+	// A server that requires a client certificate refuses a client with
+	// none by an alert, which TLS 1.3 delivers after the client's
+	// handshake has ended: the client reads it (a client that writes
+	// first may meet only the reset of the closed connection).
+	strict := redistest.Start(t, redistest.WithTLS(ca), redistest.WithClientAuth())
+	var refused error
+	if conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", strict.TLSAddr(), ca.ClientConfig()); err != nil {
+		refused = err
+	} else {
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, refused = conn.Read(make([]byte, 16))
+		conn.Close()
+	}
+	if refused == nil {
+		t.Fatal("a server requiring client certificates answered a client without one")
+	}
 	for _, tt := range []struct {
 		err    error
 		marked bool
 	}{
 		{fmt.Errorf("get: %w", down), true},
 		{handshake, true},
+		{refused, true},
 		{rediserr.Mark(down, []error{down}), true},
 		{errors.New("pool timeout"), false}, // not the client's error, only its text
 		{context.DeadlineExceeded, false},   // policy knows timeouts by type

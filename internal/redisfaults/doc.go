@@ -13,6 +13,9 @@
 // that a test can tell a call never sent, applied once or replayed.
 // [MalformedCases] and [CheckMalformed] run scripts whose replies are not a
 // decision; [CheckUnsupported], an algorithm without a Lua twin.
+// [CheckSentinelFailover] kills a Sentinel set's primary under load, with
+// a breaker in each mode in front of the store, and measures the
+// recovery, the errors callers saw and what was admitted.
 //
 // The helpers take the server as a [redistest.Server] and the store as a
 // [core.Store]; they know no Redis client. Those that need a server of the

@@ -17,7 +17,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisscript"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // FlushResult is what [FlushUnderLoad] saw.
@@ -511,7 +511,7 @@ func ApplyNoPanic(t testing.TB, store core.Store, req core.Request) (d core.Deci
 
 // MalformedCase is a script whose reply breaks the calling convention,
 // with what a store must return for it: an error wrapping
-// [redisscript.ErrMalformed] where the reply is not six integers a decision can
+// [redisscript.ErrMalformed] where the reply is not ten integers a decision can
 // hold, else an error that says what the server said.
 type MalformedCase struct {
 	Name, Src string
@@ -524,22 +524,30 @@ type MalformedCase struct {
 var malformed = []MalformedCase{
 	{"two-integers", "return {1, 2}", true, ""},
 	{"string", "return 'text'", true, ""},
-	{"string-element", "return {1, 2, 3, 4, 5, 'x'}", true, ""},
+	{"six-integers", "return {1, 10, 9, 0, 0, 0}", true, ""},
+	{"string-element", "return {1, 2, 3, 4, 5, 6, 7, 8, 9, 'x'}", true, ""},
 	{"nil", "return nil", true, ""},
-	{"flags-4", "return {4, 1, 1, 0, 0, 0}", true, "flags are 4"},
-	{"allowed-with-retry", "return {1, 10, 9, 5, 0, 0}", true, "allowed with retry-after"},
-	{"negative-retry", "return {0, 10, 9, -7, 0, 0}", true, "retry-after -7"},
-	{"huge-retry", "return {0, 10, 9, 1e300, 0, 0}", true, "retry-after"},
-	{"denied-with-delay", "return {0, 10, 9, 5, 5, 5}", true, "delay 5"},
+	{"flags-4", "return {4, 1, 1, 0, 0, 0, 0, 1, 1, 0}", true, "flags are 4"},
+	{"allowed-with-retry", "return {1, 10, 9, 5, 0, 0, 0, 9, 1, 0}", true, "allowed with retry-after"},
+	{"negative-retry", "return {0, 10, 9, -7, 0, 0, 0, 9, 1, 0}", true, "retry-after -7"},
+	{"huge-retry", "return {0, 10, 9, 1e300, 0, 0, 0, 9, 1, 0}", true, "retry-after"},
+	{"denied-with-delay", "return {0, 10, 9, 5, 5, 5, 0, 9, 1, 0}", true, "delay 5"},
+	{"negative-instant", "return {1, 10, 9, 0, 0, 0, -1, 9, 1, 0}", true, "instant -1"},
+	{"level-without-unit", "return {1, 10, 9, 0, 0, 0, 0, 9, 0, 0}", true, "level 9/0"},
+	{"admitted-by-denial", "return {0, 10, 9, 5, 0, 0, 0, 9, 1, 3}", true, "admitted 3"},
 	{"error-reply", "return redis.error_reply('boom')", false, "boom"},
 	{"runtime-error", "error('oops')", false, "oops"},
-	{"nested", "return { {1}, 2, 3, 4, 5, 6 }", true, ""},
+	{"nested", "return { {1}, 2, 3, 4, 5, 6, 7, 8, 9, 10 }", true, ""},
 }
 
 // MalformedCases returns the malformed replies every Redis store must
-// reject: too few elements, a string, a string element, nil, flags beyond
-// 3 (allowed and healed), an allowed decision with a retry-after, a negative or huge
-// retry-after, an error reply, a runtime error, and a nested array. says
+// reject: too few elements (two, and the six of the convention before the
+// reply carried the instant, level and partial admission), a string, a
+// string element, nil, flags beyond 3 (allowed and healed), an allowed
+// decision with a retry-after, a negative or huge retry-after, a denial
+// with a delay, an instant before 1970, a level without its unit, a
+// denial that admitted some, an error reply, a runtime error, and a
+// nested array. says
 // replaces, by case name, the text a store's error must contain, for a
 // store whose errors say more; it panics on a name that is not a case. The
 // slice is the caller's.

@@ -110,16 +110,24 @@ func AppendArgs(dst []byte, req *core.Request) []byte {
 		now = req.Now.UnixMicro()
 	}
 	st := req.Step(now)
+	op := int64(st.Op)
+	if req.Op == core.OpAtMost {
+		op = opAtMost // decided in two passes by the prelude
+	}
 	l := req.Limit
 	u, r := l.Units()
-	for _, v := range [...]int64{now, req.Cost, int64(st.Op), l.Rate(), l.PeriodMicros(), l.Burst(), u, r, st.Debt, st.Lease} {
+	for _, v := range [...]int64{now, req.Cost, op, l.Rate(), l.PeriodMicros(), l.Burst(), u, r, st.Debt, st.Lease} {
 		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(v)))
 	}
 	return dst
 }
 
+// opAtMost is a partial admission's operation in a packed request
+// (prelude.lua).
+const opAtMost = 3
+
 // ReplyLen is the number of integers in a script's reply.
-const ReplyLen = 6
+const ReplyLen = 10
 
 // The flags of a reply's first integer (conclude.lua).
 const (
@@ -128,13 +136,14 @@ const (
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention:
-// not six integers, or numbers no decision can hold. A store wraps it
+// not ten integers, or numbers no decision can hold. A store wraps it
 // with what it received.
 var ErrMalformed = errors.New("malformed script reply")
 
 // Decision checks a script's reply and returns the decision it holds.
 func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 	flags, limit, remaining, retry, reset, delay := reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]
+	at, units, per, admitted := reply[6], reply[7], reply[8], reply[9]
 	allowed := flags & flagAllowed
 	switch {
 	case flags < 0 || flags > flagAllowed|flagHealed:
@@ -147,6 +156,12 @@ func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 		return core.Decision{}, fmt.Errorf("%w: allowed with retry-after %dµs", ErrMalformed, retry)
 	case delay < 0 || delay > core.MaxUnits || allowed == 0 && delay != 0:
 		return core.Decision{}, fmt.Errorf("%w: delay %dµs (allowed %d)", ErrMalformed, delay, allowed)
+	case at < 0 || at > core.MaxExact:
+		return core.Decision{}, fmt.Errorf("%w: instant %dµs", ErrMalformed, at)
+	case per < 0 || per > core.MaxExact || units < -core.MaxExact || units > core.MaxExact || per == 0 && units != 0:
+		return core.Decision{}, fmt.Errorf("%w: level %d/%d", ErrMalformed, units, per)
+	case admitted < 0 || admitted > core.MaxUnits || allowed == 0 && admitted != 0:
+		return core.Decision{}, fmt.Errorf("%w: admitted %d (allowed %d)", ErrMalformed, admitted, allowed)
 	}
 	d := core.Decision{
 		Allowed:    allowed == 1,
@@ -155,6 +170,9 @@ func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 		RetryAfter: time.Duration(retry) * time.Microsecond,
 		ResetAfter: time.Duration(reset) * time.Microsecond,
 		Delay:      time.Duration(delay) * time.Microsecond,
+		At:         time.UnixMicro(at).UTC(),
+		Level:      core.Level{Units: units, PerToken: per},
+		Admitted:   admitted,
 		Healed:     flags&flagHealed != 0,
 	}
 	if retry == -1 {
@@ -207,7 +225,7 @@ func Together(prefix string, reqs []core.Request, out []core.Decision, cluster b
 	}
 	for i := range reqs {
 		if reqs[i].Limit.IsInf() {
-			out[i] = core.Unlimited()
+			out[i] = reqs[i].Answer(core.Unlimited())
 		}
 	}
 	return keys, string(p), string(a), at, true

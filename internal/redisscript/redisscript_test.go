@@ -97,6 +97,9 @@ func TestAppendArgs(t *testing.T) {
 		// less the capacity.
 		{core.Request{Limit: core.PerSecond(3), Cost: 1, Op: core.OpReserve, MaxWait: 1500 * time.Millisecond}, [10]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, 4_500_000, 0}},
 		{core.Request{Limit: core.PerSecond(3), Cost: 1, Op: core.OpReserve, MaxWait: math.MaxInt64}, [10]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, core.MaxUnits - 3_000_000, 0}},
+		// A partial admission is operation 3, which the prelude decides
+		// in two passes.
+		{core.Request{Limit: core.PerSecond(3), Cost: 7, Op: core.OpAtMost}, [10]int64{-1, 7, 3, 3, 1_000_000, 3, 1_000_000, 3, 0, 0}},
 	} {
 		b := AppendArgs([]byte("x"), &tc.req)
 		if len(b) != 1+ArgsLen {
@@ -112,38 +115,49 @@ func TestAppendArgs(t *testing.T) {
 }
 
 func TestDecision(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := t0.UnixMicro()
 	good := []struct {
 		reply [ReplyLen]int64
 		want  core.Decision
 	}{
-		{[6]int64{1, 10, 9, 0, 100_000, 0}, core.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond}},
-		{[6]int64{0, 10, 0, 7, 1_000_000, 0}, core.Decision{Limit: 10, RetryAfter: 7 * time.Microsecond, ResetAfter: time.Second}},
-		{[6]int64{0, 10, 3, -1, 5, 0}, core.Decision{Limit: 10, Remaining: 3, RetryAfter: core.RetryNever, ResetAfter: 5 * time.Microsecond}},
-		{[6]int64{1, 10, 0, 0, 3_000_000, 250_000}, core.Decision{Allowed: true, Limit: 10, ResetAfter: 3 * time.Second, Delay: 250 * time.Millisecond}},
-		{[6]int64{3, 10, 9, 0, 100_000, 0}, core.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond, Healed: true}},
-		{[6]int64{2, 10, 10, -1, 0, 0}, core.Decision{Limit: 10, Remaining: 10, RetryAfter: core.RetryNever, Healed: true}},
+		{[...]int64{1, 10, 9, 0, 100_000, 0, at, 9, 1, 0}, core.Decision{Allowed: true, Limit: 10, Remaining: 9, Level: core.Level{Units: 9, PerToken: 1}, ResetAfter: 100 * time.Millisecond, At: t0}},
+		{[...]int64{0, 10, 0, 7, 1_000_000, 0, at, -3, 7, 0}, core.Decision{Limit: 10, Level: core.Level{Units: -3, PerToken: 7}, RetryAfter: 7 * time.Microsecond, ResetAfter: time.Second, At: t0}},
+		{[...]int64{0, 10, 3, -1, 5, 0, 0, 0, 0, 0}, core.Decision{Limit: 10, Remaining: 3, RetryAfter: core.RetryNever, ResetAfter: 5 * time.Microsecond, At: time.Unix(0, 0).UTC()}},
+		{[...]int64{1, 10, 0, 0, 3_000_000, 250_000, at + 1, -5, 1, 0}, core.Decision{Allowed: true, Limit: 10, Level: core.Level{Units: -5, PerToken: 1}, ResetAfter: 3 * time.Second, Delay: 250 * time.Millisecond, At: t0.Add(time.Microsecond)}},
+		{[...]int64{3, 10, 9, 0, 100_000, 0, at, 9, 1, 0}, core.Decision{Allowed: true, Limit: 10, Remaining: 9, Level: core.Level{Units: 9, PerToken: 1}, ResetAfter: 100 * time.Millisecond, At: t0, Healed: true}},
+		{[...]int64{2, 10, 10, -1, 0, 0, at, 10, 1, 0}, core.Decision{Limit: 10, Remaining: 10, Level: core.Level{Units: 10, PerToken: 1}, RetryAfter: core.RetryNever, At: t0, Healed: true}},
+		{[...]int64{1, 10, 2, 0, 800_000, 0, at, 2, 1, 8}, core.Decision{Allowed: true, Admitted: 8, Limit: 10, Remaining: 2, Level: core.Level{Units: 2, PerToken: 1}, ResetAfter: 800 * time.Millisecond, At: t0}},
 	}
 	for _, tc := range good {
 		if got, err := Decision(tc.reply); err != nil || got != tc.want {
 			t.Errorf("Decision(%v) = %+v, %v; want %+v", tc.reply, got, err, tc.want)
 		}
 	}
-	for _, reply := range [][6]int64{
-		{4, 10, 9, 0, 0, 0},
-		{2, 10, 9, 0, 0, 5},
-		{3, 10, 9, 5, 0, 0},
-		{-1, 10, 9, 0, 0, 0},
-		{1, -10, 9, 0, 0, 0},
-		{1, 10, -9, 0, 0, 0},
-		{0, 10, 9, -2, 0, 0},
-		{0, 10, 9, 0, -1, 0},
-		{1, 10, 9, 5, 0, 0},
-		{0, 10, 9, math.MaxInt64, 0, 0},
-		{0, 10, 9, 0, math.MaxInt64, 0},
-		{1, math.MaxInt64, 9, 0, 0, 0},
-		{1, 10, 9, 0, 0, -1},
-		{1, 10, 9, 0, 0, math.MaxInt64},
-		{0, 10, 9, 5, 5, 5},
+	for _, reply := range [][ReplyLen]int64{
+		{4, 10, 9, 0, 0, 0, at, 9, 1, 0},
+		{2, 10, 9, 0, 0, 5, at, 9, 1, 0},
+		{3, 10, 9, 5, 0, 0, at, 9, 1, 0},
+		{-1, 10, 9, 0, 0, 0, at, 9, 1, 0},
+		{1, -10, 9, 0, 0, 0, at, 9, 1, 0},
+		{1, 10, -9, 0, 0, 0, at, 9, 1, 0},
+		{0, 10, 9, -2, 0, 0, at, 9, 1, 0},
+		{0, 10, 9, 0, -1, 0, at, 9, 1, 0},
+		{1, 10, 9, 5, 0, 0, at, 9, 1, 0},
+		{0, 10, 9, math.MaxInt64, 0, 0, at, 9, 1, 0},
+		{0, 10, 9, 0, math.MaxInt64, 0, at, 9, 1, 0},
+		{1, math.MaxInt64, 9, 0, 0, 0, at, 9, 1, 0},
+		{1, 10, 9, 0, 0, -1, at, 9, 1, 0},
+		{1, 10, 9, 0, 0, math.MaxInt64, at, 9, 1, 0},
+		{0, 10, 9, 5, 5, 5, at, 9, 1, 0},
+		{1, 10, 9, 0, 0, 0, -1, 9, 1, 0},                 // an instant before 1970
+		{1, 10, 9, 0, 0, 0, core.MaxExact + 1, 9, 1, 0},  // or past 2^53 µs
+		{1, 10, 9, 0, 0, 0, at, 9, -1, 0},                // a negative unit
+		{1, 10, 9, 0, 0, 0, at, 9, 0, 0},                 // a level without its unit
+		{1, 10, 9, 0, 0, 0, at, core.MaxExact + 1, 1, 0}, // a level past 2^53
+		{1, 10, 9, 0, 0, 0, at, -core.MaxExact - 1, 1, 0},
+		{0, 10, 9, 5, 0, 0, at, 9, 1, 3}, // admitted by a denial
+		{1, 10, 9, 0, 0, 0, at, 9, 1, -1},
 	} {
 		if _, err := Decision(reply); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decision(%v) = %v, want ErrMalformed", reply, err)
@@ -182,14 +196,14 @@ func sha(s string) string {
 
 func TestPlace(t *testing.T) {
 	out := make([]core.Decision, 3)
-	ints := []int64{1, 10, 9, 0, 100, 0, 0, 5, 0, 7, 9, 0}
+	ints := []int64{1, 10, 9, 0, 100, 0, 0, 9, 1, 0, 0, 5, 0, 7, 9, 0, 3, 0, 1, 0}
 	if err := Place(ints, []int{0, 2}, out); err != nil {
 		t.Fatal(err)
 	}
-	if !out[0].Allowed || out[0].Remaining != 9 || out[2].Allowed || out[2].RetryAfter != 7*time.Microsecond || out[1] != (core.Decision{}) {
+	if !out[0].Allowed || out[0].Remaining != 9 || out[2].Allowed || out[2].RetryAfter != 7*time.Microsecond || out[2].At != time.UnixMicro(3).UTC() || out[1] != (core.Decision{}) {
 		t.Errorf("Place put %+v", out)
 	}
-	for _, bad := range [][]int64{ints[:6], append(ints[:6:6], 5, 1, 1, 0, 0, 0)} {
+	for _, bad := range [][]int64{ints[:10], append(ints[:10:10], 5, 1, 1, 0, 0, 0, 0, 0, 0, 0)} {
 		if err := Place(bad, []int{0, 1}, out); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Place(%v) = %v, want ErrMalformed", bad, err)
 		}

@@ -79,8 +79,17 @@ func (r *batchRig) remote(req core.Request) core.Decision {
 	return d
 }
 
-// unknown is how a batch denied locally reports a rule it did not ask.
+// unknown is how a batch denied locally reports a rule it did not ask, at
+// the instant of the batch's cached denial (see notAsked).
 var unknown = core.Decision{Allowed: true, Source: core.SourceCache}
+
+// notAsked reports whether d is how a batch denied locally at the instant
+// of denial reports a rule it did not ask: unknown, at that instant.
+func notAsked(d, denial core.Decision) bool {
+	want := unknown
+	want.At = denial.At
+	return d == want
+}
 
 // TestBatchCachedDenial checks that a batch meeting a live cached denial
 // for one of its rules is denied with no remote call: the denied rule
@@ -118,13 +127,15 @@ func TestBatchCachedDenial(t *testing.T) {
 		out, apply, all := r.batch(tc.name, tc.reqs...)
 		want := denial
 		want.Source, want.RetryAfter, want.ResetAfter = core.SourceCache, 20*time.Second, denial.ResetAfter-10*time.Second
+		// 10s on, its level unknown (the key has refilled meanwhile).
+		want.At, want.Level = denial.At.Add(10*time.Second), core.Level{}
 		if apply != 0 || all != 0 {
 			t.Errorf("%s batch with a cached denial made %d Apply and %d ApplyAll calls, want none", tc.name, apply, all)
 		}
 		if out[tc.at] != want {
 			t.Errorf("%s batch: the denied rule = %+v, want its cached denial %+v", tc.name, out[tc.at], want)
 		}
-		if other := out[1-tc.at]; other != unknown {
+		if other := out[1-tc.at]; !notAsked(other, want) {
 			t.Errorf("%s batch: the other rule = %+v, want allowed with Limit 0 from the cache, %+v", tc.name, other, unknown)
 		}
 	}
@@ -183,7 +194,7 @@ func TestBatchPerRuleDenial(t *testing.T) {
 	if d, calls := r.single("user alone", user); d.Allowed || d.Source != core.SourceCache || calls != 0 {
 		t.Errorf("the user alone after the denied batch = %s after %d remote calls; want the batch's denial, cached", describe(d), calls)
 	}
-	if out, apply, all := r.batch("again", user, shared); out[0].Allowed || out[0].Source != core.SourceCache || out[1] != unknown || apply+all != 0 {
+	if out, apply, all := r.batch("again", user, shared); out[0].Allowed || out[0].Source != core.SourceCache || !notAsked(out[1], out[0]) || apply+all != 0 {
 		t.Errorf("the batch again = %s, %s after %d Apply and %d ApplyAll; want denied from the cache", describe(out[0]), describe(out[1]), apply, all)
 	}
 	shared.Cost = 3
@@ -292,6 +303,7 @@ func TestBatchExplicitNow(t *testing.T) {
 		}
 		if tc.cached {
 			want[0].Source, want[1] = core.SourceCache, unknown
+			want[1].At = want[0].At
 		}
 		if out[0] != want[0] || out[1] != want[1] {
 			t.Errorf("batch %d (cost %d at t0+%v) = %+v, %+v; want %+v, %+v", i, tc.cost, tc.at, out[0], out[1], want[0], want[1])
@@ -385,7 +397,7 @@ func TestBatchErrors(t *testing.T) {
 		t.Fatalf("second batch: the user = %s, want denied", describe(out[0]))
 	}
 	down.Store(true)
-	if err := s.ApplyAll(ctx, []core.Request{a, b}, out); err != nil || out[0].Source != core.SourceCache || out[1] != unknown {
+	if err := s.ApplyAll(ctx, []core.Request{a, b}, out); err != nil || out[0].Source != core.SourceCache || !notAsked(out[1], out[0]) {
 		t.Errorf("a batch with a cached denial, remote down = %s, %s, %v; want denied from the cache", describe(out[0]), describe(out[1]), err)
 	}
 	other := a

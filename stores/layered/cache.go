@@ -79,7 +79,20 @@ func (e *entry) cachedDenial(req *core.Request, now int64) (core.Decision, bool)
 	}
 	d.RetryAfter = ceilMicros(dn.retryAt - now)
 	d.ResetAfter = max(d.ResetAfter-time.Duration(now-dn.at), d.RetryAfter)
+	d.At = later(d.At, now-dn.at)
+	d.Level = core.Level{} // the key's level has moved since: unknown
 	return d, true
+}
+
+// later returns the instant at, a remote decision's, moved on by the
+// local clock's elapsed ns, rounded down to a whole microsecond (waits
+// are rounded up, so that an instant plus a wait is never earlier than
+// the remote's); the zero Time stays zero.
+func later(at time.Time, elapsed int64) time.Time {
+	if at.IsZero() {
+		return at
+	}
+	return at.Add(time.Duration(elapsed).Truncate(time.Microsecond))
 }
 
 // ceilMicros returns ns as a duration rounded up to a whole microsecond,

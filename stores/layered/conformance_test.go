@@ -12,7 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"

@@ -306,23 +306,19 @@ func cloneState(s core.State) core.State {
 func TestRemoteError(t *testing.T) {
 	t.Parallel()
 	c := newClock()
-	mem := newMem(t, c)
-	var down atomic.Bool
+	remote := storetest.NewFaulty(newMem(t, c))
 	errDown := errors.New("remote down")
-	remote := stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
-		if down.Load() {
-			return core.Decision{}, errDown
-		}
-		return mem.Apply(ctx, req)
-	})
 	s := newLayered(t, remote, layered.Config{Now: c.Now})
 	ctx := context.Background()
 	req := core.Request{Key: "k", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerSecond(1), Cost: 1}
 	s.Apply(ctx, req)
 	s.Apply(ctx, req)
-	down.Store(true)
+	remote.Fail(errDown)
 	if d, err := s.Apply(ctx, req); err != nil || d.Allowed || d.Source != core.SourceCache {
 		t.Fatalf("cached key with the remote down = %s, %v; want a cached denial", describe(d), err)
+	}
+	if n := len(remote.Calls()); n != 2 {
+		t.Errorf("%d calls reached the remote, want 2: the cached denial makes none", n)
 	}
 	other := req
 	other.Key = "j"

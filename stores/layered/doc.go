@@ -29,8 +29,10 @@
 // smaller than the cached one (it may pass sooner), a cost of zero, a cost
 // above the capacity (the remote answers it as unsatisfiable, without a
 // wait, and such answers are not cached), requests under another limit,
-// refunds ([core.OpRefund]) and reservations ([core.OpReserve], which may
-// be admitted with a delay where a plain request is denied). A peek is
+// refunds ([core.OpRefund]), reservations ([core.OpReserve], which may
+// be admitted with a delay where a plain request is denied) and partial
+// admissions ([core.OpAtMost], which admit what fits where a larger cost
+// is denied; their denials are not cached either). A peek is
 // answered like the request it asks about. A charge or a refund admitted through the store drops the key's
 // cached denial, whose Remaining it made stale or which it may have made
 // wrong. [Config.MaxDeny] caps how long a denial is served.

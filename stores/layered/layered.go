@@ -201,10 +201,11 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	k := cacheKey{req.Key, req.Algorithm.Name()}
 	sh := s.shard(req.Key)
 	e, _ := sh.Get(k)
-	if req.Op == core.OpRefund || req.Op == core.OpReserve {
+	if req.Op == core.OpRefund || req.Op == core.OpReserve || req.Op == core.OpAtMost {
 		// A refund changes the key the other way; a reservation may be
-		// admitted with a delay where a plain request is denied. Both are
-		// for the remote alone.
+		// admitted with a delay where a plain request is denied; a
+		// partial admission admits what a cached denial of a larger cost
+		// says nothing of. All are for the remote alone.
 		return s.decideRemote(ctx, &req, sh, k, e, 0)
 	}
 	if req.Now.IsZero() {
@@ -277,9 +278,18 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 		at = append(at, p)
 	}
 	if local {
+		// The rules not asked are reported at the instant of the first
+		// cached denial.
+		var when time.Time
+		for i := range at {
+			if at[i].cached {
+				when = out[i].At
+				break
+			}
+		}
 		for i := range at {
 			if !at[i].cached {
-				out[i] = core.Decision{Allowed: true, Source: core.SourceCache}
+				out[i] = core.Decision{Allowed: true, At: when, Source: core.SourceCache}
 			}
 		}
 		return nil
@@ -342,7 +352,7 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 // leaves the denial as it was.
 func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64, epoch uint64) {
 	switch {
-	case !d.Allowed && req.Cost > 0 && req.Op != core.OpReserve && d.RetryAfter > 0 && !d.Unsatisfiable() && !core.Leases(req.Algorithm):
+	case !d.Allowed && req.Cost > 0 && req.Op != core.OpReserve && req.Op != core.OpAtMost && d.RetryAfter > 0 && !d.Unsatisfiable() && !core.Leases(req.Algorithm):
 		if s.epoch.Load() != epoch {
 			break // a Reset overlapped the call
 		}

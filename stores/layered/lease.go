@@ -161,6 +161,7 @@ func (l *lease) decision(now, left int64) core.Decision {
 		Limit:      l.take.Limit,
 		Remaining:  l.take.Remaining + left,
 		ResetAfter: max(l.take.ResetAfter-time.Duration(now-l.at), 0),
+		At:         later(l.take.At, now-l.at),
 		Source:     core.SourceLease,
 	}
 }
@@ -173,6 +174,8 @@ func (l *lease) waitDecision(now int64) core.Decision {
 	d.Remaining = 0
 	d.RetryAfter = ceilMicros(l.waitRetry - now)
 	d.ResetAfter = max(d.ResetAfter-time.Duration(now-l.waitAt), d.RetryAfter)
+	d.At = later(d.At, now-l.waitAt)
+	d.Level = core.Level{} // the key's level has moved since: unknown
 	d.Source = core.SourceCache
 	return d
 }
@@ -226,6 +229,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 		// state it forgot. This request was admitted; the rest lapses.
 		e.mu.Unlock()
 		d.Remaining += batch - req.Cost
+		d.Level.Units += (batch - req.Cost) * d.Level.PerToken
 		d.Source = core.SourceLease
 		return d, true, nil
 	case d.Allowed:

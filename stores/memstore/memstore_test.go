@@ -156,7 +156,7 @@ func TestForgettingIsExact(t *testing.T) {
 			ctx := context.Background()
 			req := core.Request{Key: "k", Algorithm: alg, Limit: limit, Cost: 3}
 			d, _ := s.Apply(ctx, req)
-			alg.Transition(kept, req.Step(clock.UnixMicro()))
+			core.Run(kept, &req, clock.UnixMicro())
 			clock = clock.Add(alg.Horizon(limit))
 			s.Sweep()
 			if st := s.Stats(); st.Keys != 0 {
@@ -164,7 +164,7 @@ func TestForgettingIsExact(t *testing.T) {
 			}
 			req.Cost = 4
 			got, _ := s.Apply(ctx, req)
-			want := alg.Transition(kept, req.Step(clock.UnixMicro()))
+			want := core.Run(kept, &req, clock.UnixMicro())
 			if got != want {
 				t.Fatalf("after forgetting: %+v; the kept state decides %+v (first decision %+v)", got, want, d)
 			}
@@ -275,7 +275,7 @@ func TestForgettingIsExactUnderChanges(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := alg.Transition(kept[key], req.Step(clock.UnixMicro()))
+				want := core.Run(kept[key], &req, clock.UnixMicro())
 				if got != want {
 					t.Fatalf("op %d: %s cost %d under %v: store %+v, kept state %+v", i, key, req.Cost, req.Limit, got, want)
 				}

@@ -47,11 +47,9 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 	}
 	states := make([]core.State, len(reqs))
 	entries := make([]*entry, len(reqs))
-	admitted := true
 	for i := range reqs {
 		req := &reqs[i]
 		if req.Limit.IsInf() {
-			out[i] = core.Unlimited()
 			continue
 		}
 		if t := s.shards[idx[i]].table(req.Algorithm.Name(), false); t != nil {
@@ -61,14 +59,8 @@ func (s *Store) ApplyAll(_ context.Context, reqs []core.Request, out []core.Deci
 			e.load(&states[i])
 			states[i].Log = slices.Clone(states[i].Log) // the transition may write in place
 		}
-		at := clock / 1e3
-		if !req.Now.IsZero() {
-			at = req.Now.UnixMicro()
-		}
-		out[i] = req.Algorithm.Transition(&states[i], req.Step(at))
-		admitted = admitted && out[i].Allowed
 	}
-	if !admitted {
+	if !core.RunAll(states, reqs, clock/1e3, out) {
 		return nil
 	}
 	// Keep the new states: first those of keys the store holds, then new

@@ -15,8 +15,8 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redisscript"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
@@ -191,7 +191,7 @@ func TestNoReplay(t *testing.T) {
 
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
-// panic. An error wraps redisscript.ErrMalformed where the reply is not six
+// panic. An error wraps redisscript.ErrMalformed where the reply is not ten
 // integers a decision can hold, else it says what the server said.
 func TestMalformedReplies(t *testing.T) {
 	t.Parallel()

@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisscript"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
@@ -42,10 +42,11 @@ var parityStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 // parity runs ops random operations on one key against the Go transition
 // (with a state it never forgets) and against the store, from the instant
 // start (µs), switching among those of limits alg accepts; it fails at the
-// first decision they disagree on, and counts the outcomes. Instants stay
-// within 1970 to 2112 and costs within 2^52, so that every request is
-// valid.
-func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int, limits []core.Limit, start int64) (allowed, denied, never, refunds, delayed int) {
+// first decision they disagree on, and counts the outcomes (partial
+// counts the partial admissions that admitted less than their cost, but
+// something). Instants stay within 1970 to 2112 and costs within 2^52, so
+// that every request is valid.
+func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int, limits []core.Limit, start int64) (allowed, denied, never, refunds, delayed, partial int) {
 	t.Helper()
 	var usable []core.Limit
 	for _, l := range limits {
@@ -93,11 +94,15 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 			cost = rng.Int64N(min(capacity, 3)) + 1
 		}
 		req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: cost, Now: time.UnixMicro(now)}
-		switch rng.IntN(8) {
+		switch rng.IntN(9) {
 		case 0:
 			req.Op = core.OpPeek
 		case 1:
 			req.Op = core.OpRefund
+		case 8:
+			// A partial admission of up to cost (at least 1): the Lua's
+			// two passes against core.Run's.
+			req.Op, req.Cost = core.OpAtMost, max(cost, 1)
 		case 2, 3:
 			if core.Reserves(alg) {
 				req.Op, req.MaxWait = core.OpReserve, time.Duration(rng.Int64N(3*period)+1)*time.Microsecond
@@ -106,13 +111,16 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 				}
 			}
 		}
-		want := alg.Transition(&state, req.Step(now))
+		want := core.Run(&state, &req, 0)
 		got, err := store.Apply(ctx, req)
 		if err != nil {
 			t.Fatalf("op %d: Apply(now=%d, %v, cost=%d, %v, maxwait=%v): %v", i, now, req.Op, cost, limit, req.MaxWait, err)
 		}
 		if got != want {
 			t.Fatalf("op %d: Apply(now=%d, %v, cost=%d, %v, maxwait=%v)\n got %+v\nwant %+v\nstate %+v", i, now, req.Op, cost, limit, req.MaxWait, got, want, state)
+		}
+		if got.Allowed && req.Op == core.OpAtMost && got.Admitted < req.Cost {
+			partial++
 		}
 		switch {
 		case req.Op == core.OpRefund:
@@ -128,7 +136,7 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 			denied++
 		}
 	}
-	return allowed, denied, never, refunds, delayed
+	return allowed, denied, never, refunds, delayed, partial
 }
 
 func TestParity(t *testing.T) {
@@ -144,10 +152,10 @@ func TestParity(t *testing.T) {
 			seed := rand.Uint64()
 			t.Logf("seed %d", seed)
 			const ops = 10_000
-			allowed, denied, never, refunds, delayed := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
-			t.Logf("%d ops: %d allowed (%d reserved with a delay), %d denied, %d unsatisfiable, %d refunds", ops, allowed, delayed, denied, never, refunds)
+			allowed, denied, never, refunds, delayed, partial := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
+			t.Logf("%d ops: %d allowed (%d reserved with a delay, %d admitted in part), %d denied, %d unsatisfiable, %d refunds", ops, allowed, delayed, partial, denied, never, refunds)
 			// A run that never denies proves little.
-			if allowed < ops/20 || denied < ops/20 || never < ops/50 || refunds < ops/20 {
+			if allowed < ops/20 || denied < ops/20 || never < ops/50 || refunds < ops/20 || partial < ops/500 {
 				t.Fatalf("too few of some outcome")
 			}
 			if rs, ok := alg.(core.Reserver); ok && rs.Reserves() && delayed < ops/50 {
@@ -254,7 +262,7 @@ func TestParityDeepDebt(t *testing.T) {
 		if req.Now.IsZero() {
 			req.Now = time.UnixMicro(t0 + int64(i))
 		}
-		want := algorithms.TokenBucket.Transition(&state, req.Step(req.Now.UnixMicro()))
+		want := core.Run(&state, &req, 0)
 		got, err := store.Apply(ctx, req)
 		if err != nil {
 			t.Fatalf("step %d: %+v: %v", i, req, err)
@@ -302,7 +310,7 @@ func TestParityConcurrency(t *testing.T) {
 		case 2:
 			req.Cost = limit.Rate() + 1 // unsatisfiable
 		}
-		want := algorithms.Concurrency.Transition(&state, req.Step(now))
+		want := core.Run(&state, &req, 0)
 		got, err := store.Apply(ctx, req)
 		if err != nil {
 			t.Fatalf("seed %d, op %d: %+v: %v", seed, i, req, err)

@@ -17,7 +17,7 @@ import (
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
-// of [algorithms.Script]: not six integers, or numbers no decision can hold.
+// of [algorithms.Script]: not ten integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
 var ErrMalformed = redisscript.ErrMalformed
 
@@ -206,7 +206,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	case s.closed.Load():
 		return core.Decision{}, core.ErrClosed
 	case script == nil:
-		return core.Unlimited(), nil
+		return req.Answer(core.Unlimited()), nil
 	}
 	reply, err := s.script(ctx, s.encode(&req, script), script)
 	if err != nil {

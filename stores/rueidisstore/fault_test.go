@@ -11,8 +11,8 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 )
 
@@ -113,7 +113,7 @@ func warm(t testing.TB, store core.Store, key string) {
 
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
-// panic. An error wraps redisscript.ErrMalformed where the reply is not six
+// panic. An error wraps redisscript.ErrMalformed where the reply is not ten
 // integers a decision can hold, else it says what the server said; where a
 // reply has the wrong elements, rueidisstore's error also says which.
 func TestMalformedReplies(t *testing.T) {
@@ -121,7 +121,8 @@ func TestMalformedReplies(t *testing.T) {
 	store := newStore(t, newClient(t, testAddr(t)))
 	says := map[string]string{
 		"two-integers":   "2 elements",
-		"string-element": "element 5",
+		"six-integers":   "6 elements",
+		"string-element": "element 9",
 		"nested":         "element 0",
 	}
 	for i, tt := range redisfaults.MalformedCases(says) {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 )
 

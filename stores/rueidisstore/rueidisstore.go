@@ -16,7 +16,7 @@ import (
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
-// of [algorithms.Script]: not six integers, or numbers no decision can hold.
+// of [algorithms.Script]: not ten integers, or numbers no decision can hold.
 // Apply wraps it with what it received.
 var ErrMalformed = redisscript.ErrMalformed
 
@@ -86,7 +86,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	case s.closed.Load():
 		return core.Decision{}, core.ErrClosed
 	case script == nil:
-		return core.Unlimited(), nil
+		return req.Answer(core.Unlimited()), nil
 	}
 	key, args := s.encode(&req)
 	d, err := decode(s.script(ctx, script, []string{key}, args))

@@ -30,17 +30,14 @@ type reference map[string]*core.State
 func (ref reference) decide(reqs []core.Request) []core.Decision {
 	want := make([]core.Decision, len(reqs))
 	copies := make([]core.State, len(reqs))
-	all := true
 	for i := range reqs {
 		r := &reqs[i]
 		if st := ref[r.Key+"\x00"+r.Algorithm.Name()]; st != nil {
 			copies[i] = *st
 			copies[i].Log = slices.Clone(st.Log)
 		}
-		want[i] = r.Algorithm.Transition(&copies[i], r.Step(r.Now.UnixMicro()))
-		all = all && want[i].Allowed
 	}
-	if all {
+	if core.RunAll(copies, reqs, 0, want) {
 		for i := range reqs {
 			st := copies[i]
 			ref[reqs[i].Key+"\x00"+reqs[i].Algorithm.Name()] = &st

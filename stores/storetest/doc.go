@@ -31,8 +31,13 @@
 // exactly (MultiConcurrentSafe), unless it decides some batches in turn
 // ([stores.ApplyInTurn]) and says so with the option [InTurn].
 //
-// To check that a chain of decorators hands a batch to the backend as one
-// call, put a [Counter] under it and read its [Counter.Counts].
+// To test code against a store that fails, slows down or stops answering,
+// wrap a store in a [Faulty]: it fails the next calls or all of them,
+// adds latency, blackholes calls until released, and records every call;
+// [ErrOutage] is a failure package policy counts as an outage. To check
+// that a chain of decorators hands a batch to the backend as one call, put
+// a [Counter] under it and read its [Counter.Counts]. docs/testing.md
+// shows both, and testing/synctest for a virtual clock.
 //
 // The suite decides at explicit instants wherever it checks exact numbers,
 // so it suits stores whose clock is elsewhere, such as a Redis server; and

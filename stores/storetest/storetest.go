@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 			{"Unsatisfiable", testUnsatisfiable},
 			{"OwnClock", testOwnClock},
 			{"Refund", testRefund},
+			{"Instants", testInstants},
 		} {
 			t.Run(tc.name+"/"+alg.Name(), func(t *testing.T) {
 				t.Parallel()
@@ -84,6 +85,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 		{"Keys", testKeys},
 		{"BadInput", testBadInput},
 		{"Inf", testInf},
+		{"InstantsCommon", testInstantsCommon},
 		{"Reserve", testReserve},
 		{"Multi", func(t *testing.T, s core.Store) { testMulti(t, s, !cfg.inTurn) }},
 		{"MultiConcurrentSafe", func(t *testing.T, s core.Store) { testMultiConcurrentSafe(t, s, !cfg.inTurn) }},
@@ -96,6 +98,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 		{"BatchPeek", testBatchPeek},
 		{"BatchReserve", testBatchReserve},
 		{"BatchRefund", testBatchRefund},
+		{"BatchAtMost", testBatchAtMost},
 		{"BatchLeases", testBatchLeases},
 		{"BatchBadInput", testBatchBadInput},
 		{"Leases", testLeases},
@@ -207,8 +210,9 @@ func testSteps(t *testing.T, s core.Store, alg core.Algorithm) {
 	}
 }
 
-// testTrace runs a random trace through the store and through the
-// algorithm's Go transition, and wants identical decisions.
+// testTrace runs a random trace of every operation through the store and
+// through the algorithm's Go transition (core.Run, as a store runs it),
+// and wants identical decisions, down to their levels and instants.
 func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 	rng, seed := newRand()
 	limits := traceLimits(alg)
@@ -248,6 +252,8 @@ func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 			if w := time.Duration(rng.Int64N(int64(2 * limit.Period()))); core.Reserves(alg) && w > 0 {
 				req.Op, req.MaxWait = core.OpReserve, w
 			}
+		case 3:
+			req.Op, req.Cost = core.OpAtMost, max(req.Cost, 1)
 		}
 		got, err := s.Apply(context.Background(), req)
 		if err != nil {
@@ -258,7 +264,7 @@ func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 			st = new(core.State)
 			ref[req.Key] = st
 		}
-		want := alg.Transition(st, req.Step(req.Now.UnixMicro()))
+		want := core.Run(st, &req, 0)
 		switch got.Source {
 		case core.SourceStore, core.SourceCache, core.SourceLease:
 		default:
@@ -528,12 +534,19 @@ func testBadInput(t *testing.T, s core.Store) {
 	}
 }
 
+// testInf checks requests under core.Inf: allowed as core.Unlimited at
+// the request's instant, a partial admission admitting its whole cost.
 func testInf(t *testing.T, s core.Store) {
 	key := newKey(t)
-	for range 3 {
-		d, err := s.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.Inf, Cost: 1 << 40, Now: T0})
-		if err != nil || d != core.Unlimited() {
-			t.Fatalf("Inf request = %+v, %v; want core.Unlimited()", d, err)
+	for _, op := range []core.Op{core.OpCharge, core.OpCharge, core.OpPeek, core.OpAtMost} {
+		d, err := s.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.Inf, Cost: 1 << 40, Now: T0, Op: op})
+		want := core.Unlimited()
+		want.At = T0
+		if op == core.OpAtMost {
+			want.Admitted = 1 << 40
+		}
+		if err != nil || !sameDecision(d, want) {
+			t.Fatalf("Inf %v request = %+v, %v; want %+v", op, d, err, want)
 		}
 	}
 }
@@ -736,9 +749,10 @@ func testReserve(t *testing.T, s core.Store) {
 // rules, each a random algorithm on one of two keys, at explicit instants,
 // against a reference that decides every rule on a copy of its state and
 // keeps the copies only if all admitted. Most batches are charges; one in
-// ten is a peek and, if refunds is set, one in ten a refund. Every
-// decision must agree: a denied batch charges no rule, whether the store
-// decides atomically or charges in turn and refunds.
+// ten is a peek, one in ten a partial admission and, if refunds is set,
+// one in ten a refund. Every decision must agree: a denied batch charges
+// no rule, whether the store decides atomically or charges in turn and
+// refunds.
 //
 // A store that charges in turn leaves a denied batch's window rules as if
 // charged and refunded at the batch's instant, which decides alike but
@@ -782,6 +796,8 @@ func testMulti(t *testing.T, s core.Store, refunds bool) {
 			if refunds {
 				op = core.OpRefund
 			}
+		case 2:
+			op = core.OpAtMost
 		}
 		var reqs []core.Request
 		for i := range rules[:2+rng.IntN(2)] {
@@ -795,7 +811,7 @@ func testMulti(t *testing.T, s core.Store, refunds bool) {
 				Op:        op,
 			})
 		}
-		if rng.IntN(20) == 0 {
+		if rng.IntN(20) == 0 && op != core.OpAtMost {
 			reqs[rng.IntN(len(reqs))].Cost = 0
 		}
 		got := make([]core.Decision, len(reqs))

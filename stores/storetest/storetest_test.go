@@ -262,12 +262,9 @@ func (u *unatomic) Apply(_ context.Context, req core.Request) (core.Decision, er
 	if err := req.Validate(); err != nil {
 		return core.Decision{}, err
 	}
+	now := time.Now().UnixMicro()
 	if req.Limit.IsInf() {
-		return core.Unlimited(), nil
-	}
-	now := time.Now()
-	if !req.Now.IsZero() {
-		now = req.Now
+		return core.Run(nil, &req, now), nil
 	}
 	k := req.Key + "\x00" + req.Algorithm.Name()
 	u.mu.Lock()
@@ -275,7 +272,7 @@ func (u *unatomic) Apply(_ context.Context, req core.Request) (core.Decision, er
 	s.Log = slices.Clone(s.Log)
 	u.mu.Unlock()
 	runtime.Gosched()
-	d := req.Algorithm.Transition(&s, req.Step(now.UnixMicro()))
+	d := core.Run(&s, &req, now)
 	if d.Allowed && req.Op != core.OpPeek && req.Cost > 0 {
 		u.mu.Lock()
 		u.states[k] = s

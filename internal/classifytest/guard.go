@@ -1,0 +1,32 @@
+package classifytest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Guard is package policy's breaker in front of remote, in the mode named
+// mode (policy.Mode's String) with a per-call deadline of timeout: the
+// redisfaults.Guard both Redis stores' tests give
+// redisfaults.CheckSentinelFailover, which cannot import policy itself
+// (policy's own tests import redisfaults). The test's cleanup closes it.
+func Guard(t testing.TB, remote core.Store, mode string, timeout time.Duration) redisfaults.Breaker {
+	t.Helper()
+	for _, m := range []policy.Mode{policy.FailOpen, policy.FailClosed, policy.Degrade} {
+		if m.String() != mode {
+			continue
+		}
+		b, err := policy.NewBreaker(remote, policy.WithMode(m), policy.WithTimeout(timeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	t.Fatalf("classifytest: no breaker mode %q", mode)
+	return nil
+}
