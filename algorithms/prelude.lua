@@ -67,7 +67,14 @@ local peek, refund = op == 1, op == 2
 -- and replaced in this call: healed (see conclude.lua). Every number of a
 -- state is an integer of at most 2^53 in magnitude, so one outside that,
 -- or NaN, which fails every comparison, cannot be sluice's.
-local state = redis.pcall('GET', KEY)
+--
+-- In MultiScript, a key an earlier group wrote, or deleted, in this call
+-- is read from PENDING, the writes it holds until its end (false for a
+-- deletion); a script of one decision has no PENDING.
+local state = PENDING and PENDING[KEY]
+if state == nil then
+	state = redis.pcall('GET', KEY)
+end
 local T, A, B, C, E = 0, 0, 0, 0, 0
 local healed = false
 if type(state) == 'table' then -- an error reply: WRONGTYPE

@@ -69,7 +69,7 @@ var (
 // A partial admission is decided in two passes of the decision (see
 // prelude.lua): the first finds take, the second charges it.
 func single(lua string, entries bool) *Script {
-	return NewScript(shared + fmt.Sprintf("local KEY, ARG, ENTRIES = KEYS[1], ARGV[1], %t\n", entries) + `
+	return NewScript(shared + fmt.Sprintf("local KEY, ARG, ENTRIES, PENDING = KEYS[1], ARGV[1], %t, nil\n", entries) + `
 local take -- a partial admission's charge, once its first pass found it
 for pass = 1, 2 do
 ` + prelude + lua + conclude + `
@@ -87,52 +87,46 @@ end
 `)
 }
 
-// multi returns MultiScript: a loop over the requests whose body is one
-// decision, prelude.lua, the request's algorithm's file chosen by an
-// if-chain, and conclude.lua, as straight-line code like a single
-// script's, so that a call makes no closure per algorithm. A batch of
-// partial admissions runs the loop twice: the first pass finds the most
-// every request admits, the second charges every request that.
+// multi returns MultiScript: a loop over groups of requests, each group a
+// loop over its requests whose body is one decision (see writeDecision).
+// A group of partial admissions runs its loop twice: the first pass finds
+// the most every request admits, the second charges every request that.
+// A group's writes wait for its end, and are made only if every request
+// of the group was admitted; all the writes wait in PENDING, where later
+// groups read them, until the call's end, so that a key written by many
+// groups is written once.
 func multi() *Script {
 	var b strings.Builder
 	b.WriteString(shared)
 	b.WriteString(`
 -- KEYS[i] is the i-th request's state; ARGV[1] the requests, packed as
 -- one decision's ARGV[1] is, one after another; ARGV[2] one byte a
--- request, the index of its algorithm. The reply is each decision's ten
--- integers, one after another. The writes are made only if every request
--- was admitted.
+-- request, the index of its algorithm; ARGV[3] one byte a request, 1
+-- where a group begins and 0 for a request in the group of the one
+-- before. The reply is each decision's ten integers, one after another.
 local n = #KEYS
 local size = #ARGV[1] / n
-local out, all = {}, true
+local out = {}
+local PENDING, pttl, order = {}, {}, {} -- the writes, their TTLs, their keys in turn
+local g = 1
+while g <= n do
+local h = g -- the group is requests g to h
+while h < n and string.byte(ARGV[3], h + 1) == 0 do
+	h = h + 1
+end
+local all = true
 local wkeys, wttls, wvalues, whealed = {}, {}, {}, {}
 local unread = {} -- healed keys left unwritten
--- A batch of partial admissions makes two passes (prelude.lua): the first
+-- A group of partial admissions makes two passes (prelude.lua): the first
 -- finds fits, the most every request admits, at most its cost; the
 -- second charges every request take.
 local take, fits
 for pass = 1, 2 do
-for i = 1, n do
+for i = g, h do
 local KEY, ARG = KEYS[i], string.sub(ARGV[1], size * (i - 1) + 1, size * i)
 local alg = string.byte(ARGV[2], i)
-local ENTRIES = false
 `)
-	for i, t := range twins {
-		if t.entries {
-			fmt.Fprintf(&b, "ENTRIES = ENTRIES or alg == %d\n", i+1)
-		}
-	}
-	b.WriteString(prelude)
-	for i, t := range twins {
-		if i == 0 {
-			fmt.Fprintf(&b, "if alg == %d then\n", i+1)
-		} else {
-			fmt.Fprintf(&b, "elseif alg == %d then\n", i+1)
-		}
-		b.WriteString(t.lua)
-	}
-	b.WriteString("end\n")
-	b.WriteString(conclude)
+	writeDecision(&b)
 	b.WriteString(`if most then
 	fits = math.min(fits or most, most, remaining)
 else
@@ -156,7 +150,11 @@ take, fits = math.max(fits, 1), nil
 end
 if all then
 	for j = 1, #wkeys do
-		redis.call('PSETEX', wkeys[j], wttls[j], wvalues[j])
+		local k = wkeys[j]
+		if PENDING[k] == nil then
+			order[#order + 1] = k
+		end
+		PENDING[k], pttl[k] = wvalues[j], wttls[j]
 	end
 else
 	for j = 1, #wkeys do
@@ -165,26 +163,74 @@ else
 		end
 	end
 end
--- A healed key the batch does not write is deleted: it reads from now on
+-- A healed key the group does not write is deleted: it reads from now on
 -- as the missing key it was decided as.
 for j = 1, #unread do
-	redis.call('DEL', unread[j])
+	local k = unread[j]
+	if PENDING[k] == nil then
+		order[#order + 1] = k
+	end
+	PENDING[k] = false
+end
+g = h + 1
+end
+for j = 1, #order do
+	local k = order[j]
+	if PENDING[k] then
+		redis.call('PSETEX', k, pttl[k], PENDING[k])
+	else
+		redis.call('DEL', k)
+	end
 end
 return out
 `)
 	return NewScript(b.String())
 }
 
-// MultiScript returns the Lua script that decides several requests in one
-// call, all or nothing, as [core.Store]'s ApplyAll asks, for a batch of
-// any one operation (charges, peeks, refunds, reservations, partial
-// admissions, concurrency leases): KEYS are the requests' states, ARGV[1]
-// their packed requests one after another (each as [Script] packs one),
-// ARGV[2] one byte a request, its algorithm's [MultiIndex]; the reply is
-// each decision's ten integers in turn, and the states are written only
-// if every request was admitted. A batch of partial admissions charges
-// every request the same cost, as [core.RunAll] does. Redis stores use
-// it for requests whose keys share a Cluster slot.
+// writeDecision writes one decision by the algorithm whose MultiIndex is
+// alg, for a request on KEY and ARG: prelude.lua, the algorithm's file
+// chosen by an if-chain, and conclude.lua, as straight-line code like a
+// single script's, so that a call makes no closure per algorithm.
+func writeDecision(b *strings.Builder) {
+	b.WriteString("local ENTRIES = false\n")
+	for i, t := range twins {
+		if t.entries {
+			fmt.Fprintf(b, "ENTRIES = ENTRIES or alg == %d\n", i+1)
+		}
+	}
+	b.WriteString(prelude)
+	for i, t := range twins {
+		if i == 0 {
+			fmt.Fprintf(b, "if alg == %d then\n", i+1)
+		} else {
+			fmt.Fprintf(b, "elseif alg == %d then\n", i+1)
+		}
+		b.WriteString(t.lua)
+	}
+	b.WriteString("end\n")
+	b.WriteString(conclude)
+}
+
+// MultiScript returns the Lua script that decides, in one call, groups of
+// requests, each group all or nothing, as [core.Store]'s ApplyAll asks,
+// for a group of any one operation (charges, peeks, refunds,
+// reservations, partial admissions, concurrency leases), and the groups in
+// turn, each seeing the writes of those before it. KEYS are the requests'
+// states; ARGV[1] their packed requests one after another (each as
+// [Script] packs one); ARGV[2] one byte a request, its algorithm's
+// [MultiIndex]; ARGV[3] one byte a request, 1 where a group begins and 0
+// for a request in the group of the one before. The reply is each
+// decision's ten integers in turn. A group's states are written only if
+// every request of the group was admitted; a group of partial admissions
+// charges every request the same cost, as [core.RunAll] does. A group of
+// one request decides as the request's own script would.
+//
+// Redis stores use it for a stack's requests whose keys share a Cluster
+// slot, and on one Redis node to decide the requests and stacks of
+// concurrent callers in one call, which costs the server less than a call
+// each. A script error (Redis out of memory at a write, say) fails the
+// whole call; the writes are made at its end, so a failure at one may
+// leave those before it made.
 func MultiScript() *Script { return multiScript }
 
 // MultiIndex returns the index of alg's Lua twin in [MultiScript], from 1,

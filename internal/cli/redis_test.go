@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,9 +82,12 @@ func TestInspectUnreachable(t *testing.T) {
 	}
 }
 
+// perDecision finds the script calls per decision sluice bench reports.
+var perDecision = regexp.MustCompile(`([0-9.]+) per decision`)
+
 // TestBench runs a short bench through each client against a real
-// redis-server: it reports its figures, one script call per decision, and
-// progress.
+// redis-server: it reports its figures, at most one script call per
+// decision, and progress.
 func TestBench(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, client := range []string{"rueidis", "go-redis"} {
@@ -92,10 +97,17 @@ func TestBench(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s: sluice bench = %d\n%s%s", client, code, out.String(), errs.String())
 		}
-		for _, w := range []string{"decisions", "latency p50", "p99.9", "1.000 per decision", "admitted"} {
+		for _, w := range []string{"decisions", "latency p50", "p99.9", "per decision", "admitted"} {
 			if !strings.Contains(text, w) {
 				t.Errorf("%s: sluice bench printed no %q:\n%s", client, w, out.String())
 			}
+		}
+		// At most one script call a decision: concurrent decisions to one
+		// server may share one.
+		if m := perDecision.FindStringSubmatch(text); m == nil {
+			t.Errorf("%s: sluice bench printed no script calls per decision:\n%s", client, out.String())
+		} else if n, err := strconv.ParseFloat(m[1], 64); err != nil || n <= 0 || n > 1 {
+			t.Errorf("%s: %s script calls per decision, want more than 0 and at most 1", client, m[1])
 		}
 		if !strings.Contains(errs.String(), "1s: ") {
 			t.Errorf("%s: no progress line on stderr: %q", client, errs.String())

@@ -142,10 +142,11 @@ func TestStackWait(t *testing.T) {
 			if gaveUp.Load()+ended.Load() != goroutines {
 				t.Errorf("%d goroutines gave up and %d were ended by the deadline, want %d in all", gaveUp.Load(), ended.Load(), goroutines)
 			}
-			// Every call reached the backend as one ApplyAll and the server
-			// as one script.
-			if apply != 0 || other != 0 || all != scripts || reserved+refunded != scripts {
-				t.Errorf("the backend saw %d ApplyAll (%d reservations, %d refunds, %d others) and %d Apply, the server ran %d scripts; want one script per ApplyAll, each a reservation or a refund",
+			// Every call reached the backend as one ApplyAll, and the server
+			// in at most one script: concurrent ones share a call on one
+			// server.
+			if apply != 0 || other != 0 || scripts == 0 || scripts > all || reserved+refunded != all {
+				t.Errorf("the backend saw %d ApplyAll (%d reservations, %d refunds, %d others) and %d Apply, the server ran %d scripts; want at most one script per ApplyAll, each a reservation or a refund",
 					all, reserved, refunded, other, apply, scripts)
 			}
 			// One reservation per admission and per refused Wait. A Wait

@@ -425,9 +425,14 @@ func BusyCall(t testing.TB, srv *redistest.Server, store core.Store, ctx func() 
 	}
 }
 
-// warmPool is BusyCall's default [Warm]: 8 peeks at once.
+// warmPool is BusyCall's default [Warm]: a peek alone, which loads the
+// script a lone call runs (concurrent calls may share another,
+// algorithms.EachScript), then 8 peeks at once.
 func warmPool(t testing.TB, store core.Store, key string) {
 	t.Helper()
+	if n := RemainingOf(t, store, key); n != 5 {
+		t.Fatalf("%d remaining before the call, want 5", n)
+	}
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {

@@ -198,6 +198,23 @@ func Script(req *core.Request) (*algorithms.Script, error) {
 	return nil, fmt.Errorf("%w: algorithm %q has no Lua twin (algorithms.Scripted)", core.ErrUnsupported, req.Algorithm.Name())
 }
 
+// algBytes holds each MultiIndex as a one-byte string.
+const algBytes = "\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f"
+
+// Alg returns algorithms.MultiScript's ARGV[2] for one request whose
+// algorithm has the MultiIndex idx (below 16): one byte.
+func Alg(idx int) string { return algBytes[idx : idx+1] }
+
+// AppendGroup appends to dst algorithms.MultiScript's ARGV[3] for one
+// group of n requests: a 1, then n-1 zeros.
+func AppendGroup(dst []byte, n int) []byte {
+	dst = append(dst, 1)
+	for range n - 1 {
+		dst = append(dst, 0)
+	}
+	return dst
+}
+
 // Together prepares requests to be decided in one call of
 // algorithms.MultiScript: the keys of the requests that need the store,
 // their packed requests one after another, one byte per request naming its

@@ -50,16 +50,17 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	return nil
 }
 
-// evalMulti runs algorithms.MultiScript and reads its reply as
-// integers.
+// evalMulti runs algorithms.MultiScript on one group, the requests of a
+// stack, and reads its reply as integers. On one Redis node the group may
+// share its call with concurrent callers' decisions.
 func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
 	script := algorithms.MultiScript()
-	c := &call{args: make([]any, 0, 3+len(keys)+2)}
+	c := &call{args: make([]any, 0, 3+len(keys)+3), keys: keys, req: packed, algs: algs}
 	c.args = append(c.args, "evalsha", script.Hash(), strconv.Itoa(len(keys)))
 	for _, k := range keys {
 		c.args = append(c.args, k)
 	}
-	c.args = append(c.args, packed, algs)
+	c.args = append(c.args, packed, algs, string(redisscript.AppendGroup(nil, len(keys))))
 	reply, err := s.script(ctx, c, script)
 	if err != nil {
 		return nil, err

@@ -2,79 +2,46 @@ package redisstore
 
 import (
 	"context"
-	"sync"
+	"fmt"
+	"strconv"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/callqueue"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
-// maxPipelines is how many pipelines a store keeps in flight at once.
-const maxPipelines = 4
+// maxBatch is the most requests one merged call of
+// algorithms.MultiScript decides (a larger stack goes alone). Redis runs
+// nothing else while a script runs: 128 decisions take it a few hundred
+// µs.
+const maxBatch = 128
 
-// pipeliner sends the commands of concurrent callers together. Callers
-// queue their commands; up to maxPipelines senders, each a goroutine that
-// lives only while the queue has work, take the whole queue and send it as
-// one pipeline. Under load a batch holds what arrived during the previous
-// round trip, so a round trip carries many decisions.
+// pipeliner sends the commands of concurrent callers together, a batch
+// of its queue (internal/callqueue) as one pipeline. On one Redis node
+// (merges set) a batch's decisions and stacks go as one script call,
+// algorithms.MultiScript, a group each, rather than a call each: Redis
+// spends less on a decision that way (see docs/redis.md).
 type pipeliner struct {
 	client redis.UniversalClient
-
-	mu      sync.Mutex
-	queue   []*call
-	senders int
-	closed  bool
-	wg      sync.WaitGroup // the senders
+	merges bool
+	queue  callqueue.Queue
 }
 
 // do sends c's command in a pipeline and returns its reply, or ctx's error
 // if ctx ends first. A command whose ctx has ended by the time its batch
 // is written is not sent; one already written may still be applied.
 func (p *pipeliner) do(ctx context.Context, c *call) (any, error) {
-	c.ctx, c.done = ctx, make(chan struct{})
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, core.ErrClosed
+	c.Item = c
+	if err := p.queue.Do(ctx, &c.Call); err != nil {
+		return nil, err
 	}
-	p.queue = append(p.queue, c)
-	if p.senders < maxPipelines {
-		p.senders++
-		p.wg.Add(1)
-		go p.send()
-	}
-	p.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.cmd.Result()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return c.cmd.Result()
 }
 
-// send sends the queue, batch after batch, until it finds it empty.
-func (p *pipeliner) send() {
-	defer p.wg.Done()
-	var batch, live []*call
-	for {
-		p.mu.Lock()
-		batch, p.queue = p.queue, batch[:0]
-		if len(batch) == 0 {
-			p.senders--
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
-		live = p.sendBatch(batch, live[:0])
-		for i, c := range batch {
-			close(c.done)
-			batch[i] = nil
-		}
-	}
-}
-
-// sendBatch sends, as one pipeline, the commands of batch whose callers
-// still wait. It gathers them in live, and returns it for the next batch.
+// send sends, as one pipeline, a batch of calls whose callers still wait.
 //
 // A batch is not any one caller's. It runs without its callers' deadlines,
 // bounded by the client's ReadTimeout and WriteTimeout, so that a caller
@@ -84,42 +51,139 @@ func (p *pipeliner) send() {
 // caller's context, so that the client's hooks (redisotel's spans) see the
 // pipeline in the trace of the first caller who waited for it, and a lone
 // caller's in its own.
-func (p *pipeliner) sendBatch(batch, live []*call) []*call {
-	for _, c := range batch {
-		// A caller that gave up has been told its call failed: it must
-		// not be charged, and a Redis that was slow must not be sent
-		// every call abandoned while it was.
-		if err := c.ctx.Err(); err != nil {
-			c.cmd.SetErr(err)
+func (p *pipeliner) send(batch []*callqueue.Call) {
+	ctx := context.WithoutCancel(batch[0].Ctx)
+	var merged []*merge
+	pipe := p.client.Pipeline()
+	for _, qc := range batch {
+		c := qc.Item.(*call)
+		c.merged = false
+		if !p.merges || c.algs == "" || c.size() > maxBatch || len(batch) == 1 {
+			_ = pipe.Process(ctx, &c.cmd)
 			continue
 		}
-		live = append(live, c)
+		if n := len(merged); n > 0 && merged[n-1].fits(c) {
+			merged[n-1].add(c)
+			continue
+		}
+		m := &merge{}
+		m.add(c)
+		merged = append(merged, m)
 	}
-	if len(live) > 0 {
-		ctx := context.WithoutCancel(live[0].ctx)
+	for _, m := range merged {
+		m.process(ctx, pipe)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		// go-redis gives each command its own reply or error, but for an
+		// error reply to the connection's handshake (a wrong password):
+		// that is the pipeline's error alone.
+		for _, qc := range batch {
+			if c := qc.Item.(*call); c.cmd.Err() == nil && c.cmd.Val() == nil && !c.merged {
+				c.cmd.SetErr(err)
+			}
+		}
+		for _, m := range merged {
+			if m.cmd.Cmd != nil && m.cmd.Err() == nil && m.cmd.Val() == nil {
+				m.cmd.SetErr(err)
+			}
+		}
+	}
+	p.split(ctx, merged)
+}
+
+// merge is the calls of a batch sent as one call of algorithms.MultiScript,
+// a group each, or, for one call, its own command.
+type merge struct {
+	calls []*call
+	n     int     // the requests of the calls
+	cmd   noRetry // the MultiScript call, for two calls or more
+}
+
+// fits reports whether the merge takes c.
+func (m *merge) fits(c *call) bool { return m.n+c.size() <= maxBatch }
+
+// add adds c to the merge.
+func (m *merge) add(c *call) {
+	m.calls = append(m.calls, c)
+	m.n += c.size()
+}
+
+// process queues the merge's command on pipe: its one call's own, or the
+// MultiScript call deciding all of them.
+func (m *merge) process(ctx context.Context, pipe redis.Pipeliner) {
+	if len(m.calls) == 1 {
+		_ = pipe.Process(ctx, &m.calls[0].cmd)
+		return
+	}
+	script := algorithms.MultiScript()
+	args := make([]any, 0, 3+m.n+3)
+	args = append(args, "evalsha", script.Hash(), strconv.Itoa(m.n))
+	packed := make([]byte, 0, m.n*redisscript.ArgsLen)
+	algs := make([]byte, 0, m.n)
+	groups := make([]byte, 0, m.n)
+	for _, c := range m.calls {
+		c.merged = true
+		if c.keys == nil {
+			args = append(args, &c.key)
+		} else {
+			for j := range c.keys {
+				args = append(args, &c.keys[j])
+			}
+		}
+		packed = append(packed, c.req...)
+		algs = append(algs, c.algs...)
+		groups = redisscript.AppendGroup(groups, c.size())
+	}
+	args = append(args, unsafe.String(&packed[0], len(packed)), unsafe.String(&algs[0], len(algs)), unsafe.String(&groups[0], len(groups)))
+	m.cmd = noRetry{redis.NewCmd(ctx, args...)}
+	_ = pipe.Process(ctx, &m.cmd)
+}
+
+// split hands each merged call its part of its MultiScript call's reply,
+// or the call's error, after sending again with EVAL the calls that found
+// Redis without the script (once after a restart or SCRIPT FLUSH; a
+// missing script ran nothing).
+func (p *pipeliner) split(ctx context.Context, merged []*merge) {
+	var missing []*merge
+	for _, m := range merged {
+		if m.cmd.Cmd != nil && redis.HasErrorPrefix(m.cmd.Err(), "NOSCRIPT") {
+			missing = append(missing, m)
+		}
+	}
+	if len(missing) > 0 {
 		pipe := p.client.Pipeline()
-		for _, c := range live {
-			_ = pipe.Process(ctx, &c.cmd)
+		for _, m := range missing {
+			args := m.cmd.Args()
+			args[0], args[1] = "eval", algorithms.MultiScript().Source()
+			m.cmd = noRetry{redis.NewCmd(ctx, args...)}
+			_ = pipe.Process(ctx, &m.cmd)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			// go-redis gives each command its own reply or error, but
-			// for an error reply to the connection's handshake (a wrong
-			// password): that is the pipeline's error alone.
-			for _, c := range live {
-				if c.cmd.Err() == nil && c.cmd.Val() == nil {
-					c.cmd.SetErr(err)
+			for _, m := range missing {
+				if m.cmd.Err() == nil && m.cmd.Val() == nil {
+					m.cmd.SetErr(err)
 				}
 			}
 		}
 	}
-	clear(live) // the calls belong to their callers
-	return live
-}
-
-// close stops new commands and waits for the senders to finish.
-func (p *pipeliner) close() {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.wg.Wait()
+	for _, m := range merged {
+		if m.cmd.Cmd == nil {
+			continue // one call, which has its own reply
+		}
+		reply, err := m.cmd.Result()
+		vals, ok := reply.([]any)
+		if err == nil && (!ok || len(vals) != m.n*redisscript.ReplyLen) {
+			err = fmt.Errorf("%w: %d decisions: %T %v", redisscript.ErrMalformed, m.n, reply, reply)
+		}
+		at := 0
+		for _, c := range m.calls {
+			if err != nil {
+				c.cmd.SetErr(err)
+				continue
+			}
+			end := at + c.size()*redisscript.ReplyLen
+			c.cmd.SetVal(vals[at:end:end])
+			at = end
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/callqueue"
 	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
@@ -102,6 +103,8 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		s.read, s.pool = t.read, t.pool
 	}
 	s.pipe.client = client
+	_, s.pipe.merges = client.(*redis.Client) // one node: any keys share a script call
+	s.pipe.queue.Send = s.pipe.send
 	return s, nil
 }
 
@@ -263,21 +266,32 @@ func (s *Store) evalsha(ctx context.Context, c *call, script *algorithms.Script)
 	reply, err := s.run(ctx, c)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		c.args[0], c.args[1] = "eval", script.Source()
+		c.algs = "" // sent alone: its own EVAL
 		reply, err = s.run(ctx, c)
 	}
 	return reply, err
+}
+
+// size returns the number of requests the call decides.
+func (c *call) size() int {
+	if c.keys != nil {
+		return len(c.keys)
+	}
+	return 1
 }
 
 // call is one decision's command in one allocation. go-redis takes
 // arguments as interfaces, and boxing a string allocates where boxing a
 // pointer does not; it writes a *string as the string.
 type call struct {
-	args           []any  // EVALSHA hash numkeys keys... args...
-	inline         [5]any // args of a single decision: EVALSHA hash 1 key request
-	hash, key, req string
+	args           []any    // EVALSHA hash numkeys keys... args...
+	inline         [5]any   // args of a single decision: EVALSHA hash 1 key request
+	hash, key, req string   // req: the packed requests
+	keys           []string // a stack's keys; nil for one decision's (key)
+	algs           string   // each request's algorithms.MultiIndex, a byte each; "": not to merge
+	merged         bool     // sent in a MultiScript call with others, which has the reply
 	cmd            noRetry
-	ctx            context.Context // the caller's, while a pipeline holds cmd
-	done           chan struct{}   // closed once a pipeline has sent cmd
+	callqueue.Call // the caller's place in the pipeliner's queue
 	buf            [192]byte
 }
 
@@ -315,6 +329,9 @@ func (s *Store) encode(req *core.Request, script *algorithms.Script) *call {
 	// one, and would format a number.
 	c.inline = [5]any{"evalsha", &c.hash, "1", &c.key, &c.req}
 	c.args = c.inline[:]
+	if idx := algorithms.MultiIndex(req.Algorithm); idx != 0 {
+		c.algs = redisscript.Alg(idx)
+	}
 	return c
 }
 
@@ -361,6 +378,6 @@ func (s *Store) Prefix() string { return s.prefix }
 // owns.
 func (s *Store) Close() error {
 	s.closed.Store(true)
-	s.pipe.close()
+	s.pipe.queue.Close()
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/stores"
 )
@@ -44,18 +45,30 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	return nil
 }
 
-// evalMulti runs algorithms.MultiScript (EVAL once on NOSCRIPT) and reads
-// its reply as integers.
+// evalMulti runs algorithms.MultiScript (EVAL once on NOSCRIPT) on one
+// group, the requests of a stack, and reads its reply as integers. On one
+// Redis node the group may share its call with concurrent callers'
+// decisions.
 func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
-	res := s.script(ctx, algorithms.MultiScript(), keys, packed, algs)
-	if err := res.Error(); rueidis.IsRedisNil(err) {
-		return nil, fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
-	} else if err != nil {
-		return nil, err
+	var vals []rueidis.RedisMessage
+	var err error
+	if s.merges {
+		vals, err = s.decide(ctx, &call{script: algorithms.MultiScript(), keys: keys, req: packed, algs: algs})
+		err = rediserr.Mark(err, clientDown)
+	} else {
+		c := &call{keys: keys, req: packed, algs: algs}
+		k, args := c.args()
+		res := s.script(ctx, algorithms.MultiScript(), k, args...)
+		if err = res.Error(); rueidis.IsRedisNil(err) {
+			err = fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
+		} else if err == nil {
+			if vals, err = res.ToArray(); err != nil {
+				err = fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
+			}
+		}
 	}
-	vals, err := res.ToArray()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
+		return nil, err
 	}
 	ints := make([]int64, len(vals))
 	for i := range vals {

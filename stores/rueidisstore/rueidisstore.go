@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/callqueue"
 	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
@@ -37,7 +38,10 @@ type Config struct {
 // Store keeps limiter state in Redis through a rueidis client and decides
 // each request with its algorithm's Lua twin, atomically, in one round
 // trip. rueidis pipelines concurrent calls on shared connections, so many
-// goroutines' decisions travel together. It works with a single server,
+// goroutines' decisions travel together; on a single server, decisions
+// and stacks beyond 16 in flight wait to be merged into one script call
+// (algorithms.MultiScript), which costs Redis less per decision. It works
+// with a single server,
 // Sentinel or Redis Cluster, where each key's state lives in the slot of
 // its own hash tag.
 //
@@ -47,6 +51,8 @@ type Store struct {
 	client rueidis.Client
 	prefix string
 	closed atomic.Bool
+	merges bool            // one node: concurrent decisions share a script call
+	queue  callqueue.Queue // the decisions to merge
 }
 
 var _ core.Store = (*Store)(nil)
@@ -64,7 +70,9 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rueidisstore: %w", err)
 	}
-	return &Store{client: client, prefix: prefix}, nil
+	s := &Store{client: client, prefix: prefix, merges: client.Mode() != rueidis.ClientModeCluster}
+	s.queue.Send, s.queue.Senders, s.queue.Inline = s.send, mergeSenders, true
+	return s, nil
 }
 
 // Apply decides req with its algorithm's Lua twin: EVALSHA, and EVAL once
@@ -89,7 +97,17 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		return req.Answer(core.Unlimited()), nil
 	}
 	key, args := s.encode(&req)
-	d, err := decode(s.script(ctx, script, []string{key}, args))
+	var d core.Decision
+	if idx := algorithms.MultiIndex(req.Algorithm); s.merges && idx != 0 {
+		var vals []rueidis.RedisMessage
+		vals, err = s.decide(ctx, &call{script: script, key: key, req: args, algs: redisscript.Alg(idx)})
+		if err == nil {
+			d, err = decodeValues(vals)
+		}
+		err = rediserr.Mark(err, clientDown)
+	} else {
+		d, err = decode(s.script(ctx, script, []string{key}, args))
+	}
 	if err != nil {
 		return core.Decision{}, fmt.Errorf("rueidisstore: %s: %w", req.Algorithm.Name(), err)
 	}
@@ -151,6 +169,11 @@ func decode(res rueidis.RedisResult) (core.Decision, error) {
 	if err != nil {
 		return core.Decision{}, fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
 	}
+	return decodeValues(vals)
+}
+
+// decodeValues checks a script's reply, read as an array.
+func decodeValues(vals []rueidis.RedisMessage) (core.Decision, error) {
 	if len(vals) != redisscript.ReplyLen {
 		return core.Decision{}, fmt.Errorf("%w: %d elements", redisscript.ErrMalformed, len(vals))
 	}
@@ -186,9 +209,12 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 // Prefix returns the prefix of every key the store writes.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Close stops the store: later calls fail with [core.ErrClosed]. It does
-// not close the client, which the caller owns.
+// Close stops the store: later calls fail with [core.ErrClosed]. It waits
+// for the merged calls already queued, each bounded by its callers'
+// deadlines (or, for callers without one, by the client). It does not
+// close the client, which the caller owns.
 func (s *Store) Close() error {
 	s.closed.Store(true)
+	s.queue.Close()
 	return nil
 }

@@ -1,0 +1,146 @@
+package callqueue
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// DefaultSenders is how many batches a queue has in flight at once
+// unless its Senders says otherwise.
+const DefaultSenders = 4
+
+// Call is one caller's call. A store embeds it in its own call, or points
+// Item at that, and reads the result the send function left there.
+type Call struct {
+	// Ctx is the caller's context, set by Do.
+	Ctx context.Context
+	// Item is the store's own call.
+	Item any
+	done chan struct{}
+	one  [1]*Call // a batch of the call alone, sent inline
+}
+
+// Queue sends queued calls in batches through Send. The zero Queue, with
+// Send set, is ready to use.
+type Queue struct {
+	// Send sends a batch of calls whose callers still wait and leaves each
+	// call's result in its Item. It runs on a sender's goroutine, one
+	// batch at a time per sender, and must not keep the batch.
+	Send func(batch []*Call)
+	// Senders is how many batches may be in flight at once; 0 means
+	// DefaultSenders.
+	Senders int
+	// Inline has a call that finds the queue empty and fewer than
+	// Senders batches in flight sent at once, as a batch of one, on its
+	// caller's goroutine: calls that do not overlap pay no hand-over to a
+	// sender. Send must then return by the batch's callers' deadlines,
+	// since the caller waits for it.
+	Inline bool
+
+	mu      sync.Mutex
+	queue   []*Call
+	senders int
+	closed  bool
+	wg      sync.WaitGroup // the senders
+}
+
+// Do queues c and waits until its batch has been sent, returning nil, or
+// until ctx ends, returning ctx's error: a call whose ctx has ended by the
+// time its batch is sent is not sent, and one already sent may still be
+// applied. After Close it fails with [core.ErrClosed].
+func (q *Queue) Do(ctx context.Context, c *Call) error {
+	c.Ctx = ctx
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return core.ErrClosed
+	}
+	most := q.Senders
+	if most == 0 {
+		most = DefaultSenders
+	}
+	if q.Inline && len(q.queue) == 0 && q.senders < most {
+		q.senders++
+		q.wg.Add(1)
+		q.mu.Unlock()
+		return q.inline(c)
+	}
+	c.done = make(chan struct{})
+	q.queue = append(q.queue, c)
+	if q.senders < most {
+		q.senders++
+		q.wg.Add(1)
+		go q.send()
+	}
+	q.mu.Unlock()
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// inline sends c alone on its caller's goroutine, in a sender's place,
+// which it then hands to a new sender if calls queued meanwhile.
+func (q *Queue) inline(c *Call) error {
+	err := c.Ctx.Err()
+	if err == nil {
+		c.one[0] = c
+		q.Send(c.one[:])
+		c.one[0] = nil
+	}
+	q.mu.Lock()
+	if len(q.queue) > 0 {
+		go q.send() // the place, and its count in wg, pass to the sender
+	} else {
+		q.senders--
+		q.wg.Done()
+	}
+	q.mu.Unlock()
+	return err
+}
+
+// send sends the queue, batch after batch, until it finds it empty.
+func (q *Queue) send() {
+	defer q.wg.Done()
+	var batch, live []*Call
+	for {
+		q.mu.Lock()
+		batch, q.queue = q.queue, batch[:0]
+		if len(batch) == 0 {
+			q.senders--
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		// A caller that gave up has been told its call failed: it must
+		// not be charged, and a Redis that was slow must not be sent
+		// every call abandoned while it was.
+		for _, c := range batch {
+			if c.Ctx.Err() == nil {
+				live = append(live, c)
+			}
+		}
+		if len(live) > 0 {
+			q.Send(live)
+		}
+		clear(live) // the calls belong to their callers
+		live = live[:0]
+		for i, c := range batch {
+			close(c.done)
+			batch[i] = nil
+		}
+	}
+}
+
+// Close stops new calls and waits for the senders to finish the batches
+// already queued.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.wg.Wait()
+}

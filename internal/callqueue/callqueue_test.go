@@ -1,0 +1,183 @@
+package callqueue_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/callqueue"
+	"github.com/sluicehq/sluice/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// recorder is a Send that records its batches and how many ran at once,
+// and holds each batch until release is closed, if it is set.
+type recorder struct {
+	mu       sync.Mutex
+	batches  [][]int
+	inFlight atomic.Int32
+	most     atomic.Int32
+	release  chan struct{}
+	started  chan struct{} // receives once per batch, if set
+}
+
+func (r *recorder) send(batch []*callqueue.Call) {
+	n := r.inFlight.Add(1)
+	for {
+		m := r.most.Load()
+		if n <= m || r.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if r.started != nil {
+		r.started <- struct{}{}
+	}
+	if r.release != nil {
+		<-r.release
+	}
+	ids := make([]int, len(batch))
+	for i, c := range batch {
+		ids[i] = *c.Item.(*int)
+		*c.Item.(*int) = -ids[i] // the result: the id, negated
+	}
+	r.mu.Lock()
+	r.batches = append(r.batches, ids)
+	r.mu.Unlock()
+	r.inFlight.Add(-1)
+}
+
+// TestBatches holds the first batch while more calls queue: they go
+// together in the next batches, at most Senders at once, and each call
+// finds its own result.
+func TestBatches(t *testing.T) {
+	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 100)}
+	q := &callqueue.Queue{Send: r.send, Senders: 2}
+	var wg sync.WaitGroup
+	call := func(id int) {
+		item := id
+		c := &callqueue.Call{Item: &item}
+		if err := q.Do(context.Background(), c); err != nil {
+			t.Errorf("call %d: %v", id, err)
+		}
+		if item != -id {
+			t.Errorf("call %d: result %d, want %d", id, item, -id)
+		}
+	}
+	wg.Go(func() { call(1) })
+	<-r.started // the first batch is held
+	for id := 2; id <= 41; id++ {
+		wg.Go(func() { call(id) })
+	}
+	time.Sleep(50 * time.Millisecond) // let them queue
+	close(r.release)
+	wg.Wait()
+	q.Close()
+	calls, batches := 0, len(r.batches)
+	for _, b := range r.batches {
+		calls += len(b)
+	}
+	if calls != 41 {
+		t.Errorf("%d calls sent, want 41", calls)
+	}
+	if batches >= 41 {
+		t.Errorf("%d batches for 41 calls: none were gathered", batches)
+	}
+	if m := r.most.Load(); m > 2 {
+		t.Errorf("%d batches in flight at once, want at most 2", m)
+	}
+	t.Logf("41 calls in %d batches, at most %d at once", batches, r.most.Load())
+}
+
+// TestInline sends a lone call on its caller's goroutine, and a call that
+// finds Senders batches in flight in a batch of a sender's.
+func TestInline(t *testing.T) {
+	var mu sync.Mutex
+	var ways []string
+	release := make(chan struct{})
+	q := &callqueue.Queue{Inline: true, Senders: 1}
+	q.Send = func(batch []*callqueue.Call) {
+		buf := make([]byte, 8192)
+		way := "inline"
+		if bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("callqueue.(*Queue).send(")) {
+			way = "sender"
+		}
+		mu.Lock()
+		ways = append(ways, way)
+		mu.Unlock()
+		<-release
+	}
+	done := make(chan error)
+	go func() { done <- q.Do(context.Background(), &callqueue.Call{}) }()
+	time.Sleep(20 * time.Millisecond) // the first holds the one place
+	go func() { done <- q.Do(context.Background(), &callqueue.Call{}) }()
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	if len(ways) != 2 || ways[0] != "inline" || ways[1] != "sender" {
+		t.Errorf("sent %v, want [inline sender]", ways)
+	}
+}
+
+// TestGaveUp checks that a caller whose context ends returns at once with
+// its error, and that its call is not sent if its batch had not left.
+func TestGaveUp(t *testing.T) {
+	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 10)}
+	q := &callqueue.Queue{Send: r.send, Senders: 1}
+	held := 1
+	go q.Do(context.Background(), &callqueue.Call{Item: &held})
+	<-r.started
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	late := 2
+	start := time.Now()
+	err := q.Do(ctx, &callqueue.Call{Item: &late})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Do = %v, want the context's deadline", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Do returned after %v", took)
+	}
+	close(r.release)
+	q.Close()
+	for _, b := range r.batches {
+		for _, id := range b {
+			if id == 2 {
+				t.Errorf("the call whose caller gave up was sent")
+			}
+		}
+	}
+}
+
+// TestClose checks that Close waits for the batch in flight and that
+// calls after it fail with core.ErrClosed.
+func TestClose(t *testing.T) {
+	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 10)}
+	q := &callqueue.Queue{Send: r.send}
+	id := 1
+	go q.Do(context.Background(), &callqueue.Call{Item: &id})
+	<-r.started
+	closed := make(chan struct{})
+	go func() { q.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned with a batch in flight")
+	case <-time.After(30 * time.Millisecond):
+	}
+	close(r.release)
+	<-closed
+	if err := q.Do(context.Background(), &callqueue.Call{Item: new(int)}); !errors.Is(err, core.ErrClosed) {
+		t.Errorf("Do after Close = %v, want core.ErrClosed", err)
+	}
+}

@@ -1,0 +1,214 @@
+package rueidisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/callqueue"
+	"github.com/sluicehq/sluice/internal/redisscript"
+)
+
+// maxMerge is the most requests one merged call of algorithms.MultiScript
+// decides (a larger stack goes alone). Redis runs nothing else while a
+// script runs: 128 decisions take it a few hundred µs.
+const maxMerge = 128
+
+// mergeSenders is how many calls a store has in flight at once before
+// further decisions wait to be merged: up to it, a decision is its
+// caller's own call, which rueidis pipelines with the others, as fast as
+// merging at 16 goroutines on 2 CPUs, where 4 lost 17%; beyond it,
+// merging cuts Redis's CPU per decision (see docs/redis.md).
+const mergeSenders = 16
+
+// call is one decision, or a stack's decisions, queued to be merged with
+// others'.
+type call struct {
+	callqueue.Call
+	script *algorithms.Script // what decides the call sent alone
+	key    string             // the key of one decision
+	keys   []string           // a stack's keys; nil for one decision
+	req    string             // the packed requests
+	algs   string             // each request's algorithms.MultiIndex, a byte each
+	// The result: a call sent alone has its own; a merged one its part of
+	// its call's reply, or its call's error.
+	res  rueidis.RedisResult
+	vals []rueidis.RedisMessage
+	err  error
+}
+
+// size returns the number of requests the call decides.
+func (c *call) size() int {
+	if c.keys != nil {
+		return len(c.keys)
+	}
+	return 1
+}
+
+// args returns the call's keys and arguments, as its script takes them
+// when it is sent alone.
+func (c *call) args() (keys, args []string) {
+	if c.keys == nil {
+		return []string{c.key}, []string{c.req}
+	}
+	return c.keys, []string{c.req, c.algs, string(redisscript.AppendGroup(nil, len(c.keys)))}
+}
+
+// decide queues c to be sent with the decisions of concurrent callers and
+// returns its reply's ten integers a request, or the error of the call
+// that carried it, or ctx's error if ctx ends first.
+func (s *Store) decide(ctx context.Context, c *call) ([]rueidis.RedisMessage, error) {
+	c.Item = c
+	if err := s.queue.Do(ctx, &c.Call); err != nil {
+		return nil, err
+	}
+	if c.vals != nil || c.err != nil {
+		return c.vals, c.err
+	}
+	if err := c.res.Error(); err != nil {
+		if rueidis.IsRedisNil(err) {
+			return nil, fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
+		}
+		return nil, err
+	}
+	vals, err := c.res.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
+	}
+	return vals, nil
+}
+
+// send sends a batch of queued calls: a lone call as its caller's own;
+// more, in runs of up to maxMerge requests, each run as one call of
+// algorithms.MultiScript with a group a call (a run of one call as that
+// call's own script), all in one DoMulti, then with EVAL the runs that
+// found Redis without their script (a missing script ran nothing).
+//
+// A batch is not any one caller's: it runs on the values of its first
+// caller's context, until the last of its callers' deadlines (no deadline
+// if one of them has none), as no caller waits for it longer.
+func (s *Store) send(batch []*callqueue.Call) {
+	if len(batch) == 1 {
+		// A lone call is its caller's own, as if unqueued.
+		c := batch[0].Item.(*call)
+		keys, args := c.args()
+		c.res = s.evalsha(c.Ctx, c.script, keys, args)
+		return
+	}
+	ctx := context.WithoutCancel(batch[0].Ctx)
+	var last time.Time
+	for _, c := range batch {
+		d, ok := c.Ctx.Deadline()
+		if !ok {
+			last = time.Time{}
+			break
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	if !last.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, last)
+		defer cancel()
+	}
+	var runs [][]*call
+	n := 0 // the requests of the last run
+	for _, qc := range batch {
+		c := qc.Item.(*call)
+		if len(runs) == 0 || n+c.size() > maxMerge {
+			runs, n = append(runs, nil), 0
+		}
+		runs[len(runs)-1] = append(runs[len(runs)-1], c)
+		n += c.size()
+	}
+	cmds := make(rueidis.Commands, len(runs))
+	for i, run := range runs {
+		cmds[i] = s.command(run, false)
+	}
+	results := s.client.DoMulti(ctx, cmds...)
+	var again []int
+	for i, r := range results {
+		if re, ok := rueidis.IsRedisErr(r.Error()); ok && re.IsNoScript() {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		cmds = cmds[:0]
+		for _, i := range again {
+			cmds = append(cmds, s.command(runs[i], true))
+		}
+		for j, r := range s.client.DoMulti(ctx, cmds...) {
+			results[again[j]] = r
+		}
+	}
+	for i, run := range runs {
+		if len(run) == 1 {
+			run[0].res = results[i]
+			continue
+		}
+		split(run, results[i])
+	}
+}
+
+// command returns the script call deciding run: EVALSHA, or EVAL if eval
+// is set. A run of one call is that call's own script; of more, one call
+// of algorithms.MultiScript with a group each.
+func (s *Store) command(run []*call, eval bool) rueidis.Completed {
+	var script *algorithms.Script
+	var keys, args []string
+	if len(run) == 1 {
+		script = run[0].script
+		keys, args = run[0].args()
+	} else {
+		script = algorithms.MultiScript()
+		var packed, algs, groups []byte
+		for _, c := range run {
+			if c.keys == nil {
+				keys = append(keys, c.key)
+			} else {
+				keys = append(keys, c.keys...)
+			}
+			packed = append(packed, c.req...)
+			algs = append(algs, c.algs...)
+			groups = redisscript.AppendGroup(groups, c.size())
+		}
+		args = []string{unsafe.String(&packed[0], len(packed)), unsafe.String(&algs[0], len(algs)), unsafe.String(&groups[0], len(groups))}
+	}
+	if eval {
+		return s.client.B().Eval().Script(script.Source()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	return s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// split hands each call of a merged run its part of the run's reply, ten
+// integers a request, or the reply's error.
+func split(run []*call, res rueidis.RedisResult) {
+	n := 0
+	for _, c := range run {
+		n += c.size()
+	}
+	vals, err := res.ToArray()
+	switch {
+	case rueidis.IsRedisNil(err):
+		err = fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
+	case err != nil && res.Error() == nil: // a reply of the wrong type
+		err = fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
+	case err == nil && len(vals) != n*redisscript.ReplyLen:
+		err = fmt.Errorf("%w: %d elements for %d decisions", redisscript.ErrMalformed, len(vals), n)
+	}
+	at := 0
+	for _, c := range run {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		end := at + c.size()*redisscript.ReplyLen
+		c.vals = vals[at:end:end]
+		at = end
+	}
+}
