@@ -26,3 +26,16 @@ func TestEviction(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyFlood sends 100,000 distinct keys under a one-second fixed
+// window to a server of the test's own: each key has a TTL, Redis
+// is back to 1% of the peak within the window and 2 s, and a 1 MiB key
+// is rejected (redisfaults.CheckKeyFlood).
+func TestKeyFlood(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 80})
+	t.Cleanup(func() { client.Close() })
+	store := newStore(t, client)
+	redisfaults.CheckKeyFlood(t, srv, store, store.Prefix())
+}

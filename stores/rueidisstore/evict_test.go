@@ -22,3 +22,14 @@ func TestEviction(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyFlood sends 100,000 distinct keys under a one-second fixed
+// window to a server of the test's own: each key has a TTL, Redis
+// is back to 1% of the peak within the window and 2 s, and a 1 MiB key
+// is rejected (redisfaults.CheckKeyFlood).
+func TestKeyFlood(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, newClient(t, srv.Addr()))
+	redisfaults.CheckKeyFlood(t, srv, store, store.Prefix())
+}

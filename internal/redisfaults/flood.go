@@ -1,0 +1,129 @@
+package redisfaults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisscript"
+	"github.com/sluicehq/sluice/redistest"
+)
+
+// CheckKeyFlood is R-23, a flood of distinct keys into Redis: 100,000
+// keys, one decision each, under a fixed window of a second, from 64
+// goroutines, through store on srv, a server of the test's own (its
+// DBSIZE is counted), whose keys start with storePrefix. Every key of a sample of 1,000 must have a TTL of
+// at most the window and the second's margin; within the window and 2 s
+// after the flood DBSIZE must fall to 1% of its peak at most; and a
+// 1 MiB key must be rejected with core.ErrInvalidKey, without a call
+// (its time is logged: speed is not asserted in tests).
+func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, storePrefix string) {
+	t.Helper()
+	const (
+		keys       = 100_000
+		goroutines = 64
+		sample     = 1000
+	)
+	ctx := context.Background()
+	limit := core.PerSecond(10)
+	window := time.Second
+	prefix := fmt.Sprintf("flood%d:", time.Now().UnixNano())
+	size := func() int64 {
+		t.Helper()
+		r, err := srv.Do("DBSIZE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := r.Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := size()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := g; i < keys; i += goroutines {
+				req := core.Request{Key: prefix + fmt.Sprint(i), Algorithm: algorithms.FixedWindow, Limit: limit, Cost: 1}
+				d, err := store.Apply(ctx, req)
+				if err == nil && !d.Allowed {
+					err = fmt.Errorf("key %d: the first decision of a fresh key was denied", i)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	flooded := time.Since(start)
+	peak := size() - before
+	t.Logf("%d keys in %v; DBSIZE %d more than before", keys, flooded.Round(time.Millisecond), peak)
+	if peak < keys/2 {
+		t.Fatalf("DBSIZE grew by %d for %d keys: the flood did not reach this server", peak, keys)
+	}
+
+	// A sample of the keys, each with a TTL no longer than the window and
+	// the second's margin the scripts add.
+	checked, longest := 0, time.Duration(0)
+	for i := 0; i < keys && checked < sample; i += keys / sample {
+		k := redisscript.Key(storePrefix, prefix+fmt.Sprint(i), algorithms.FixedWindow.Name())
+		r, err := srv.Do("PTTL", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := r.Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ms == -2 {
+			continue // expired already
+		}
+		ttl := time.Duration(ms) * time.Millisecond
+		if ms < 0 || ttl > window+time.Second {
+			t.Errorf("key %q has PTTL %dms, want a TTL of at most %v", k, ms, window+time.Second)
+		}
+		longest = max(longest, ttl)
+		checked++
+	}
+	t.Logf("%d keys sampled, each with a TTL, the longest %v", checked, longest)
+	if checked < sample/2 {
+		t.Errorf("sampled %d keys of %d: the keys expired before they could be read", checked, sample)
+	}
+
+	// Redis expires keys on its own: within the window and 2 s, DBSIZE
+	// must be back to within 1% of the peak.
+	deadline := start.Add(flooded + window + 2*time.Second)
+	left := size() - before
+	for left > peak/100 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		left = size() - before
+	}
+	t.Logf("%d keys left %v after the flood (%.2f%% of the peak)", left, time.Since(start.Add(flooded)).Round(time.Millisecond), 100*float64(left)/float64(peak))
+	if left > peak/100 {
+		t.Errorf("%d of %d keys left the window and 2 s after the flood, want at most 1%%", left, peak)
+	}
+
+	// A 1 MiB key is rejected before any call.
+	huge := strings.Repeat("x", 1<<20)
+	began := time.Now()
+	_, err := store.Apply(ctx, core.Request{Key: huge, Algorithm: algorithms.FixedWindow, Limit: limit, Cost: 1})
+	t.Logf("a 1 MiB key was answered in %v: %v", time.Since(began), err)
+	if !errors.Is(err, core.ErrInvalidKey) {
+		t.Errorf("a 1 MiB key: %v, want core.ErrInvalidKey", err)
+	}
+}
