@@ -11,8 +11,9 @@
 --          now (µs since the Unix epoch, or -1 for the server's TIME),
 --          cost (the proposal), op (0 propose, else read), rate (writes
 --          per period) and period (µs, the value's TTL).
--- reply    {allowed (1: written), value, sequence, retry-after µs,
---          reset-after µs, 0, the instant decided at (µs), 0, 0, 0}; a
+-- reply    ten little-endian doubles, packed (algorithms.Script):
+--          allowed (1: written), value, sequence, retry-after µs,
+--          reset-after µs, 0, the instant decided at (µs), 0, 0, 0; a
 --          value of 0 means there is none. The shared value has no level
 --          (its units per token, the ninth number, are 0).
 --
@@ -73,13 +74,13 @@ if op == 0 and cost > 0 and (not live or now - T >= gap) then
 	end
 	redis.call('PSETEX', KEY, math.ceil(period / 1000) + margin,
 		struct.pack('<ddddd', now, cost, seq, 0, now + period))
-	return {1, cost, seq, 0, period, 0, now, 0, 0, 0}
+	return struct.pack('<dddddddddd', 1, cost, seq, 0, period, 0, now, 0, 0, 0)
 end
 if live then
 	local retry = T + gap - now
 	if retry < 0 then
 		retry = 0
 	end
-	return {0, A, B, retry, E - now, 0, now, 0, 0, 0}
+	return struct.pack('<dddddddddd', 0, A, B, retry, E - now, 0, now, 0, 0, 0)
 end
-return {0, 0, 0, 0, 0, 0, now, 0, 0, 0}
+return struct.pack('<dddddddddd', 0, 0, 0, 0, 0, 0, now, 0, 0, 0)

@@ -1,6 +1,6 @@
 -- conclude.lua: the end of every algorithm's decision, after prelude.lua
--- and the algorithm's own file. It leaves reply, the decision's six
--- integers, and, if the decision writes, the key's new value and its TTL
+-- and the algorithm's own file. It leaves reply, the decision's ten
+-- numbers packed, and, if the decision writes, the key's new value and its TTL
 -- in ms; the script writes them, or deletes a healed key that the
 -- decision does not write (see scripts.go), so that no unreadable value
 -- outlives the call.
@@ -27,7 +27,10 @@ local admitted = 0
 if take and allowed then
 	admitted = take
 end
-local reply = {(allowed and 1 or 0) + (healed and 2 or 0), limit, remaining, retry, reset, delay, now, units, per, admitted}
+-- The ten numbers are packed as little-endian doubles, all integers below
+-- 2^53 and so exact: one string costs Redis and the client less than an
+-- array of ten integers.
+local reply = struct.pack('<dddddddddd', (allowed and 1 or 0) + (healed and 2 or 0), limit, remaining, retry, reset, delay, now, units, per, admitted)
 -- A written state's TTL runs from now to E, when it is forgotten, plus the
 -- margin. On the server's clock a store's expiry never changes a
 -- decision: from E on every script decides as for a missing key.

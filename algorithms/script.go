@@ -28,16 +28,19 @@ import (
 //     µs, burst, units per token and per µs (see [core.Limit.Units]), the
 //     [core.Step] Debt a reservation may run to, and the Lease of a
 //     concurrency lease (0 if none).
-//   - The reply is an array of ten integers: flags (1 allowed, plus 2 if
-//     the key held a value the script could not read and decided as a
-//     missing key, see [core.Decision]'s Healed), limit,
-//     remaining, retry-after in µs (−1 for [core.RetryNever]), reset-after in
-//     µs, the delay of a reservation in µs (see [core.Decision]'s
-//     Delay), the decision's instant in µs since the Unix epoch (the
-//     later of the request's and the key's last charge, [core.Decision]'s
-//     At), the level after the decision in units and the units per token
-//     ([core.Level]; 0 and 0 for none), and the cost a partial admission
-//     admitted (0 for every other operation).
+//   - The reply is one string of ten little-endian IEEE 754 doubles, each
+//     an integer below 2^53, as struct.pack('<dddddddddd', ...) makes it:
+//     flags (1 allowed, plus 2 if the key held a value the script could
+//     not read and decided as a missing key, see [core.Decision]'s
+//     Healed), limit, remaining, retry-after in µs (−1 for
+//     [core.RetryNever]), reset-after in µs, the delay of a reservation in
+//     µs (see [core.Decision]'s Delay), the decision's instant in µs since
+//     the Unix epoch (the later of the request's and the key's last
+//     charge, [core.Decision]'s At), the level after the decision in units
+//     and the units per token ([core.Level]; 0 and 0 for none), and the
+//     cost a partial admission admitted (0 for every other operation).
+//     One string costs the server and the client less than an array of
+//     ten integers.
 //
 // A script that writes sets a TTL on the key no longer than the time the
 // state matters (its E, see [core.State]) plus a margin.

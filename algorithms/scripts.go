@@ -103,7 +103,7 @@ func multi() *Script {
 -- one decision's ARGV[1] is, one after another; ARGV[2] one byte a
 -- request, the index of its algorithm; ARGV[3] one byte a request, 1
 -- where a group begins and 0 for a request in the group of the one
--- before. The reply is each decision's ten integers, one after another.
+-- before. The reply is each decision's packed reply, one after another.
 local n = #KEYS
 local size = #ARGV[1] / n
 local out = {}
@@ -130,10 +130,7 @@ local alg = string.byte(ARGV[2], i)
 	b.WriteString(`if most then
 	fits = math.min(fits or most, most, remaining)
 else
-	local base = #out
-	for j = 1, #reply do
-		out[base + j] = reply[j]
-	end
+	out[#out + 1] = reply
 	all = all and allowed
 	if dirty then
 		local w = #wkeys + 1
@@ -182,7 +179,7 @@ for j = 1, #order do
 		redis.call('DEL', k)
 	end
 end
-return out
+return table.concat(out)
 `)
 	return NewScript(b.String())
 }
@@ -220,7 +217,7 @@ func writeDecision(b *strings.Builder) {
 // [Script] packs one); ARGV[2] one byte a request, its algorithm's
 // [MultiIndex]; ARGV[3] one byte a request, 1 where a group begins and 0
 // for a request in the group of the one before. The reply is each
-// decision's ten integers in turn. A group's states are written only if
+// decision's packed reply (see [Script]) in turn. A group's states are written only if
 // every request of the group was admitted; a group of partial admissions
 // charges every request the same cost, as [core.RunAll] does. A group of
 // one request decides as the request's own script would.

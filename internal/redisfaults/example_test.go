@@ -26,7 +26,7 @@ func ExampleFlushUnderLoad() {
 func ExampleMalformedCases() {
 	var t *testing.T     // the test's *testing.T
 	var store core.Store // the store under test
-	says := map[string]string{"two-integers": "2 elements"}
+	says := map[string]string{"two-numbers": "16 bytes"}
 	for i, c := range redisfaults.MalformedCases(says) {
 		t.Run(c.Name, func(t *testing.T) {
 			redisfaults.CheckMalformed(t, store, fmt.Sprintf("bad-%d", i), c)

@@ -516,43 +516,50 @@ func ApplyNoPanic(t testing.TB, store core.Store, req core.Request) (d core.Deci
 
 // MalformedCase is a script whose reply breaks the calling convention,
 // with what a store must return for it: an error wrapping
-// [redisscript.ErrMalformed] where the reply is not ten integers a decision can
-// hold, else an error that says what the server said.
+// [redisscript.ErrMalformed] where the reply is not ten packed integers a
+// decision can hold, else an error that says what the server said.
 type MalformedCase struct {
 	Name, Src string
 	Malformed bool   // the error wraps redisscript.ErrMalformed
 	Says      string // and the error's text contains this
 }
 
+// packed is a script that returns the ten numbers nums, packed as the
+// calling convention asks.
+func packed(nums string) string { return "return struct.pack('<dddddddddd', " + nums + ")" }
+
 // malformed are the cases of [MalformedCases], with what every store's
 // error says.
 var malformed = []MalformedCase{
-	{"two-integers", "return {1, 2}", true, ""},
+	{"two-numbers", "return struct.pack('<dd', 1, 2)", true, ""},
 	{"string", "return 'text'", true, ""},
-	{"six-integers", "return {1, 10, 9, 0, 0, 0}", true, ""},
-	{"string-element", "return {1, 2, 3, 4, 5, 6, 7, 8, 9, 'x'}", true, ""},
+	{"six-numbers", "return struct.pack('<dddddd', 1, 10, 9, 0, 0, 0)", true, ""},
+	{"eleven-numbers", "return struct.pack('<ddddddddddd', 1, 10, 9, 0, 0, 0, 0, 9, 1, 0, 0)", true, ""},
+	{"integers", "return {1, 10, 9, 0, 0, 0, 0, 9, 1, 0}", true, ""},
 	{"nil", "return nil", true, ""},
-	{"flags-4", "return {4, 1, 1, 0, 0, 0, 0, 1, 1, 0}", true, "flags are 4"},
-	{"allowed-with-retry", "return {1, 10, 9, 5, 0, 0, 0, 9, 1, 0}", true, "allowed with retry-after"},
-	{"negative-retry", "return {0, 10, 9, -7, 0, 0, 0, 9, 1, 0}", true, "retry-after -7"},
-	{"huge-retry", "return {0, 10, 9, 1e300, 0, 0, 0, 9, 1, 0}", true, "retry-after"},
-	{"denied-with-delay", "return {0, 10, 9, 5, 5, 5, 0, 9, 1, 0}", true, "delay 5"},
-	{"negative-instant", "return {1, 10, 9, 0, 0, 0, -1, 9, 1, 0}", true, "instant -1"},
-	{"level-without-unit", "return {1, 10, 9, 0, 0, 0, 0, 9, 0, 0}", true, "level 9/0"},
-	{"admitted-by-denial", "return {0, 10, 9, 5, 0, 0, 0, 9, 1, 3}", true, "admitted 3"},
+	{"fraction", packed("1, 10, 9.5, 0, 0, 0, 0, 9, 1, 0"), true, "number 2 is 9.5"},
+	{"nan", packed("1, 10, 9, 0/0, 0, 0, 0, 9, 1, 0"), true, "number 3 is NaN"},
+	{"flags-4", packed("4, 1, 1, 0, 0, 0, 0, 1, 1, 0"), true, "flags are 4"},
+	{"allowed-with-retry", packed("1, 10, 9, 5, 0, 0, 0, 9, 1, 0"), true, "allowed with retry-after"},
+	{"negative-retry", packed("0, 10, 9, -7, 0, 0, 0, 9, 1, 0"), true, "retry-after -7"},
+	{"huge-retry", packed("0, 10, 9, 1e300, 0, 0, 0, 9, 1, 0"), true, "number 3 is 1e+300"},
+	{"denied-with-delay", packed("0, 10, 9, 5, 5, 5, 0, 9, 1, 0"), true, "delay 5"},
+	{"negative-instant", packed("1, 10, 9, 0, 0, 0, -1, 9, 1, 0"), true, "instant -1"},
+	{"level-without-unit", packed("1, 10, 9, 0, 0, 0, 0, 9, 0, 0"), true, "level 9/0"},
+	{"admitted-by-denial", packed("0, 10, 9, 5, 0, 0, 0, 9, 1, 3"), true, "admitted 3"},
 	{"error-reply", "return redis.error_reply('boom')", false, "boom"},
 	{"runtime-error", "error('oops')", false, "oops"},
-	{"nested", "return { {1}, 2, 3, 4, 5, 6, 7, 8, 9, 10 }", true, ""},
 }
 
 // MalformedCases returns the malformed replies every Redis store must
-// reject: too few elements (two, and the six of the convention before the
-// reply carried the instant, level and partial admission), a string, a
-// string element, nil, flags beyond 3 (allowed and healed), an allowed
+// reject: too few or too many packed numbers (two, the six of the
+// convention before the reply carried the instant, level and partial
+// admission, eleven), a short string, the array of integers of the
+// convention before replies were packed, nil, a number that is not an
+// integer or is NaN, flags beyond 3 (allowed and healed), an allowed
 // decision with a retry-after, a negative or huge retry-after, a denial
 // with a delay, an instant before 1970, a level without its unit, a
-// denial that admitted some, an error reply, a runtime error, and a
-// nested array. says
+// denial that admitted some, an error reply and a runtime error. says
 // replaces, by case name, the text a store's error must contain, for a
 // store whose errors say more; it panics on a name that is not a case. The
 // slice is the caller's.

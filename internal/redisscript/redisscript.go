@@ -129,6 +129,10 @@ const opAtMost = 3
 // ReplyLen is the number of integers in a script's reply.
 const ReplyLen = 10
 
+// ReplySize is the length in bytes of one decision's packed reply: ten
+// little-endian doubles.
+const ReplySize = ReplyLen * 8
+
 // The flags of a reply's first integer (conclude.lua).
 const (
 	flagAllowed = 1 // the request was admitted
@@ -136,11 +140,41 @@ const (
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention:
-// not ten integers, or numbers no decision can hold. A store wraps it
+// not ten packed integers, or numbers no decision can hold. A store wraps it
 // with what it received.
 var ErrMalformed = errors.New("malformed script reply")
 
-// Decision checks a script's reply and returns the decision it holds.
+// Unpack reads one decision's packed reply, reply[:ReplySize]: ten
+// little-endian doubles, each of which must be an integer.
+func Unpack(reply string) ([ReplyLen]int64, error) {
+	var ints [ReplyLen]int64
+	if len(reply) < ReplySize {
+		return ints, fmt.Errorf("%w: %d bytes, want %d", ErrMalformed, len(reply), ReplySize)
+	}
+	for i := range ints {
+		b := reply[8*i : 8*i+8]
+		f := math.Float64frombits(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56)
+		if !(f >= -core.MaxExact && f <= core.MaxExact) || f != math.Trunc(f) {
+			return ints, fmt.Errorf("%w: number %d is %v", ErrMalformed, i, f)
+		}
+		ints[i] = int64(f)
+	}
+	return ints, nil
+}
+
+// Decode checks one decision's packed reply, reply[:ReplySize], and
+// returns the decision it holds.
+func Decode(reply string) (core.Decision, error) {
+	ints, err := Unpack(reply)
+	if err != nil {
+		return core.Decision{}, err
+	}
+	return Decision(ints)
+}
+
+// Decision checks a script's reply, read as integers, and returns the
+// decision it holds.
 func Decision(reply [ReplyLen]int64) (core.Decision, error) {
 	flags, limit, remaining, retry, reset, delay := reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]
 	at, units, per, admitted := reply[6], reply[7], reply[8], reply[9]
@@ -248,15 +282,15 @@ func Together(prefix string, reqs []core.Request, out []core.Decision, cluster b
 	return keys, string(p), string(a), at, true
 }
 
-// Place checks the reply of algorithms.MultiScript, read as integers, for
-// the requests at the positions at (from [Together]) and writes their
-// decisions to out.
-func Place(ints []int64, at []int, out []core.Decision) error {
-	if len(ints) != len(at)*ReplyLen {
-		return fmt.Errorf("%w: %d integers for %d decisions", ErrMalformed, len(ints), len(at))
+// Place checks the reply of algorithms.MultiScript, one packed reply a
+// request, for the requests at the positions at (from [Together]) and
+// writes their decisions to out.
+func Place(reply string, at []int, out []core.Decision) error {
+	if len(reply) != len(at)*ReplySize {
+		return fmt.Errorf("%w: %d bytes for %d decisions", ErrMalformed, len(reply), len(at))
 	}
 	for j, i := range at {
-		d, err := Decision([ReplyLen]int64(ints[j*ReplyLen : (j+1)*ReplyLen]))
+		d, err := Decode(reply[j*ReplySize:])
 		if err != nil {
 			return fmt.Errorf("decision %d: %w", i, err)
 		}

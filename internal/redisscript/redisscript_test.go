@@ -194,18 +194,35 @@ func sha(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// pack packs numbers as a script's reply does.
+func pack(nums ...float64) string {
+	var b []byte
+	for _, f := range nums {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+	}
+	return string(b)
+}
+
 func TestPlace(t *testing.T) {
 	out := make([]core.Decision, 3)
-	ints := []int64{1, 10, 9, 0, 100, 0, 0, 9, 1, 0, 0, 5, 0, 7, 9, 0, 3, 0, 1, 0}
-	if err := Place(ints, []int{0, 2}, out); err != nil {
+	reply := pack(1, 10, 9, 0, 100, 0, 0, 9, 1, 0, 0, 5, 0, 7, 9, 0, 3, 0, 1, 0)
+	if err := Place(reply, []int{0, 2}, out); err != nil {
 		t.Fatal(err)
 	}
 	if !out[0].Allowed || out[0].Remaining != 9 || out[2].Allowed || out[2].RetryAfter != 7*time.Microsecond || out[2].At != time.UnixMicro(3).UTC() || out[1] != (core.Decision{}) {
 		t.Errorf("Place put %+v", out)
 	}
-	for _, bad := range [][]int64{ints[:10], append(ints[:10:10], 5, 1, 1, 0, 0, 0, 0, 0, 0, 0)} {
+	for _, bad := range []string{
+		reply[:ReplySize], // one decision's for two
+		reply + "x",       // a byte too many
+		reply[:ReplySize] + pack(5, 1, 1, 0, 0, 0, 0, 0, 0, 0),   // flags 5
+		reply[:ReplySize] + pack(0, 1, 1, 0.5, 0, 0, 0, 0, 0, 0), // not an integer
+		reply[:ReplySize] + pack(0, 1, 1, math.NaN(), 0, 0, 0, 0, 0, 0),
+		reply[:ReplySize] + pack(0, 1, 1, math.Inf(1), 0, 0, 0, 0, 0, 0),
+		reply[:ReplySize] + pack(0, 1, 1, 1e300, 0, 0, 0, 0, 0, 0),
+	} {
 		if err := Place(bad, []int{0, 1}, out); !errors.Is(err, ErrMalformed) {
-			t.Errorf("Place(%v) = %v, want ErrMalformed", bad, err)
+			t.Errorf("Place(%q) = %v, want ErrMalformed", bad, err)
 		}
 	}
 }

@@ -192,7 +192,7 @@ func TestNoReplay(t *testing.T) {
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
 // panic. An error wraps redisscript.ErrMalformed where the reply is not ten
-// integers a decision can hold, else it says what the server said.
+// packed integers a decision can hold, else it says what the server said.
 func TestMalformedReplies(t *testing.T) {
 	t.Parallel()
 	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})

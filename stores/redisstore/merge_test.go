@@ -60,21 +60,20 @@ func multiCall(t *testing.T, client *redis.Client, prefix string, reqs []core.Re
 		groups = redisscript.AppendGroup(groups, n)
 	}
 	script := algorithms.MultiScript()
-	ints, err := client.EvalSha(context.Background(), script.Hash(), keys, string(packed), string(algs), string(groups)).Int64Slice()
+	reply, err := client.EvalSha(context.Background(), script.Hash(), keys, string(packed), string(algs), string(groups)).Text()
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		ints, err = client.Eval(context.Background(), script.Source(), keys, string(packed), string(algs), string(groups)).Int64Slice()
+		reply, err = client.Eval(context.Background(), script.Source(), keys, string(packed), string(algs), string(groups)).Text()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ints) != len(reqs)*redisscript.ReplyLen {
-		t.Fatalf("%d integers for %d requests", len(ints), len(reqs))
-	}
 	out := make([]core.Decision, len(reqs))
-	for i := range reqs {
-		if out[i], err = redisscript.Decision([redisscript.ReplyLen]int64(ints[i*redisscript.ReplyLen:])); err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
+	at := make([]int, len(reqs))
+	for i := range at {
+		at[i] = i
+	}
+	if err := redisscript.Place(reply, at, out); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -40,9 +40,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	case len(at) == 0:
 		return nil
 	}
-	ints, err := s.evalMulti(ctx, keys, packed, algs)
+	reply, err := s.evalMulti(ctx, keys, packed, algs)
 	if err == nil {
-		err = redisscript.Place(ints, at, out)
+		err = redisscript.Place(reply, at, out)
 	}
 	if err != nil {
 		return fmt.Errorf("redisstore: multi: %w", err)
@@ -51,9 +51,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 }
 
 // evalMulti runs algorithms.MultiScript on one group, the requests of a
-// stack, and reads its reply as integers. On one Redis node the group may
+// stack, and returns its packed reply. On one Redis node the group may
 // share its call with concurrent callers' decisions.
-func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
+func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) (string, error) {
 	script := algorithms.MultiScript()
 	c := &call{args: make([]any, 0, 3+len(keys)+3), keys: keys, req: packed, algs: algs}
 	c.args = append(c.args, "evalsha", script.Hash(), strconv.Itoa(len(keys)))
@@ -63,17 +63,11 @@ func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs strin
 	c.args = append(c.args, packed, algs, string(redisscript.AppendGroup(nil, len(keys))))
 	reply, err := s.script(ctx, c, script)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	vals, ok := reply.([]any)
+	packed, ok := reply.(string)
 	if !ok {
-		return nil, fmt.Errorf("%w: %T", redisscript.ErrMalformed, reply)
+		return "", fmt.Errorf("%w: %T", redisscript.ErrMalformed, reply)
 	}
-	ints := make([]int64, len(vals))
-	for i, v := range vals {
-		if ints[i], ok = v.(int64); !ok {
-			return nil, fmt.Errorf("%w: element %d is %T", redisscript.ErrMalformed, i, v)
-		}
-	}
-	return ints, nil
+	return packed, nil
 }

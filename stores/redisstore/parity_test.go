@@ -204,17 +204,11 @@ func FuzzParity(f *testing.F) {
 		if err != nil {
 			return core.Decision{}, err
 		}
-		vals, err := r.Array()
-		if err != nil || len(vals) != redisscript.ReplyLen {
+		reply, err := r.String()
+		if err != nil || len(reply) != redisscript.ReplySize {
 			return core.Decision{}, fmt.Errorf("reply %v: %v", r, err)
 		}
-		var ints [redisscript.ReplyLen]int64
-		for i, v := range vals {
-			if ints[i], err = v.Int(); err != nil {
-				return core.Decision{}, err
-			}
-		}
-		return redisscript.Decision(ints)
+		return redisscript.Decode(reply)
 	})
 	seed := rand.New(rand.NewPCG(1, 2))
 	for range 8 {

@@ -171,8 +171,8 @@ func (p *pipeliner) split(ctx context.Context, merged []*merge) {
 			continue // one call, which has its own reply
 		}
 		reply, err := m.cmd.Result()
-		vals, ok := reply.([]any)
-		if err == nil && (!ok || len(vals) != m.n*redisscript.ReplyLen) {
+		packed, ok := reply.(string)
+		if err == nil && (!ok || len(packed) != m.n*redisscript.ReplySize) {
 			err = fmt.Errorf("%w: %d decisions: %T %v", redisscript.ErrMalformed, m.n, reply, reply)
 		}
 		at := 0
@@ -181,8 +181,8 @@ func (p *pipeliner) split(ctx context.Context, merged []*merge) {
 				c.cmd.SetErr(err)
 				continue
 			}
-			end := at + c.size()*redisscript.ReplyLen
-			c.cmd.SetVal(vals[at:end:end])
+			end := at + c.size()*redisscript.ReplySize
+			c.cmd.SetVal(packed[at:end])
 			at = end
 		}
 	}

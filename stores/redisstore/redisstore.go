@@ -18,8 +18,8 @@ import (
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
-// of [algorithms.Script]: not ten integers, or numbers no decision can hold.
-// Apply wraps it with what it received.
+// of [algorithms.Script]: not ten packed integers, or numbers no decision
+// can hold. Apply wraps it with what it received.
 var ErrMalformed = redisscript.ErrMalformed
 
 // ErrClientOption reports a go-redis client option that would defeat the
@@ -335,21 +335,13 @@ func (s *Store) encode(req *core.Request, script *algorithms.Script) *call {
 	return c
 }
 
-// decode checks a script's reply, as go-redis parsed it.
+// decode checks a script's reply, as go-redis parsed it: a packed reply.
 func decode(reply any) (core.Decision, error) {
-	vals, ok := reply.([]any)
-	if !ok || len(vals) != redisscript.ReplyLen {
+	packed, ok := reply.(string)
+	if !ok || len(packed) != redisscript.ReplySize {
 		return core.Decision{}, fmt.Errorf("%w: %T %v", redisscript.ErrMalformed, reply, reply)
 	}
-	var ints [redisscript.ReplyLen]int64
-	for i, v := range vals {
-		n, ok := v.(int64)
-		if !ok {
-			return core.Decision{}, fmt.Errorf("%w: element %d is %T %v", redisscript.ErrMalformed, i, v, v)
-		}
-		ints[i] = n
-	}
-	return redisscript.Decision(ints)
+	return redisscript.Decode(packed)
 }
 
 // Reset forgets key's state under alg, as if it had never been charged.

@@ -35,10 +35,10 @@ type call struct {
 	req    string             // the packed requests
 	algs   string             // each request's algorithms.MultiIndex, a byte each
 	// The result: a call sent alone has its own; a merged one its part of
-	// its call's reply, or its call's error.
-	res  rueidis.RedisResult
-	vals []rueidis.RedisMessage
-	err  error
+	// its call's packed reply, or its call's error.
+	res   rueidis.RedisResult
+	reply string
+	err   error
 }
 
 // size returns the number of requests the call decides.
@@ -59,27 +59,27 @@ func (c *call) args() (keys, args []string) {
 }
 
 // decide queues c to be sent with the decisions of concurrent callers and
-// returns its reply's ten integers a request, or the error of the call
-// that carried it, or ctx's error if ctx ends first.
-func (s *Store) decide(ctx context.Context, c *call) ([]rueidis.RedisMessage, error) {
+// returns its packed reply, ten numbers a request, or the error of the
+// call that carried it, or ctx's error if ctx ends first.
+func (s *Store) decide(ctx context.Context, c *call) (string, error) {
 	c.Item = c
 	if err := s.queue.Do(ctx, &c.Call); err != nil {
-		return nil, err
+		return "", err
 	}
-	if c.vals != nil || c.err != nil {
-		return c.vals, c.err
+	if c.reply != "" || c.err != nil {
+		return c.reply, c.err
 	}
 	if err := c.res.Error(); err != nil {
 		if rueidis.IsRedisNil(err) {
-			return nil, fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
+			return "", fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
 		}
-		return nil, err
+		return "", err
 	}
-	vals, err := c.res.ToArray()
+	reply, err := c.res.ToString()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
+		return "", fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
 	}
-	return vals, nil
+	return reply, nil
 }
 
 // send sends a batch of queued calls: a lone call as its caller's own;
@@ -185,21 +185,21 @@ func (s *Store) command(run []*call, eval bool) rueidis.Completed {
 	return s.client.B().Evalsha().Sha1(script.Hash()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
-// split hands each call of a merged run its part of the run's reply, ten
-// integers a request, or the reply's error.
+// split hands each call of a merged run its part of the run's packed
+// reply, ten numbers a request, or the reply's error.
 func split(run []*call, res rueidis.RedisResult) {
 	n := 0
 	for _, c := range run {
 		n += c.size()
 	}
-	vals, err := res.ToArray()
+	reply, err := res.ToString()
 	switch {
 	case rueidis.IsRedisNil(err):
 		err = fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
 	case err != nil && res.Error() == nil: // a reply of the wrong type
 		err = fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
-	case err == nil && len(vals) != n*redisscript.ReplyLen:
-		err = fmt.Errorf("%w: %d elements for %d decisions", redisscript.ErrMalformed, len(vals), n)
+	case err == nil && len(reply) != n*redisscript.ReplySize:
+		err = fmt.Errorf("%w: %d bytes for %d decisions", redisscript.ErrMalformed, len(reply), n)
 	}
 	at := 0
 	for _, c := range run {
@@ -207,8 +207,8 @@ func split(run []*call, res rueidis.RedisResult) {
 			c.err = err
 			continue
 		}
-		end := at + c.size()*redisscript.ReplyLen
-		c.vals = vals[at:end:end]
+		end := at + c.size()*redisscript.ReplySize
+		c.reply = reply[at:end]
 		at = end
 	}
 }

@@ -35,9 +35,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	case len(at) == 0:
 		return nil
 	}
-	ints, err := s.evalMulti(ctx, keys, packed, algs)
+	reply, err := s.evalMulti(ctx, keys, packed, algs)
 	if err == nil {
-		err = redisscript.Place(ints, at, out)
+		err = redisscript.Place(reply, at, out)
 	}
 	if err != nil {
 		return fmt.Errorf("rueidisstore: multi: %w", err)
@@ -46,35 +46,25 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 }
 
 // evalMulti runs algorithms.MultiScript (EVAL once on NOSCRIPT) on one
-// group, the requests of a stack, and reads its reply as integers. On one
+// group, the requests of a stack, and returns its packed reply. On one
 // Redis node the group may share its call with concurrent callers'
 // decisions.
-func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) ([]int64, error) {
-	var vals []rueidis.RedisMessage
-	var err error
+func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) (string, error) {
 	if s.merges {
-		vals, err = s.decide(ctx, &call{script: algorithms.MultiScript(), keys: keys, req: packed, algs: algs})
-		err = rediserr.Mark(err, clientDown)
-	} else {
-		c := &call{keys: keys, req: packed, algs: algs}
-		k, args := c.args()
-		res := s.script(ctx, algorithms.MultiScript(), k, args...)
-		if err = res.Error(); rueidis.IsRedisNil(err) {
-			err = fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
-		} else if err == nil {
-			if vals, err = res.ToArray(); err != nil {
-				err = fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
-			}
-		}
+		reply, err := s.decide(ctx, &call{script: algorithms.MultiScript(), keys: keys, req: packed, algs: algs})
+		return reply, rediserr.Mark(err, clientDown)
 	}
+	c := &call{keys: keys, req: packed, algs: algs}
+	k, args := c.args()
+	res := s.script(ctx, algorithms.MultiScript(), k, args...)
+	if err := res.Error(); rueidis.IsRedisNil(err) {
+		return "", fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
+	} else if err != nil {
+		return "", err
+	}
+	reply, err := res.ToString()
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
 	}
-	ints := make([]int64, len(vals))
-	for i := range vals {
-		if ints[i], err = vals[i].ToInt64(); err != nil {
-			return nil, fmt.Errorf("%w: element %d: %w", redisscript.ErrMalformed, i, err)
-		}
-	}
-	return ints, nil
+	return reply, nil
 }

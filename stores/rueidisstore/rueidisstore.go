@@ -17,8 +17,8 @@ import (
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
-// of [algorithms.Script]: not ten integers, or numbers no decision can hold.
-// Apply wraps it with what it received.
+// of [algorithms.Script]: not ten packed integers, or numbers no decision
+// can hold. Apply wraps it with what it received.
 var ErrMalformed = redisscript.ErrMalformed
 
 // clientDown are rueidis's own errors that any call would get while the
@@ -99,10 +99,10 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	key, args := s.encode(&req)
 	var d core.Decision
 	if idx := algorithms.MultiIndex(req.Algorithm); s.merges && idx != 0 {
-		var vals []rueidis.RedisMessage
-		vals, err = s.decide(ctx, &call{script: script, key: key, req: args, algs: redisscript.Alg(idx)})
+		var reply string
+		reply, err = s.decide(ctx, &call{script: script, key: key, req: args, algs: redisscript.Alg(idx)})
 		if err == nil {
-			d, err = decodeValues(vals)
+			d, err = decodeReply(reply)
 		}
 		err = rediserr.Mark(err, clientDown)
 	} else {
@@ -165,27 +165,19 @@ func decode(res rueidis.RedisResult) (core.Decision, error) {
 	} else if err != nil {
 		return core.Decision{}, err // the connection's, or the script's
 	}
-	vals, err := res.ToArray()
+	reply, err := res.ToString()
 	if err != nil {
 		return core.Decision{}, fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
 	}
-	return decodeValues(vals)
+	return decodeReply(reply)
 }
 
-// decodeValues checks a script's reply, read as an array.
-func decodeValues(vals []rueidis.RedisMessage) (core.Decision, error) {
-	if len(vals) != redisscript.ReplyLen {
-		return core.Decision{}, fmt.Errorf("%w: %d elements", redisscript.ErrMalformed, len(vals))
+// decodeReply checks one decision's packed reply.
+func decodeReply(reply string) (core.Decision, error) {
+	if len(reply) != redisscript.ReplySize {
+		return core.Decision{}, fmt.Errorf("%w: %d bytes", redisscript.ErrMalformed, len(reply))
 	}
-	var ints [redisscript.ReplyLen]int64
-	for i := range vals {
-		n, err := vals[i].ToInt64()
-		if err != nil {
-			return core.Decision{}, fmt.Errorf("%w: element %d: %w", redisscript.ErrMalformed, i, err)
-		}
-		ints[i] = n
-	}
-	return redisscript.Decision(ints)
+	return redisscript.Decode(reply)
 }
 
 // Reset forgets key's state under alg, as if it had never been charged.
