@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
@@ -239,14 +240,71 @@ const algBytes = "\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x
 // algorithm has the MultiIndex idx (below 16): one byte.
 func Alg(idx int) string { return algBytes[idx : idx+1] }
 
-// AppendGroup appends to dst algorithms.MultiScript's ARGV[3] for one
+// appendGroup appends to dst algorithms.MultiScript's ARGV[3] for one
 // group of n requests: a 1, then n-1 zeros.
-func AppendGroup(dst []byte, n int) []byte {
+func appendGroup(dst []byte, n int) []byte {
 	dst = append(dst, 1)
 	for range n - 1 {
 		dst = append(dst, 0)
 	}
 	return dst
+}
+
+// Merge gathers the arguments of one call of algorithms.MultiScript that
+// decides the requests of several callers in turn, a group each: each
+// group all or nothing, a later group seeing an earlier one's writes. The
+// keys, one a request in the same order, are the caller's to send. The
+// zero Merge is empty.
+type Merge struct {
+	packed, algs, groups []byte
+}
+
+// Add adds a group: its requests packed by [AppendArgs] one after another,
+// and their algorithms, a byte each ([Alg]).
+func (m *Merge) Add(packed, algs string) {
+	m.packed = append(m.packed, packed...)
+	m.algs = append(m.algs, algs...)
+	m.groups = appendGroup(m.groups, len(algs))
+}
+
+// Len returns the number of requests added.
+func (m *Merge) Len() int { return len(m.algs) }
+
+// Args returns the call's ARGV: the packed requests, their algorithms and
+// the groups. The strings share the Merge's memory, so nothing may be
+// added after.
+func (m *Merge) Args() (packed, algs, groups string) {
+	if m.Len() == 0 {
+		return "", "", ""
+	}
+	return unsafe.String(&m.packed[0], len(m.packed)), unsafe.String(&m.algs[0], len(m.algs)), unsafe.String(&m.groups[0], len(m.groups))
+}
+
+// Check checks the length of a reply of algorithms.MultiScript for n
+// requests: one packed reply a request.
+func Check(reply string, n int) error {
+	if len(reply) != n*ReplySize {
+		return fmt.Errorf("%w: %d bytes for %d decisions", ErrMalformed, len(reply), n)
+	}
+	return nil
+}
+
+// Cut returns the first n requests' part of a checked reply of
+// algorithms.MultiScript, and the rest.
+func Cut(reply string, n int) (part, rest string) {
+	return reply[:n*ReplySize], reply[n*ReplySize:]
+}
+
+// oneGroup is the ARGV[3] of a call of one group of up to 128 requests.
+var oneGroup = "\x01" + strings.Repeat("\x00", 127)
+
+// Group returns algorithms.MultiScript's ARGV[3] for a call of one group
+// of n requests.
+func Group(n int) string {
+	if n <= len(oneGroup) {
+		return oneGroup[:n]
+	}
+	return string(appendGroup(nil, n))
 }
 
 // Together prepares requests to be decided in one call of
@@ -286,8 +344,8 @@ func Together(prefix string, reqs []core.Request, out []core.Decision, cluster b
 // request, for the requests at the positions at (from [Together]) and
 // writes their decisions to out.
 func Place(reply string, at []int, out []core.Decision) error {
-	if len(reply) != len(at)*ReplySize {
-		return fmt.Errorf("%w: %d bytes for %d decisions", ErrMalformed, len(reply), len(at))
+	if err := Check(reply, len(at)); err != nil {
+		return err
 	}
 	for j, i := range at {
 		d, err := Decode(reply[j*ReplySize:])

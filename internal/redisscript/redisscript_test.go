@@ -226,3 +226,53 @@ func TestPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestMerge builds a call of three groups and cuts its reply back into
+// the groups' parts.
+func TestMerge(t *testing.T) {
+	var m Merge
+	if p, a, g := m.Args(); p != "" || a != "" || g != "" {
+		t.Fatalf("empty merge: %q %q %q", p, a, g)
+	}
+	sizes := []int{1, 3, 2}
+	for i, n := range sizes {
+		m.Add(strings.Repeat(string(rune('a'+i)), n*ArgsLen), strings.Repeat(Alg(i+1), n))
+	}
+	if m.Len() != 6 {
+		t.Fatalf("Len %d, want 6", m.Len())
+	}
+	packed, algs, groups := m.Args()
+	if want := strings.Repeat("a", ArgsLen) + strings.Repeat("b", 3*ArgsLen) + strings.Repeat("c", 2*ArgsLen); packed != want {
+		t.Errorf("packed: %d bytes, not the groups' in turn", len(packed))
+	}
+	if algs != "\x01\x02\x02\x02\x03\x03" {
+		t.Errorf("algs %q", algs)
+	}
+	if groups != "\x01\x01\x00\x00\x01\x00" {
+		t.Errorf("groups %q", groups)
+	}
+	if g := Group(3); g != "\x01\x00\x00" {
+		t.Errorf("Group(3) = %q", g)
+	}
+	if g := Group(200); len(g) != 200 || g[0] != 1 || strings.Count(g, "\x00") != 199 {
+		t.Errorf("Group(200): %d bytes", len(g))
+	}
+
+	if err := Check(strings.Repeat("x", 5*ReplySize), m.Len()); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a reply one decision short: %v, want ErrMalformed", err)
+	}
+	reply := strings.Repeat("1", ReplySize) + strings.Repeat("2", 3*ReplySize) + strings.Repeat("3", 2*ReplySize)
+	if err := Check(reply, m.Len()); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range sizes {
+		var part string
+		part, reply = Cut(reply, n)
+		if want := strings.Repeat(string(rune('1'+i)), n*ReplySize); part != want {
+			t.Errorf("group %d: %d bytes of %q", i, len(part), part[:1])
+		}
+	}
+	if reply != "" {
+		t.Errorf("%d bytes left over", len(reply))
+	}
+}

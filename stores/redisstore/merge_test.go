@@ -50,19 +50,23 @@ func (r *recorder) Close() error                                        { return
 func multiCall(t *testing.T, client *redis.Client, prefix string, reqs []core.Request, sizes []int) []core.Decision {
 	t.Helper()
 	var keys []string
-	var packed, algs, groups []byte
-	for _, r := range reqs {
-		keys = append(keys, redisscript.Key(prefix, r.Key, r.Algorithm.Name()))
-		packed = redisscript.AppendArgs(packed, &r)
-		algs = append(algs, byte(algorithms.MultiIndex(r.Algorithm)))
-	}
+	var m redisscript.Merge
+	rest := reqs
 	for _, n := range sizes {
-		groups = redisscript.AppendGroup(groups, n)
+		var packed, algs []byte
+		for _, r := range rest[:n] {
+			keys = append(keys, redisscript.Key(prefix, r.Key, r.Algorithm.Name()))
+			packed = redisscript.AppendArgs(packed, &r)
+			algs = append(algs, byte(algorithms.MultiIndex(r.Algorithm)))
+		}
+		m.Add(string(packed), string(algs))
+		rest = rest[n:]
 	}
+	packed, algs, groups := m.Args()
 	script := algorithms.MultiScript()
-	reply, err := client.EvalSha(context.Background(), script.Hash(), keys, string(packed), string(algs), string(groups)).Text()
+	reply, err := client.EvalSha(context.Background(), script.Hash(), keys, packed, algs, groups).Text()
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		reply, err = client.Eval(context.Background(), script.Source(), keys, string(packed), string(algs), string(groups)).Text()
+		reply, err = client.Eval(context.Background(), script.Source(), keys, packed, algs, groups).Text()
 	}
 	if err != nil {
 		t.Fatal(err)

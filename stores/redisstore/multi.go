@@ -60,7 +60,7 @@ func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs strin
 	for _, k := range keys {
 		c.args = append(c.args, k)
 	}
-	c.args = append(c.args, packed, algs, string(redisscript.AppendGroup(nil, len(keys))))
+	c.args = append(c.args, packed, algs, redisscript.Group(len(keys)))
 	reply, err := s.script(ctx, c, script)
 	if err != nil {
 		return "", err

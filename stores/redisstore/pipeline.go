@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -115,12 +114,9 @@ func (m *merge) process(ctx context.Context, pipe redis.Pipeliner) {
 		_ = pipe.Process(ctx, &m.calls[0].cmd)
 		return
 	}
-	script := algorithms.MultiScript()
 	args := make([]any, 0, 3+m.n+3)
-	args = append(args, "evalsha", script.Hash(), strconv.Itoa(m.n))
-	packed := make([]byte, 0, m.n*redisscript.ArgsLen)
-	algs := make([]byte, 0, m.n)
-	groups := make([]byte, 0, m.n)
+	args = append(args, "evalsha", algorithms.MultiScript().Hash(), strconv.Itoa(m.n))
+	var merged redisscript.Merge
 	for _, c := range m.calls {
 		c.merged = true
 		if c.keys == nil {
@@ -130,11 +126,10 @@ func (m *merge) process(ctx context.Context, pipe redis.Pipeliner) {
 				args = append(args, &c.keys[j])
 			}
 		}
-		packed = append(packed, c.req...)
-		algs = append(algs, c.algs...)
-		groups = redisscript.AppendGroup(groups, c.size())
+		merged.Add(c.req, c.algs)
 	}
-	args = append(args, unsafe.String(&packed[0], len(packed)), unsafe.String(&algs[0], len(algs)), unsafe.String(&groups[0], len(groups)))
+	packed, algs, groups := merged.Args()
+	args = append(args, packed, algs, groups)
 	m.cmd = noRetry{redis.NewCmd(ctx, args...)}
 	_ = pipe.Process(ctx, &m.cmd)
 }
@@ -172,18 +167,20 @@ func (p *pipeliner) split(ctx context.Context, merged []*merge) {
 		}
 		reply, err := m.cmd.Result()
 		packed, ok := reply.(string)
-		if err == nil && (!ok || len(packed) != m.n*redisscript.ReplySize) {
+		if err == nil && !ok {
 			err = fmt.Errorf("%w: %d decisions: %T %v", redisscript.ErrMalformed, m.n, reply, reply)
 		}
-		at := 0
+		if err == nil {
+			err = redisscript.Check(packed, m.n)
+		}
 		for _, c := range m.calls {
 			if err != nil {
 				c.cmd.SetErr(err)
 				continue
 			}
-			end := at + c.size()*redisscript.ReplySize
-			c.cmd.SetVal(packed[at:end])
-			at = end
+			var part string
+			part, packed = redisscript.Cut(packed, c.size())
+			c.cmd.SetVal(part)
 		}
 	}
 }

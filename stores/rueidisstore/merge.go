@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/redis/rueidis"
 
@@ -55,7 +54,7 @@ func (c *call) args() (keys, args []string) {
 	if c.keys == nil {
 		return []string{c.key}, []string{c.req}
 	}
-	return c.keys, []string{c.req, c.algs, string(redisscript.AppendGroup(nil, len(c.keys)))}
+	return c.keys, []string{c.req, c.algs, redisscript.Group(len(c.keys))}
 }
 
 // decide queues c to be sent with the decisions of concurrent callers and
@@ -166,18 +165,17 @@ func (s *Store) command(run []*call, eval bool) rueidis.Completed {
 		keys, args = run[0].args()
 	} else {
 		script = algorithms.MultiScript()
-		var packed, algs, groups []byte
+		var m redisscript.Merge
 		for _, c := range run {
 			if c.keys == nil {
 				keys = append(keys, c.key)
 			} else {
 				keys = append(keys, c.keys...)
 			}
-			packed = append(packed, c.req...)
-			algs = append(algs, c.algs...)
-			groups = redisscript.AppendGroup(groups, c.size())
+			m.Add(c.req, c.algs)
 		}
-		args = []string{unsafe.String(&packed[0], len(packed)), unsafe.String(&algs[0], len(algs)), unsafe.String(&groups[0], len(groups))}
+		packed, algs, groups := m.Args()
+		args = []string{packed, algs, groups}
 	}
 	if eval {
 		return s.client.B().Eval().Script(script.Source()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
@@ -198,17 +196,14 @@ func split(run []*call, res rueidis.RedisResult) {
 		err = fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
 	case err != nil && res.Error() == nil: // a reply of the wrong type
 		err = fmt.Errorf("%w: %w", redisscript.ErrMalformed, err)
-	case err == nil && len(reply) != n*redisscript.ReplySize:
-		err = fmt.Errorf("%w: %d bytes for %d decisions", redisscript.ErrMalformed, len(reply), n)
+	case err == nil:
+		err = redisscript.Check(reply, n)
 	}
-	at := 0
 	for _, c := range run {
 		if err != nil {
 			c.err = err
 			continue
 		}
-		end := at + c.size()*redisscript.ReplySize
-		c.reply = reply[at:end]
-		at = end
+		c.reply, reply = redisscript.Cut(reply, c.size())
 	}
 }
