@@ -47,6 +47,7 @@ func (s *Server) writeMetrics(w http.ResponseWriter) {
 	metric("sluice_rls_invalid_total", "RLS requests refused as invalid.", st.Invalid.Load())
 	metric("sluice_rls_store_errors_total", "RLS requests that failed because the store did.", st.StoreErrors.Load())
 	metric("sluice_rls_shadow_over_limit_total", "Shadow-mode descriptors that were over their limit, answered OK.", st.ShadowDeny.Load())
+	metric("sluice_rls_local_cache_over_limit_total", "Descriptors denied by the local cache of keys over their limit (-local-cache), without asking Redis.", st.LocalCache.Load())
 	metric("sluice_rls_store_down_total", "Descriptors decided while the store was down (fail-open, fail-closed or degraded).", st.Unavailable.Load())
 	metric("sluice_limits_reloads_total", "Configurations put in force after the first.", s.reloads.Load())
 	metric("sluice_limits_rejected_total", "Configurations rejected as invalid; the previous one stayed in force.", s.rejected.Load())

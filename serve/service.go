@@ -80,6 +80,7 @@ type Stats struct {
 	StoreErrors atomic.Int64 // requests that failed because the store did
 	ShadowDeny  atomic.Int64 // shadow-mode descriptors that were over their limit
 	Unavailable atomic.Int64 // descriptors decided while the store was down (fail-open, fail-closed or degraded)
+	LocalCache  atomic.Int64 // descriptors denied by a local cache of denials, without asking the remote store
 }
 
 // headerNames are the response headers' names; nil: no headers.
@@ -487,6 +488,15 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 			continue
 		case core.SourceFailClosed, core.SourceDegraded:
 			s.stats.Unavailable.Add(1)
+		case core.SourceCache:
+			if d.Allowed {
+				// Not asked: another descriptor's denial was cached
+				// (stores/layered), so nothing is known of what this
+				// one has left.
+				st.CurrentLimit = cur
+				continue
+			}
+			s.stats.LocalCache.Add(1)
 		}
 		st.CurrentLimit = cur
 		remaining := d.Remaining

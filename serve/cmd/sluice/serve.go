@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/serve"
 	"github.com/sluicehq/sluice/serve/limits"
+	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
@@ -61,6 +62,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 		modeName = fs.String("mode", "fail-open", "what a decision is while Redis is down: fail-open, fail-closed or degrade")
 		timeout  = fs.Duration("timeout", 100*time.Millisecond, "the deadline of each Redis call; past it the breaker answers in -mode")
 		inst     = fs.Int("instances", 1, "how many sluice serve processes share the limits (degrade mode decides each under its share)")
+		cache    = fs.Int("local-cache", 0, "hold up to this many `keys` over their limit in this process, and deny them without asking Redis until they may pass (as envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES); 0: none")
 		headers  = fs.Bool("headers", false, "add RateLimit-Limit, -Remaining and -Reset to every response, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED")
 		maxDsc   = fs.Int("max-descriptors", serve.DefaultMaxDescriptors, "the most descriptors one request may carry")
 		merge    = fs.Bool("merge-domains", false, "let several files declare one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG")
@@ -97,9 +99,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 	case *timeout <= 0:
 		fmt.Fprintln(stderr, "sluice serve: -timeout must be positive")
 		return 2
+	case *cache < 0:
+		fmt.Fprintf(stderr, "sluice serve: -local-cache %d: want a number of keys, or 0 for none\n", *cache)
+		return 2
+	case *cache > 0 && *addr == "":
+		fmt.Fprintln(stderr, "sluice serve: -local-cache caches Redis's denials: it needs -redis")
+		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	store, closeStore, err := openStore(*addr, *cluster, *clientN, *prefix, mode, *timeout, *inst)
+	store, closeStore, err := openStore(*addr, *cluster, *clientN, *prefix, mode, *timeout, *inst, *cache)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
@@ -154,8 +162,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 }
 
 // openStore opens the store chain: telemetry around a breaker around a
-// Redis store, or telemetry around a memory store when addr is empty.
-func openStore(addr string, cluster bool, client, prefix string, mode policy.Mode, timeout time.Duration, instances int) (core.Store, func(), error) {
+// Redis store (behind a cache of denials, if cache is above 0), or
+// telemetry around a memory store when addr is empty.
+func openStore(addr string, cluster bool, client, prefix string, mode policy.Mode, timeout time.Duration, instances, cache int) (core.Store, func(), error) {
 	if addr == "" {
 		mem, err := memstore.New(memstore.Config{})
 		if err != nil {
@@ -190,6 +199,17 @@ func openStore(addr string, cluster bool, client, prefix string, mode policy.Mod
 	if err != nil {
 		shut()
 		return nil, nil, fmt.Errorf("-redis %s: %w", addr, err)
+	}
+	if cache > 0 {
+		// Below the breaker, so that a cached denial is a success to it,
+		// and a key over its limit stays denied while Redis is down.
+		var l *layered.Store
+		if l, err = layered.New(remote, layered.Config{Size: cache}); err != nil {
+			remote.Close()
+			shut()
+			return nil, nil, fmt.Errorf("-local-cache %d: %w", cache, err)
+		}
+		remote = l
 	}
 	b, err := policy.NewBreaker(remote, policy.WithMode(mode), policy.WithTimeout(timeout), policy.WithInstances(instances), policy.WithName("redis"))
 	if err != nil {

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +132,8 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"-config", bad, "-mode", "sometimes"}, 2, `-mode "sometimes"`},
 		{[]string{"-config", bad, "-client", "jedis"}, 2, `-client "jedis"`},
 		{[]string{"-config", bad, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"-config", bad, "-local-cache", "-1"}, 2, "-local-cache -1"},
+		{[]string{"-config", bad, "-local-cache", "100"}, 2, "it needs -redis"},
 		{[]string{"-config", bad, "-grpc-addr", "127.0.0.1:0", "-http-addr", ""}, 1, "bad.yaml:4"},
 		{[]string{"-h"}, 0, ""},
 	}
@@ -143,5 +148,154 @@ func TestServeUsage(t *testing.T) {
 	var stdout bytes.Buffer
 	if code := cli.Run([]string{"help"}, &stdout, &stdout, cli.Commands(serveCommand)); code != 0 || !strings.Contains(stdout.String(), "\tserve ") || !strings.Contains(stdout.String(), "\tsim ") {
 		t.Errorf("sluice help = %d:\n%s", code, stdout.String())
+	}
+}
+
+// scriptCalls returns how many script calls srv has run: EVALSHA and EVAL.
+func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	r, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := r.String()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for line := range strings.Lines(info) {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				calls, _, _ := strings.Cut(rest, ",")
+				v, err := strconv.ParseInt(calls, 10, 64)
+				if err != nil {
+					t.Fatalf("INFO commandstats: %q: %v", line, err)
+				}
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// TestServeLocalCache runs sluice serve with -local-cache on a redis-server
+// of its own: once a key is over its limit, later requests for it are
+// denied without a script call, also inside a request of two descriptors,
+// and the metric counts them; a key under its limit still asks Redis.
+func TestServeLocalCache(t *testing.T) {
+	for _, client := range []string{"rueidis", "go-redis"} {
+		t.Run(client, func(t *testing.T) {
+			rdb := redistest.Start(t)
+			// Token buckets that refill one every 20 minutes: no window
+			// ends during the test.
+			const config = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {limit: 3/hour, algorithm: token-bucket}
+  - key: route
+    rate_limit: {limit: 1000/hour, algorithm: token-bucket}
+`
+			path := filepath.Join(t.TempDir(), "limits.yaml")
+			if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ready := make(chan *serve.Server, 1)
+			var stdout, stderr syncBuffer
+			exited := make(chan int, 1)
+			args := []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-reload", "0",
+				"-redis", rdb.Addr(), "-client", client, "-local-cache", "1000"}
+			go func() { exited <- runServe(ctx, args, &stdout, &stderr, nil, func(s *serve.Server) { ready <- s }) }()
+			var srv *serve.Server
+			select {
+			case srv = <-ready:
+			case code := <-exited:
+				t.Fatalf("sluice serve exited %d: %s", code, stderr.String())
+			}
+			defer func() {
+				cancel()
+				if code := <-exited; code != 0 {
+					t.Errorf("sluice serve exited %d: %s", code, stderr.String())
+				}
+			}()
+			conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			client := rlsv3.NewRateLimitServiceClient(conn)
+			ask := func(user string, withRoute bool) *rlsv3.RateLimitResponse {
+				t.Helper()
+				req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}}
+				if withRoute {
+					req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
+						Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "route", Value: "/"}}})
+				}
+				resp, err := client.ShouldRateLimit(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			for i := range 4 { // three admitted, the fourth denied by Redis
+				resp := ask("a", false)
+				if want := i < 3; (resp.OverallCode == rlsv3.RateLimitResponse_OK) != want {
+					t.Fatalf("request %d: %v, want OK %v", i+1, resp.OverallCode, want)
+				}
+			}
+			// A request of two descriptors first loads its script (NOSCRIPT,
+			// then EVAL): counted below as one call, as it will be.
+			if resp := ask("c", true); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("another user: %v", resp)
+			}
+			before := scriptCalls(t, rdb)
+			const denied = 20
+			for i := range denied {
+				resp := ask("a", i%2 == 1)
+				if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("cached request %d: %v, want OVER_LIMIT", i+1, resp.OverallCode)
+				}
+				user := resp.Statuses[0]
+				if user.Code != rlsv3.RateLimitResponse_OVER_LIMIT || user.LimitRemaining != 0 || user.GetCurrentLimit().GetRequestsPerUnit() != 3 ||
+					user.DurationUntilReset.AsDuration() <= 0 || user.DurationUntilReset.AsDuration() > 20*time.Minute {
+					t.Fatalf("cached request %d: the user's status %v", i+1, user)
+				}
+				if i%2 == 1 {
+					// Not asked: its limit is known, what it has left is not.
+					route := resp.Statuses[1]
+					if route.Code != rlsv3.RateLimitResponse_OK || route.GetCurrentLimit().GetRequestsPerUnit() != 1000 || route.LimitRemaining != 0 || route.DurationUntilReset != nil {
+						t.Fatalf("cached request %d: the route's status %v", i+1, route)
+					}
+				}
+			}
+			if got := scriptCalls(t, rdb) - before; got != 0 {
+				t.Errorf("%d script calls for %d requests of a key over its limit, want 0", got, denied)
+			}
+			if got := srv.Service().Stats().LocalCache.Load(); got != denied {
+				t.Errorf("LocalCache = %d, want %d", got, denied)
+			}
+			metrics, err := http.Get("http://" + srv.HTTPAddr() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(metrics.Body)
+			metrics.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "\nsluice_rls_local_cache_over_limit_total " + strconv.Itoa(denied) + "\n"; !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %q:\n%s", want[1:], body)
+			}
+			// Another user is still decided by Redis.
+			before = scriptCalls(t, rdb)
+			if resp := ask("b", true); resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[1].LimitRemaining != 998 {
+				t.Fatalf("another user: %v", resp)
+			}
+			if got := scriptCalls(t, rdb) - before; got != 1 {
+				t.Errorf("%d script calls for a key under its limit, want 1", got)
+			}
+		})
 	}
 }
