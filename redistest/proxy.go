@@ -104,7 +104,11 @@ func (p *Proxy) SetTarget(target string) {
 
 // Pass forwards bytes again, ending a blackhole and a delay. Chunks held
 // while the proxy blackholed are forwarded now, in order, as a network
-// that heals delivers what it held.
+// that heals delivers what it held; so is a chunk whose delay was running
+// when the blackhole began. A chunk read during a delay and not
+// blackholed since keeps its delay (see [Proxy.Delay]), and the replies
+// after it on its connection wait behind it: to end a long delay at
+// once, open new connections.
 func (p *Proxy) Pass() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
