@@ -6,14 +6,21 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
+	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/memstore"
+	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
 
@@ -120,4 +127,81 @@ func Example_testingClock() {
 	// 200
 	// 429 Retry-After: 60
 	// 200
+}
+
+// Testing a handler on a real Redis, over HTTP: redistest.Start runs a
+// redis-server of the test's own on a free port and stops it, by its
+// PID, when the test ends, and httptest.NewServer serves the handler on
+// another. redistest.Start needs the test's *testing.T, which an Example
+// has not: this one compiles but does not run (it has no Output line).
+// Keep such a test out of a testing/synctest bubble: Redis decides on its
+// own clock.
+func Example_testingRedis() {
+	var t *testing.T // the test's *testing.T
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	store, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close() // it leaves the client open
+	ts := httptest.NewServer(limited(store, core.PerHour(1)))
+	defer ts.Close()
+
+	for i, want := range []struct {
+		code       int
+		retryAfter string
+	}{
+		{http.StatusOK, ""},
+		{http.StatusTooManyRequests, "3600"}, // an hour, in whole seconds
+	} {
+		resp, err := ts.Client().Get(ts.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := resp.Header.Get("Retry-After"); resp.StatusCode != want.code || got != want.retryAfter {
+			t.Fatalf("request %d: %d, Retry-After %q; want %d, %q", i+1, resp.StatusCode, got, want.code, want.retryAfter)
+		}
+	}
+}
+
+// Testing what happens once Retry-After has passed, with the default
+// clocks: in a testing/synctest bubble, time.Sleep waits on a fake clock
+// that jumps to the next timer as soon as every goroutine of the bubble
+// is blocked, so the hour below takes no real time. Make the store in
+// the bubble and close it there, and call the handler with a recorder:
+// a goroutine reading a socket would keep the clock from moving.
+// synctest.Test needs the test's *testing.T, which an Example has not:
+// this one compiles but does not run (it has no Output line).
+func Example_testingSynctest() {
+	var t *testing.T // the test's *testing.T
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close() // stops the sweeper, which the bubble waits for
+		h := limited(store, core.PerHour(1))
+		get := func() *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			return rec
+		}
+
+		if rec := get(); rec.Code != http.StatusOK {
+			t.Fatalf("first request: %d, want 200", rec.Code)
+		}
+		denied := get()
+		secs, err := strconv.Atoi(denied.Header().Get("Retry-After"))
+		if denied.Code != http.StatusTooManyRequests || err != nil {
+			t.Fatalf("second request: %d, Retry-After %q; want 429 and a number of seconds", denied.Code, denied.Header().Get("Retry-After"))
+		}
+		time.Sleep(time.Duration(secs) * time.Second) // an hour, at once
+		if rec := get(); rec.Code != http.StatusOK {
+			t.Fatalf("after Retry-After: %d, want 200", rec.Code)
+		}
+	})
 }

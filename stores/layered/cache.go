@@ -77,6 +77,9 @@ func (e *entry) cachedDenial(req *core.Request, now int64) (core.Decision, bool)
 	if dn.explicit || req.Cost < dn.cost || req.Cost > d.Limit || now >= dn.until {
 		return core.Decision{}, false
 	}
+	// A clock that stepped back since the denial was cached decides at
+	// the denial, as the remote decides at a key's last charge.
+	now = max(now, dn.at)
 	d.RetryAfter = ceilMicros(dn.retryAt - now)
 	d.ResetAfter = max(d.ResetAfter-time.Duration(now-dn.at), d.RetryAfter)
 	d.At = later(d.At, now-dn.at)

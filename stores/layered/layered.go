@@ -51,8 +51,13 @@ type Config struct {
 	// Now is the local clock, which times cached denials and leases for
 	// requests without an explicit [core.Request.Now]. Only differences
 	// between its readings matter, so it need not agree with the remote
-	// store's clock, only tick at the same rate. It must be safe for
-	// concurrent use. The default is the monotonic clock.
+	// store's clock, only tick at the same rate. If it steps back, a
+	// cached denial is answered as at the instant it was cached, as the
+	// remote decides at a key's last charge: the same At and RetryAfter,
+	// until the clock is back past the instant the remote said the request
+	// would pass; and a lease lapses that much later, though nothing the
+	// remote did not charge is ever admitted. It must be safe for concurrent use. The default is the
+	// monotonic clock.
 	Now func() time.Time
 
 	// MaxDeny caps how long a denial is served from the cache. A denial
@@ -385,7 +390,7 @@ func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *l
 			e.deny.Store(nil)
 			e.mu.Lock()
 			if e.lease != nil {
-				e.lease.waitUntil = 0
+				e.lease.waitLimit = core.Limit{}
 			}
 			e.mu.Unlock()
 		}

@@ -23,7 +23,10 @@ type lease struct {
 	size    int64         // the next batch, adapted to what the key spends
 
 	// A denied take: until waitUntil (local ns) the key waits for the
-	// remote to hold a whole batch, which it will at waitRetry.
+	// remote to hold a whole batch, which it will at waitRetry. Only a
+	// request under waitLimit waits; the zero Limit, which no request
+	// has, clears the wait (a local clock may read below zero, before
+	// the store was made, so no instant can).
 	waitLimit         core.Limit
 	waitAt, waitUntil int64
 	waitRetry         int64
@@ -239,7 +242,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 			// Never spend a window's tokens in the next window.
 			l.expires = min(l.expires, start+int64(d.ResetAfter))
 		}
-		l.waitUntil = 0
+		l.waitLimit = core.Limit{}
 		dec := l.decision(start, l.left)
 		dec.Healed = d.Healed
 		e.mu.Unlock()

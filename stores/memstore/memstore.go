@@ -57,13 +57,19 @@ type Config struct {
 	SweepInterval time.Duration
 	// Now is the store's clock, used for requests without an explicit
 	// Now and to expire keys. It is called from the sweeper's goroutine as
-	// well as the callers', so it must be safe for concurrent use. The
-	// default is the wall clock read at New, advanced by the monotonic
-	// clock: it costs one clock read instead of [time.Now]'s two, and a
-	// step of the wall clock (an NTP correction) neither refills nor
-	// drains a limit; in exchange, epoch-aligned windows drift from the
-	// wall clock by whatever steps it takes after New (and by time spent
-	// suspended, on Linux).
+	// well as the callers', so it must be safe for concurrent use. If it
+	// steps back, a key charged later than it now reads is decided at its
+	// last charge, as if the clock had stopped there ([core.Decision].At
+	// is that instant; RetryAfter counts from it), and is removed as
+	// expired only once the clock is back at its expiry: late by the
+	// step, never early. A key already removed as expired is fresh at any
+	// reading, decided at that reading: it gets the full budget it had
+	// when removed. The default is the wall clock read at New, advanced
+	// by the monotonic clock: it costs one clock read instead of
+	// [time.Now]'s two, and a step of the wall clock (an NTP correction)
+	// neither refills nor drains a limit; in exchange, epoch-aligned
+	// windows drift from the wall clock by whatever steps it takes after
+	// New (and by time spent suspended, on Linux).
 	Now func() time.Time
 }
 
