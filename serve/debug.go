@@ -52,4 +52,5 @@ func (s *Server) writeMetrics(w http.ResponseWriter) {
 	metric("sluice_limits_reloads_total", "Configurations put in force after the first.", s.reloads.Load())
 	metric("sluice_limits_rejected_total", "Configurations rejected as invalid; the previous one stayed in force.", s.rejected.Load())
 	fmt.Fprintf(w, "# HELP sluice_limits_rules Rules in the configuration in force.\n# TYPE sluice_limits_rules gauge\nsluice_limits_rules %d\n", s.svc.Limits().Len())
+	s.svc.dstats.write(w)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,7 @@ type Service struct {
 	hdr    *headerNames
 	now    func() time.Time
 	stats  Stats
+	dstats descriptorStats
 }
 
 // Stats counts what a [Service] answered. Read it with [Service.Stats].
@@ -122,6 +124,23 @@ func WithHeaders(limit, remaining, reset string) Option {
 	}
 }
 
+// WithDescriptorStats sets how many descriptors the service counts hits
+// for, each under the name envoyproxy/ratelimit gives its stats
+// ("domain.key_value.key"; see [Service.DescriptorStats]);
+// [DefaultMaxDescriptorStats] by default, 0 for none. A rule with
+// detailed_metric or value_to_metric names a descriptor by its request's
+// values, so the names are unbounded: the counts of names beyond n are
+// kept together, under [OtherDescriptors]. n must be 0 to 1,000,000.
+func WithDescriptorStats(n int) Option {
+	return func(s *Service) error {
+		if n < 0 || n > 1_000_000 {
+			return fmt.Errorf("serve: WithDescriptorStats(%d): want 0 to 1,000,000", n)
+		}
+		s.dstats.max = int64(n)
+		return nil
+	}
+}
+
 // WithTracerProvider traces each request with a span named
 // "sluice.rls.ShouldRateLimit" from tp; the store chain's own spans (from
 // package telemetry) are its children. Without it, requests are not
@@ -147,6 +166,7 @@ func NewService(store core.Store, set *limits.Set, opts ...Option) (*Service, er
 		return nil, errors.New("serve: NewService needs a limits.Set")
 	}
 	s := &Service{store: store, maxDsc: DefaultMaxDescriptors, tracer: noop.NewTracerProvider().Tracer(""), now: time.Now}
+	s.dstats.max = DefaultMaxDescriptorStats
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -170,12 +190,33 @@ func (s *Service) Limits() *limits.Set { return s.limits.Load() }
 // Stats returns the service's counters.
 func (s *Service) Stats() *Stats { return &s.stats }
 
+// DescriptorStats returns the counts of the descriptor named name, as
+// envoyproxy/ratelimit names its per-descriptor stats: the domain, then
+// each entry's key, with "_" and its value where the rule's
+// configuration gives one ("api.user", "api.user_alice" under
+// detailed_metric or for a descriptor configured by value; an override's
+// "domain.key_value…"); [OtherDescriptors] for the descriptors beyond
+// [WithDescriptorStats]'s bound. It reports false if none was counted.
+func (s *Service) DescriptorStats(name string) (DescriptorStats, bool) {
+	if name == OtherDescriptors {
+		st := s.dstats.other.load()
+		return st, st.TotalHits > 0
+	}
+	c, ok := s.dstats.names.Load(name)
+	if !ok {
+		return DescriptorStats{}, false
+	}
+	return c.(*descriptorCounts).load(), true
+}
+
 // slot is what one descriptor of a request comes to.
 type slot struct {
 	rule      *limits.Rule
 	unlimited bool // no limit at all: answered with limit_remaining 2^32-1
 	shadow    bool
-	req       int // the request's index in its batch; -1: none
+	req       int   // the request's index in its batch; -1: none
+	hits      int64 // the descriptor's own cost
+	counts    *descriptorCounts
 }
 
 // ShouldRateLimit decides a request: see [Service].
@@ -209,12 +250,16 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	keys := make([]string, len(dscs))
 	var replaced map[string]bool
 	for i, d := range dscs {
-		rule, key, err := s.match(set, req.Domain, d)
+		rule, key, name, err := s.match(set, req.Domain, d)
 		if err != nil {
 			s.stats.Invalid.Add(1)
 			return nil, status.Error(grpccodes.InvalidArgument, fmt.Sprintf("descriptor %d: %v", i, err))
 		}
 		slots[i] = slot{rule: rule, req: -1}
+		if rule != nil && !rule.Unlimited {
+			slots[i].hits = hits(req, d)
+			slots[i].counts = s.dstats.of(name)
+		}
 		keys[i] = key
 		for _, name := range ruleReplaces(rule) {
 			if replaced == nil {
@@ -237,7 +282,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			*sl = slot{unlimited: true, req: -1}
 			continue
 		case rule.Name != "" && replaced[rule.Name]:
-			*sl = slot{req: -1}
+			*sl = slot{req: -1} // neither decided nor counted
 			continue
 		}
 		sl.shadow = rule.Shadow
@@ -306,12 +351,12 @@ func (s *Service) check(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// match finds a descriptor's rule and the key its state is kept under. A
-// descriptor carrying a limit override (Envoy's limit: in a rate limit
-// action) is limited by the override, on a fixed window, as
-// envoyproxy/ratelimit does, if its domain is configured; its state is
+// match finds a descriptor's rule, the key its state is kept under and
+// its stats name. A descriptor carrying a limit override (Envoy's limit:
+// in a rate limit action) is limited by the override, on a fixed window,
+// as envoyproxy/ratelimit does, if its domain is configured; its state is
 // kept apart from a configured rule's on the same entries.
-func (s *Service) match(set *limits.Set, domain string, d *ratelimitv3.RateLimitDescriptor) (*limits.Rule, string, error) {
+func (s *Service) match(set *limits.Set, domain string, d *ratelimitv3.RateLimitDescriptor) (*limits.Rule, string, string, error) {
 	entries := make([]limits.Entry, len(d.Entries))
 	for i, e := range d.Entries {
 		entries[i] = limits.Entry{Key: e.GetKey(), Value: e.GetValue()}
@@ -319,12 +364,29 @@ func (s *Service) match(set *limits.Set, domain string, d *ratelimitv3.RateLimit
 	if o := d.GetLimit(); o != nil && set.HasDomain(domain) {
 		r, err := overrideRule(o)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
-		return r, limits.Key(domain, entries), nil
+		return r, limits.Key(domain, entries), overrideName(domain, entries), nil
 	}
 	m := set.Match(domain, entries)
-	return m.Rule, m.Key, nil
+	return m.Rule, m.Key, m.Metric, nil
+}
+
+// overrideName is an override's stats name, as envoyproxy/ratelimit gives
+// it: the domain, then each entry as key_value, or the key alone for an
+// empty value.
+func overrideName(domain string, entries []limits.Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
 }
 
 // overrideAlg keeps an override's state apart from a configured fixed
@@ -485,6 +547,7 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 			// Nothing is known of the limit: no current_limit, so that
 			// Envoy adds no headers from it.
 			s.stats.Unavailable.Add(1)
+			sl.counts.hit(sl.hits)
 			continue
 		case core.SourceFailClosed, core.SourceDegraded:
 			s.stats.Unavailable.Add(1)
@@ -494,10 +557,12 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 				// (stores/layered), so nothing is known of what this
 				// one has left.
 				st.CurrentLimit = cur
+				sl.counts.hit(sl.hits)
 				continue
 			}
 			s.stats.LocalCache.Add(1)
 		}
+		sl.counts.count(sl.hits, d.Allowed, sl.shadow, d.Source == core.SourceCache, d.Limit, d.Remaining)
 		st.CurrentLimit = cur
 		remaining := d.Remaining
 		if b := &batches[sl.batch()]; d.Allowed && !b.charged && sl.req >= 0 && b.reqs[sl.req].Op != core.OpRefund {

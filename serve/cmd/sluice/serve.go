@@ -65,6 +65,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 		cache    = fs.Int("local-cache", 0, "hold up to this many `keys` over their limit in this process, and deny them without asking Redis until they may pass (as envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES); 0: none")
 		headers  = fs.Bool("headers", false, "add RateLimit-Limit, -Remaining and -Reset to every response, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED")
 		maxDsc   = fs.Int("max-descriptors", serve.DefaultMaxDescriptors, "the most descriptors one request may carry")
+		dstats   = fs.Int("descriptor-stats", serve.DefaultMaxDescriptorStats, "count hits per descriptor, as envoyproxy/ratelimit's stats, for at most this many `names` (the rest together, as _other); 0: none")
 		merge    = fs.Bool("merge-domains", false, "let several files declare one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG")
 		every    = fs.Duration("reload", serve.DefaultReload, "how often to look for a changed configuration; 0: only on SIGHUP")
 		grace    = fs.Duration("grace", serve.DefaultGrace, "how long requests in flight may finish when the server stops")
@@ -113,7 +114,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 		return 1
 	}
 	defer closeStore()
-	opts := []serve.Option{serve.WithMaxDescriptors(*maxDsc)}
+	opts := []serve.Option{serve.WithMaxDescriptors(*maxDsc), serve.WithDescriptorStats(*dstats)}
 	if *headers {
 		opts = append(opts, serve.WithHeaders("", "", ""))
 	}
