@@ -15,9 +15,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -67,6 +69,7 @@ type Service struct {
 	store  core.Store
 	limits atomic.Pointer[limits.Set]
 	tracer trace.Tracer
+	traced bool // WithTracerProvider was given
 	maxDsc int
 	hdr    *headerNames
 	now    func() time.Time
@@ -143,16 +146,46 @@ func WithDescriptorStats(n int) Option {
 
 // WithTracerProvider traces each request with a span named
 // "sluice.rls.ShouldRateLimit" from tp; the store chain's own spans (from
-// package telemetry) are its children. Without it, requests are not
-// traced here.
+// package telemetry) are its children. A request whose gRPC metadata
+// carries a W3C traceparent (as Envoy's rate limit filter sends when
+// Envoy traces with OpenTelemetry) is traced as its child, in its trace.
+// Without it, requests are not traced here.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(s *Service) error {
 		if tp == nil {
 			return errors.New("serve: WithTracerProvider(nil)")
 		}
 		s.tracer = tp.Tracer("github.com/sluicehq/sluice/serve")
+		s.traced = true
 		return nil
 	}
+}
+
+// traceContext reads a caller's W3C trace context from its metadata.
+var traceContext = propagation.TraceContext{}
+
+// metadataCarrier is a request's incoming gRPC metadata, for a
+// propagator to read.
+type metadataCarrier metadata.MD
+
+// Get returns key's first value.
+func (m metadataCarrier) Get(key string) string {
+	if v := metadata.MD(m).Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Set sets key to value.
+func (m metadataCarrier) Set(key, value string) { metadata.MD(m).Set(key, value) }
+
+// Keys returns the keys.
+func (m metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // NewService returns a service deciding on store under set. Neither may be
@@ -222,6 +255,11 @@ type slot struct {
 // ShouldRateLimit decides a request: see [Service].
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	s.stats.RPCs.Add(1)
+	if s.traced {
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			ctx = traceContext.Extract(ctx, metadataCarrier(md))
+		}
+	}
 	ctx, span := s.tracer.Start(ctx, "sluice.rls.ShouldRateLimit", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	resp, err := s.decide(ctx, req)

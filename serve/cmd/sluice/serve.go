@@ -15,6 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/cli"
@@ -65,6 +67,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 		cache    = fs.Int("local-cache", 0, "hold up to this many `keys` over their limit in this process, and deny them without asking Redis until they may pass (as envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES); 0: none")
 		headers  = fs.Bool("headers", false, "add RateLimit-Limit, -Remaining and -Reset to every response, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED")
 		maxDsc   = fs.Int("max-descriptors", serve.DefaultMaxDescriptors, "the most descriptors one request may carry")
+		otlp     = fs.String("otlp-endpoint", "", "send traces to the OTLP/gRPC collector at this `URL`: http://host:4317 in plain text, https://host:4317 over TLS; empty: no traces")
+		ratio    = fs.Float64("trace-ratio", 0.01, "the share of requests traced when Envoy sent no sampled trace context (0 to 1; with -otlp-endpoint)")
 		dstats   = fs.Int("descriptor-stats", serve.DefaultMaxDescriptorStats, "count hits per descriptor, as envoyproxy/ratelimit's stats, for at most this many `names` (the rest together, as _other); 0: none")
 		merge    = fs.Bool("merge-domains", false, "let several files declare one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG")
 		every    = fs.Duration("reload", serve.DefaultReload, "how often to look for a changed configuration; 0: only on SIGHUP")
@@ -108,13 +112,32 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	store, closeStore, err := openStore(*addr, *cluster, *clientN, *prefix, mode, *timeout, *inst, *cache)
+	var tp trace.TracerProvider = noop.NewTracerProvider()
+	if *otlp != "" {
+		sdk, err := openTracing(*otlp, *ratio)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+			return 2
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := sdk.Shutdown(ctx); err != nil {
+				log.Warn("sending the last traces", "err", err)
+			}
+		}()
+		tp = sdk
+	}
+	store, closeStore, err := openStore(*addr, *cluster, *clientN, *prefix, mode, *timeout, *inst, *cache, tp)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
 	}
 	defer closeStore()
 	opts := []serve.Option{serve.WithMaxDescriptors(*maxDsc), serve.WithDescriptorStats(*dstats)}
+	if *otlp != "" {
+		opts = append(opts, serve.WithTracerProvider(tp))
+	}
 	if *headers {
 		opts = append(opts, serve.WithHeaders("", "", ""))
 	}
@@ -165,13 +188,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 // openStore opens the store chain: telemetry around a breaker around a
 // Redis store (behind a cache of denials, if cache is above 0), or
 // telemetry around a memory store when addr is empty.
-func openStore(addr string, cluster bool, client, prefix string, mode policy.Mode, timeout time.Duration, instances, cache int) (core.Store, func(), error) {
+func openStore(addr string, cluster bool, client, prefix string, mode policy.Mode, timeout time.Duration, instances, cache int, tp trace.TracerProvider) (core.Store, func(), error) {
 	if addr == "" {
 		mem, err := memstore.New(memstore.Config{})
 		if err != nil {
 			return nil, nil, err
 		}
-		t, err := telemetry.New(mem, telemetry.WithStoreName("memstore"))
+		t, err := telemetry.New(mem, telemetry.WithStoreName("memstore"), telemetry.WithTracerProvider(tp))
 		if err != nil {
 			mem.Close()
 			return nil, nil, err
@@ -218,7 +241,7 @@ func openStore(addr string, cluster bool, client, prefix string, mode policy.Mod
 		shut()
 		return nil, nil, err
 	}
-	t, err := telemetry.New(b, telemetry.WithStoreName(client))
+	t, err := telemetry.New(b, telemetry.WithStoreName(client), telemetry.WithTracerProvider(tp))
 	if err != nil {
 		b.Close()
 		shut()

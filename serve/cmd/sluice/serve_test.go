@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,12 +17,16 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/serve"
+	"github.com/sluicehq/sluice/telemetry"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -134,6 +140,10 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"-config", bad, "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"-config", bad, "-local-cache", "-1"}, 2, "-local-cache -1"},
 		{[]string{"-config", bad, "-local-cache", "100"}, 2, "it needs -redis"},
+		{[]string{"-config", bad, "-otlp-endpoint", "127.0.0.1:4317"}, 2, "-otlp-endpoint"},
+		{[]string{"-config", bad, "-otlp-endpoint", "grpc://127.0.0.1:4317"}, 2, "want http://host:port"},
+		{[]string{"-config", bad, "-otlp-endpoint", "http://collector"}, 2, "want a host and a port"},
+		{[]string{"-config", bad, "-otlp-endpoint", "http://127.0.0.1:4317", "-trace-ratio", "2"}, 2, "-trace-ratio 2"},
 		{[]string{"-config", bad, "-grpc-addr", "127.0.0.1:0", "-http-addr", ""}, 1, "bad.yaml:4"},
 		{[]string{"-h"}, 0, ""},
 	}
@@ -297,5 +307,110 @@ descriptors:
 				t.Errorf("%d script calls for a key under its limit, want 1", got)
 			}
 		})
+	}
+}
+
+// collector is an OTLP/gRPC trace collector that keeps the spans it is
+// sent.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			c.spans = append(c.spans, ss.Spans...)
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// TestServeTraces runs sluice serve with -otlp-endpoint against a real
+// gRPC collector: a request carrying Envoy's sampled W3C trace context is
+// traced in Envoy's trace, its store decision as its child; a request
+// without one is not, at -trace-ratio 0; the spans reach the collector by
+// the time the server has stopped.
+func TestServeTraces(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := &collector{}
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, col)
+	go gs.Serve(lis)
+	defer gs.Stop()
+
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(path, []byte(limitsV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan *serve.Server, 1)
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	args := []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-reload", "0",
+		"-otlp-endpoint", "http://" + lis.Addr().String(), "-trace-ratio", "0"}
+	go func() { exited <- runServe(ctx, args, &stdout, &stderr, nil, func(s *serve.Server) { ready <- s }) }()
+	var srv *serve.Server
+	select {
+	case srv = <-ready:
+	case code := <-exited:
+		t.Fatalf("sluice serve exited %d: %s", code, stderr.String())
+	}
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}}
+	const (
+		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+		parent  = "00f067aa0ba902b7"
+	)
+	traced := metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+traceID+"-"+parent+"-01")
+	if _, err := client.ShouldRateLimit(traced, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.ShouldRateLimit(ctx, req); err != nil { // not sampled
+		t.Fatal(err)
+	}
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Fatalf("sluice serve exited %d: %s", code, stderr.String())
+	}
+
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	var rls, store *tracepb.Span
+	for _, s := range col.spans {
+		switch s.Name {
+		case "sluice.rls.ShouldRateLimit":
+			if rls != nil {
+				t.Errorf("two request spans: the unsampled request was traced")
+			}
+			rls = s
+		case telemetry.SpanName:
+			store = s
+		}
+	}
+	if rls == nil || store == nil {
+		t.Fatalf("the collector got %d spans, without the request's or the store's: %v", len(col.spans), col.spans)
+	}
+	if got := hex.EncodeToString(rls.TraceId); got != traceID {
+		t.Errorf("the request's span is in trace %s, want Envoy's %s", got, traceID)
+	}
+	if got := hex.EncodeToString(rls.ParentSpanId); got != parent {
+		t.Errorf("the request's span has parent %s, want Envoy's %s", got, parent)
+	}
+	if !bytes.Equal(store.TraceId, rls.TraceId) || !bytes.Equal(store.ParentSpanId, rls.SpanId) {
+		t.Errorf("the store's span (trace %x, parent %x) is not the request span's child (trace %x, span %x)", store.TraceId, store.ParentSpanId, rls.TraceId, rls.SpanId)
 	}
 }
