@@ -13,8 +13,10 @@ import (
 )
 
 // The packages the harness builds. The peer comes from the Go module
-// proxy at the version this module's go.mod pins (its tool directive);
-// sluice serve from the serve module next door, through the replace.
+// proxy at the version peer/go.mod pins (its tool directive), built in
+// that module of its own so that its dependencies are the ones it was
+// written for; sluice serve from the serve module next door, through the
+// replace.
 const (
 	PeerPackage   = "github.com/envoyproxy/ratelimit/src/service_cmd"
 	SluicePackage = "github.com/sluicehq/sluice/serve/cmd/sluice"
@@ -41,9 +43,9 @@ type build struct {
 
 // PeerBinary returns the path of envoyproxy/ratelimit's server, built on
 // first use with the Go toolchain on the PATH (go build of
-// [PeerPackage] in this module).
+// [PeerPackage] in the module in peer/).
 func PeerBinary() (string, error) {
-	return buildOnce("ratelimit", moduleDir(), PeerPackage)
+	return buildOnce("ratelimit", peerDir(), PeerPackage)
 }
 
 // SluiceBinary returns the path of sluice's command, built on first use
@@ -105,3 +107,6 @@ func moduleDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Dir(file)
 }
+
+// peerDir returns the directory of the module the peer is built in.
+func peerDir() string { return filepath.Join(moduleDir(), "peer") }

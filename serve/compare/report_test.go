@@ -46,7 +46,7 @@ func machine(t *testing.T) machineInfo {
 	if f := strings.Fields(m.redis); len(f) >= 3 {
 		m.redis = strings.Join(f[:3], " ")
 	}
-	m.peerVersion = commandOutput(t, moduleDir(), "go", "list", "-m", "-f", "{{.Path}} {{.Version}}", "github.com/envoyproxy/ratelimit")
+	m.peerVersion = commandOutput(t, peerDir(), "go", "list", "-m", "-f", "{{.Path}} {{.Version}}", "github.com/envoyproxy/ratelimit")
 	m.sluiceCommit = commandOutput(t, moduleDir(), "git", "rev-parse", "--short=12", "HEAD")
 	if dirty := commandOutput(t, moduleDir(), "git", "status", "--porcelain", "--", ".."); dirty != "" && dirty != "unknown" {
 		m.sluiceCommit += " with uncommitted changes in serve/"
