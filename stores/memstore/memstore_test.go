@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -46,6 +47,9 @@ func TestKeyFlood(t *testing.T) {
 	if testing.Short() {
 		n /= 10
 	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	s, err := memstore.New(memstore.Config{MaxKeys: maxKeys})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +83,18 @@ func TestKeyFlood(t *testing.T) {
 	if got, want := st.Evicted+st.Expired, uint64(n-st.Keys); got != want {
 		t.Errorf("evicted+expired = %d, want %d (every key that is gone)", got, want)
 	}
+	// What the store holds on the heap: an entry is 64 bytes, in tables
+	// at most three quarters full that double as they grow, so at most
+	// 171 bytes a key, and keys this short are held in the entry.
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("the heap grew by %d bytes: %d a key held", held, held/int64(max(st.Keys, 1)))
+	if held > 256*maxKeys {
+		t.Errorf("the heap grew by %d bytes for %d keys held, want at most 256 a key", held, st.Keys)
+	}
+	runtime.KeepAlive(s)
 }
 
 // TestEvictionPrefersExpired fills a store, lets some keys expire and checks
