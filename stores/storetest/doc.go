@@ -11,8 +11,10 @@
 // reservations, limit changes and a clock that runs backwards) whose every
 // decision must equal the Go transition's; exactness under concurrency
 // (ConcurrentSafe); peeks that charge nothing; unsatisfiable costs;
-// decisions on the store's own clock; and refunds, which must undo a
-// charge exactly. It also checks key independence (braces, Unicode,
+// decisions on the store's own clock; a key last charged 10 s ahead of
+// that clock, which must stay denied, decided at that charge, however
+// often it is asked (FutureState); and refunds, which must undo a charge
+// exactly. It also checks key independence (braces, Unicode,
 // maximum length), bad input, [core.Inf], reservations
 // ([core.OpReserve]), concurrency leases, Reset, and Close, after which
 // every method fails with [core.ErrClosed].

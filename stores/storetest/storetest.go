@@ -71,6 +71,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 			{"OwnClock", testOwnClock},
 			{"Refund", testRefund},
 			{"Instants", testInstants},
+			{"FutureState", testFutureState},
 		} {
 			t.Run(tc.name+"/"+alg.Name(), func(t *testing.T) {
 				t.Parallel()
