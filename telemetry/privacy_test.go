@@ -3,12 +3,17 @@ package telemetry_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/telemetry"
@@ -215,4 +220,99 @@ func scanSpan(s sdktrace.ReadOnlySpan, find *leakFinder, report func(where, key 
 			}
 		}
 	}
+}
+
+// TestNoKeyLeaksThroughMiddleware serves HTTP through httplimit over a
+// decorated memory store, as a service deploys it: 5,000 clients, each
+// its own address (IPv4 and IPv6) and user id, three requests each under
+// two rules of 2 a minute, so that the third is a 429. No span and no
+// metric holds an address or an id; each instrument has at most 50
+// series; a denial's decision span is INTERNAL with its status Unset.
+func TestNoKeyLeaksThroughMiddleware(t *testing.T) {
+	t.Parallel()
+	const clients = 5_000
+	const maxSeries = 50
+	h := newHarness(t, newMem(t), telemetry.WithName("api"))
+	stack, err := core.NewStack(h.store,
+		core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(2)},
+		core.Rule{Name: "per-user", Algorithm: algorithms.GCRA, Limit: core.PerMinute(2)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httplimit.New(stack, httplimit.WithKey("per-user", httplimit.HeaderKey("X-User")), httplimit.WithIPv6Prefix(128))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	handler := mw.Handler(ok)
+	var raw []string // every address and id sent
+	answers := map[int]int{}
+	for i := range clients {
+		addr := fmt.Sprintf("198.%d.%d.%d", 18+i>>16&1, i>>8&255, i&255)
+		remote := addr + ":40000"
+		if i%2 == 1 {
+			addr = fmt.Sprintf("2001:db8:%x::%x", i>>16, i&0xffff)
+			remote = "[" + addr + "]:40000"
+		}
+		user := fmt.Sprintf("user-%d@example.com", i)
+		raw = append(raw, addr, user)
+		for range 3 {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req.RemoteAddr = remote
+			req.Header.Set("X-User", user)
+			rec := httptest.NewRecorder()
+			handler.ServeHTTP(rec, req)
+			answers[rec.Code]++
+		}
+	}
+	if answers[http.StatusOK] != 2*clients || answers[http.StatusTooManyRequests] != clients {
+		t.Fatalf("answers %v; want %d × 200 and %d × 429", answers, 2*clients, clients)
+	}
+
+	find := newLeakFinder(raw)
+	leaks := 0
+	report := func(where, key string) {
+		if leaks++; leaks <= 10 {
+			t.Errorf("%s holds %q", where, key)
+		}
+	}
+	spans := h.ended()
+	denials := 0
+	for _, s := range spans {
+		scanSpan(s, find, report)
+		if s.SpanKind() != trace.SpanKindInternal {
+			t.Fatalf("decision span %q is %v, want INTERNAL", s.Name(), s.SpanKind())
+		}
+		for _, kv := range s.Attributes() {
+			if kv.Key == telemetry.AllowedKey && !kv.Value.AsBool() {
+				denials++
+				if s.Status().Code != codes.Unset {
+					t.Fatalf("a denial's span has status %v, want Unset", s.Status())
+				}
+			}
+		}
+	}
+	if denials < clients {
+		t.Errorf("%d denied decision spans, want at least %d: the scan misses the denials", denials, clients)
+	}
+	for name, m := range h.collect(t) {
+		ps := points(t, m)
+		if len(ps) > maxSeries {
+			t.Errorf("%s: %d series, want at most %d", name, len(ps), maxSeries)
+		}
+		for _, p := range ps {
+			for _, kv := range p.attrs.ToSlice() {
+				for _, v := range values(kv) {
+					if k := find.leak(v); k != "" {
+						report(name+" attribute "+string(kv.Key), k)
+					}
+				}
+			}
+		}
+	}
+	if leaks > 0 {
+		t.Errorf("%d leaks", leaks)
+	}
+	t.Logf("%d requests, %d decision spans, %d denials", 3*clients, len(spans), denials)
 }
