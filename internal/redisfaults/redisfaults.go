@@ -1,6 +1,7 @@
 package redisfaults
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -631,6 +632,61 @@ type Tally struct {
 	Late      int64     // of those, the ones whose reply came after the deadline
 	Decisions int64     // calls that returned a decision
 	LastAdmit time.Time // the latest reply to an admitted call; zero if none
+	// Records are every admission and every denialSample-th denial of
+	// each goroutine, for Replay.
+	Records []Record
+}
+
+// denialSample is how many denials Hammer's goroutines see for each one
+// they record: denials change no state, so a sample checks them as well,
+// and a hot key under memstore sees a million and a half in three seconds.
+const denialSample = 8
+
+// A Record is a decision as Hammer keeps it for Replay: the instant it was
+// made at (Decision.At, in µs since the epoch) and what it said.
+type Record struct {
+	At        int64
+	Allowed   bool
+	Remaining int64
+	Retry     time.Duration
+}
+
+// Replay checks that records, decisions of cost 1 on one key under alg and
+// limit from a fresh state, are what alg's Go transition decides when they
+// are taken one at a time in the order the store must have taken them: by
+// instant, admissions at one instant before denials (a denial leaves no
+// token for an admission at the same instant) and in the order of what
+// they left. Each admission charges the model's state; each denial is
+// checked on it and changes nothing. It returns an error describing the
+// first decision that differs, and the number checked.
+func Replay(alg core.Algorithm, limit core.Limit, records []Record) (int, error) {
+	recs := slices.Clone(records)
+	slices.SortFunc(recs, func(a, b Record) int {
+		switch {
+		case a.At != b.At:
+			return cmp.Compare(a.At, b.At)
+		case a.Allowed != b.Allowed:
+			if a.Allowed {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(b.Remaining, a.Remaining)
+	})
+	var st core.State
+	for i, r := range recs {
+		step := core.Step{Now: r.At, Cost: 1, Limit: limit}
+		model := st
+		d := alg.Transition(&model, step)
+		if d.Allowed != r.Allowed || d.Remaining != r.Remaining || d.RetryAfter != r.Retry {
+			return i, fmt.Errorf("decision %d of %d, at %d µs: the store said allowed %v, remaining %d, retry %v; the model %v, %d, %v",
+				i+1, len(recs), r.At, r.Allowed, r.Remaining, r.Retry, d.Allowed, d.Remaining, d.RetryAfter)
+		}
+		if d.Allowed {
+			st = model
+		}
+	}
+	return len(recs), nil
 }
 
 // Add adds b's counts to a, keeping the later LastAdmit.
@@ -638,6 +694,7 @@ func (a *Tally) Add(b Tally) {
 	a.Admitted += b.Admitted
 	a.Late += b.Late
 	a.Decisions += b.Decisions
+	a.Records = append(a.Records, b.Records...)
 	if b.LastAdmit.After(a.LastAdmit) {
 		a.LastAdmit = b.LastAdmit
 	}
@@ -671,6 +728,9 @@ func Hammer(store core.Store, req core.Request, n int, start, end time.Time) (Ta
 					break
 				}
 				mine.Decisions++
+				if d.Allowed || mine.Decisions%denialSample == 0 {
+					mine.Records = append(mine.Records, Record{At: d.At.UnixMicro(), Allowed: d.Allowed, Remaining: d.Remaining, Retry: d.RetryAfter})
+				}
 				if d.Allowed {
 					mine.Admitted++
 					if at.After(end) {

@@ -198,6 +198,13 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			checkAdmitted(t, r.got, rate, rate, start, end, least)
+			// Every admission, and a sample of the denials, replayed in
+			// the store's order against the Go model (R-19's seq replay).
+			n, err := redisfaults.Replay(r.req.Algorithm, limit, r.got.Records)
+			if err != nil {
+				t.Errorf("replayed against the model: %v", err)
+			}
+			t.Logf("%d decisions replayed against the model", n)
 		})
 	}
 }
