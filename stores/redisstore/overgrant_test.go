@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,11 +213,12 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 
 // The environment of TestNoOvergrantProcesses's workers.
 const (
-	workerEnv       = "SLUICE_OVERGRANT_WORKER" // the store: "redisstore" or "rueidisstore"; empty in the parent
-	workerAddrEnv   = "SLUICE_OVERGRANT_ADDR"   // the shared server's address
-	workerPrefixEnv = "SLUICE_OVERGRANT_PREFIX" // the key prefix all workers share
-	workerStartEnv  = "SLUICE_OVERGRANT_START"  // the start instant, in ns since the Unix epoch
-	workerEndEnv    = "SLUICE_OVERGRANT_END"    // the end instant, likewise
+	workerEnv       = "SLUICE_OVERGRANT_WORKER"  // the store: "redisstore" or "rueidisstore"; empty in the parent
+	workerAddrEnv   = "SLUICE_OVERGRANT_ADDR"    // the shared server's address
+	workerPrefixEnv = "SLUICE_OVERGRANT_PREFIX"  // the key prefix all workers share
+	workerStartEnv  = "SLUICE_OVERGRANT_START"   // the start instant, in ns since the Unix epoch
+	workerEndEnv    = "SLUICE_OVERGRANT_END"     // the end instant, likewise
+	workerRecsEnv   = "SLUICE_OVERGRANT_RECORDS" // the file the worker writes its decisions' records to, as JSON
 )
 
 // The worker's report, one line on stdout.
@@ -268,6 +271,8 @@ func TestNoOvergrantProcesses(t *testing.T) {
 		stdout, stderr bytes.Buffer
 	}
 	workers := make([]*worker, procWorkers)
+	recsDir := t.TempDir()
+	recsFile := func(i int) string { return filepath.Join(recsDir, fmt.Sprintf("worker-%d.json", i)) }
 	// A worker still running when the test ends, because the test failed
 	// before waiting for it, is killed by its own handle.
 	t.Cleanup(func() {
@@ -290,6 +295,7 @@ func TestNoOvergrantProcesses(t *testing.T) {
 			workerPrefixEnv+"="+prefix,
 			workerStartEnv+"="+strconv.FormatInt(start.UnixNano(), 10),
 			workerEndEnv+"="+strconv.FormatInt(end.UnixNano(), 10),
+			workerRecsEnv+"="+recsFile(i),
 			"GORACE="+gorace,
 		)
 		w.cmd.Stdout, w.cmd.Stderr = &w.stdout, &w.stderr
@@ -327,6 +333,13 @@ func TestNoOvergrantProcesses(t *testing.T) {
 		}
 		t.Logf("worker %d (%s, pid %d): admitted %d (%d answered after the deadline) of %d decisions; %s",
 			i, w.kind, w.cmd.Process.Pid, got.Admitted, got.Late, got.Decisions, ready)
+		data, err := os.ReadFile(recsFile(i))
+		if err == nil {
+			err = json.Unmarshal(data, &got.Records)
+		}
+		if err != nil {
+			t.Errorf("worker %d's records: %v", i, err)
+		}
 		total.Add(got)
 	}
 	if failed {
@@ -335,6 +348,13 @@ func TestNoOvergrantProcesses(t *testing.T) {
 	t.Logf("all workers: admitted %d (%d answered after the deadline) of %d decisions", total.Admitted, total.Late, total.Decisions)
 	limit := int64(procRate) + procRate*int64(procWindow/time.Second)
 	checkAdmitted(t, total, procRate, procRate, start, end, limit*95/100)
+	// Every admission of the four processes, and a sample of their
+	// denials, replayed in the server's order against the Go model.
+	n, err := redisfaults.Replay(algorithms.TokenBucket, core.PerSecond(procRate).WithBurst(procRate), total.Records)
+	if err != nil {
+		t.Errorf("replayed against the model: %v", err)
+	}
+	t.Logf("%d decisions of the four processes replayed against the model", n)
 }
 
 // overgrantWorker is TestNoOvergrantProcesses in a worker process: it
@@ -377,6 +397,13 @@ func overgrantWorker(t *testing.T, kind string) {
 	var last int64
 	if !got.LastAdmit.IsZero() {
 		last = got.LastAdmit.UnixNano()
+	}
+	recs, err := json.Marshal(got.Records)
+	if err == nil {
+		err = os.WriteFile(os.Getenv(workerRecsEnv), recs, 0o644)
+	}
+	if err != nil {
+		fail("writing the records: %v", err)
 	}
 	fmt.Printf(workerReport, got.Admitted, got.Late, got.Decisions, last, lag)
 }
