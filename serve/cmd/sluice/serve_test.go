@@ -55,6 +55,67 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
 `
 
+// running is sluice serve run in process by startServe, with a client.
+type running struct {
+	srv    *serve.Server
+	client rlsv3.RateLimitServiceClient
+	path   string      // the configuration file
+	stderr *syncBuffer // the server's log
+	reload chan os.Signal
+	cancel context.CancelFunc
+	exited chan int
+	once   sync.Once
+	code   int
+}
+
+// startServe writes config to a file and runs sluice serve on it in
+// process, on ports of its own, with args after its own (a flag given
+// twice takes the later value), and connects a client to it. The server
+// is stopped when the test ends, if not before (running.stop).
+func startServe(t *testing.T, config string, args ...string) *running {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{path: path, stderr: &syncBuffer{}, reload: make(chan os.Signal, 1), cancel: cancel, exited: make(chan int, 1)}
+	ready := make(chan *serve.Server, 1)
+	var stdout syncBuffer
+	args = append([]string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-reload", "0"}, args...)
+	go func() {
+		r.exited <- runServe(ctx, args, &stdout, r.stderr, r.reload, func(s *serve.Server) { ready <- s })
+	}()
+	select {
+	case r.srv = <-ready:
+	case code := <-r.exited:
+		cancel()
+		t.Fatalf("sluice serve exited %d: %s", code, r.stderr.String())
+	}
+	conn, err := grpc.NewClient(r.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		r.stop()
+		t.Fatal(err)
+	}
+	r.client = rlsv3.NewRateLimitServiceClient(conn)
+	t.Cleanup(func() {
+		conn.Close()
+		if code := r.stop(); code != 0 {
+			t.Errorf("sluice serve exited %d: %s", code, r.stderr.String())
+		}
+	})
+	return r
+}
+
+// stop stops the server, as SIGTERM does, and returns its exit status.
+func (r *running) stop() int {
+	r.once.Do(func() {
+		r.cancel()
+		r.code = <-r.exited
+	})
+	return r.code
+}
+
 // TestServe runs sluice serve in process, on memory and on a real
 // redis-server: it answers, reloads on a signal and stops with status 0.
 func TestServe(t *testing.T) {
@@ -64,35 +125,12 @@ func TestServe(t *testing.T) {
 			name = "redis"
 		}
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "limits.yaml")
-			if err := os.WriteFile(path, []byte(limitsV1), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			reload := make(chan os.Signal, 1)
-			ready := make(chan *serve.Server, 1)
-			var stdout, stderr syncBuffer
-			exited := make(chan int, 1)
-			args := append([]string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-reload", "0"}, redisArgs...)
-			go func() { exited <- runServe(ctx, args, &stdout, &stderr, reload, func(s *serve.Server) { ready <- s }) }()
-			var srv *serve.Server
-			select {
-			case srv = <-ready:
-			case code := <-exited:
-				t.Fatalf("sluice serve exited %d: %s", code, stderr.String())
-			}
-			conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			client := rlsv3.NewRateLimitServiceClient(conn)
+			r := startServe(t, limitsV1, redisArgs...)
 			limitOf := func() uint32 {
 				t.Helper()
 				req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}}
-				resp, err := client.ShouldRateLimit(ctx, req)
+				resp, err := r.client.ShouldRateLimit(context.Background(), req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -101,22 +139,21 @@ func TestServe(t *testing.T) {
 			if got := limitOf(); got != 10 {
 				t.Fatalf("limit %d, want 10", got)
 			}
-			if err := os.WriteFile(path, []byte(strings.Replace(limitsV1, "10}", "20}", 1)), 0o644); err != nil {
+			if err := os.WriteFile(r.path, []byte(strings.Replace(limitsV1, "10}", "20}", 1)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			reload <- os.Interrupt // any value reloads
+			r.reload <- os.Interrupt // any value reloads
 			deadline := time.Now().Add(5 * time.Second)
 			for limitOf() != 20 {
 				if time.Now().After(deadline) {
-					t.Fatalf("the reload did not take: %s", stderr.String())
+					t.Fatalf("the reload did not take: %s", r.stderr.String())
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			cancel()
-			if code := <-exited; code != 0 {
-				t.Errorf("sluice serve exited %d: %s", code, stderr.String())
+			if code := r.stop(); code != 0 {
+				t.Errorf("sluice serve exited %d: %s", code, r.stderr.String())
 			}
-			if log := stderr.String(); !strings.Contains(log, "limits reloaded") || !strings.Contains(log, "stopping") {
+			if log := r.stderr.String(); !strings.Contains(log, "limits reloaded") || !strings.Contains(log, "stopping") {
 				t.Errorf("the log lacks the reload or the stop:\n%s", log)
 			}
 		})
@@ -205,36 +242,8 @@ descriptors:
   - key: route
     rate_limit: {limit: 1000/hour, algorithm: token-bucket}
 `
-			path := filepath.Join(t.TempDir(), "limits.yaml")
-			if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			ready := make(chan *serve.Server, 1)
-			var stdout, stderr syncBuffer
-			exited := make(chan int, 1)
-			args := []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-reload", "0",
-				"-redis", rdb.Addr(), "-client", client, "-local-cache", "1000"}
-			go func() { exited <- runServe(ctx, args, &stdout, &stderr, nil, func(s *serve.Server) { ready <- s }) }()
-			var srv *serve.Server
-			select {
-			case srv = <-ready:
-			case code := <-exited:
-				t.Fatalf("sluice serve exited %d: %s", code, stderr.String())
-			}
-			defer func() {
-				cancel()
-				if code := <-exited; code != 0 {
-					t.Errorf("sluice serve exited %d: %s", code, stderr.String())
-				}
-			}()
-			conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			client := rlsv3.NewRateLimitServiceClient(conn)
+			r := startServe(t, config, "-redis", rdb.Addr(), "-client", client, "-local-cache", "1000")
+			srv, ctx := r.srv, context.Background()
 			ask := func(user string, withRoute bool) *rlsv3.RateLimitResponse {
 				t.Helper()
 				req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
@@ -243,7 +252,7 @@ descriptors:
 					req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
 						Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "route", Value: "/"}}})
 				}
-				resp, err := client.ShouldRateLimit(ctx, req)
+				resp, err := r.client.ShouldRateLimit(ctx, req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -345,30 +354,8 @@ func TestServeTraces(t *testing.T) {
 	go gs.Serve(lis)
 	defer gs.Stop()
 
-	path := filepath.Join(t.TempDir(), "limits.yaml")
-	if err := os.WriteFile(path, []byte(limitsV1), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan *serve.Server, 1)
-	var stdout, stderr syncBuffer
-	exited := make(chan int, 1)
-	args := []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-reload", "0",
-		"-otlp-endpoint", "http://" + lis.Addr().String(), "-trace-ratio", "0"}
-	go func() { exited <- runServe(ctx, args, &stdout, &stderr, nil, func(s *serve.Server) { ready <- s }) }()
-	var srv *serve.Server
-	select {
-	case srv = <-ready:
-	case code := <-exited:
-		t.Fatalf("sluice serve exited %d: %s", code, stderr.String())
-	}
-	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
+	r := startServe(t, limitsV1, "-http-addr", "", "-otlp-endpoint", "http://"+lis.Addr().String(), "-trace-ratio", "0")
+	ctx := context.Background()
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}}
 	const (
@@ -376,15 +363,14 @@ func TestServeTraces(t *testing.T) {
 		parent  = "00f067aa0ba902b7"
 	)
 	traced := metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+traceID+"-"+parent+"-01")
-	if _, err := client.ShouldRateLimit(traced, req); err != nil {
+	if _, err := r.client.ShouldRateLimit(traced, req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.ShouldRateLimit(ctx, req); err != nil { // not sampled
+	if _, err := r.client.ShouldRateLimit(ctx, req); err != nil { // not sampled
 		t.Fatal(err)
 	}
-	cancel()
-	if code := <-exited; code != 0 {
-		t.Fatalf("sluice serve exited %d: %s", code, stderr.String())
+	if code := r.stop(); code != 0 { // the last spans are sent as it stops
+		t.Fatalf("sluice serve exited %d: %s", code, r.stderr.String())
 	}
 
 	col.mu.Lock()
