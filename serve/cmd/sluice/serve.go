@@ -128,7 +128,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 		}()
 		tp = sdk
 	}
-	store, closeStore, err := openStore(*addr, *cluster, *clientN, *prefix, mode, *timeout, *inst, *cache, tp)
+	store, closeStore, err := openStore(log, *addr, *cluster, *clientN, *prefix, mode, *timeout, *inst, *cache, tp)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
@@ -187,8 +187,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 
 // openStore opens the store chain: telemetry around a breaker around a
 // Redis store (behind a cache of denials, if cache is above 0), or
-// telemetry around a memory store when addr is empty.
-func openStore(addr string, cluster bool, client, prefix string, mode policy.Mode, timeout time.Duration, instances, cache int, tp trace.TracerProvider) (core.Store, func(), error) {
+// telemetry around a memory store when addr is empty. A single Redis
+// that does not answer yet is no reason not to serve: the breaker answers
+// in mode until it does, and log says so. (go-redis connects on first
+// use; rueidis dials at once, and with ForceSingleClient hands back a
+// client that dials again on the next command.)
+func openStore(log *slog.Logger, addr string, cluster bool, client, prefix string, mode policy.Mode, timeout time.Duration, instances, cache int, tp trace.TracerProvider) (core.Store, func(), error) {
 	if addr == "" {
 		mem, err := memstore.New(memstore.Config{})
 		if err != nil {
@@ -214,8 +218,13 @@ func openStore(addr string, cluster bool, client, prefix string, mode policy.Mod
 	} else {
 		var c rueidis.Client
 		c, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: !cluster})
-		if err != nil {
+		switch {
+		case err != nil && c == nil:
+			// A Cluster none of whose nodes answers: rueidis has no
+			// client to give without its slots.
 			return nil, nil, fmt.Errorf("-redis %s: %w", addr, err)
+		case err != nil:
+			log.Warn("Redis does not answer yet; decisions follow -mode until it does", "redis", addr, "err", err)
 		}
 		shut = c.Close
 		remote, err = rueidisstore.New(c, rueidisstore.Config{Prefix: prefix})

@@ -400,3 +400,51 @@ func TestServeTraces(t *testing.T) {
 		t.Errorf("the store's span (trace %x, parent %x) is not the request span's child (trace %x, span %x)", store.TraceId, store.ParentSpanId, rls.TraceId, rls.SpanId)
 	}
 }
+
+// TestServeRedisDownAtStart starts sluice serve, with each client, on a
+// Redis that is down: it serves at once, answering in -mode (fail-open:
+// OK with no current_limit), and once the same server is back, decisions
+// come from Redis again, without a restart.
+func TestServeRedisDownAtStart(t *testing.T) {
+	for _, client := range []string{"rueidis", "go-redis"} {
+		t.Run(client, func(t *testing.T) {
+			rdb := redistest.Start(t)
+			if err := rdb.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			r := startServe(t, limitsV1, "-redis", rdb.Addr(), "-client", client, "-timeout", "50ms")
+			ask := func() *rlsv3.RateLimitResponse_DescriptorStatus {
+				t.Helper()
+				req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}}
+				resp, err := r.client.ShouldRateLimit(context.Background(), req)
+				if err != nil {
+					t.Fatalf("with Redis down: %v, want an answer in -mode", err)
+				}
+				return resp.Statuses[0]
+			}
+			for range 3 {
+				if st := ask(); st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit != nil {
+					t.Fatalf("with Redis down: %v, want OK with no current_limit (fail-open)", st)
+				}
+			}
+			if err := rdb.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				st := ask()
+				if st.CurrentLimit != nil {
+					if st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 9 {
+						t.Fatalf("the first decision from Redis: %v, want OK with 9 left", st)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no decision from Redis 15 s after it came back: %v\n%s", st, r.stderr.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
