@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -211,13 +212,35 @@ func openStore(log *slog.Logger, addr string, cluster bool, client, prefix strin
 		shut   func()
 		err    error
 	)
+	// The clients' options are the ones docs/redis.md recommends behind a
+	// breaker, their backstops kept above -timeout.
+	backstop := max(500*time.Millisecond, 2*timeout)
 	if client == "go-redis" {
-		c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, IsClusterMode: cluster, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 2 * time.Second})
+		c := redis.NewUniversalClient(&redis.UniversalOptions{
+			Addrs:                 addrs,
+			IsClusterMode:         cluster,
+			ContextTimeoutEnabled: true, // the breaker's deadline bounds every read and write
+			MaxRetries:            -1,   // a failed call is the breaker's business
+			DialTimeout:           250 * time.Millisecond,
+			DialerRetries:         1,
+			ReadTimeout:           backstop, // bounds pipelined batches
+			WriteTimeout:          backstop,
+			PoolTimeout:           max(time.Second, 2*timeout), // above the deadline
+			DisableIdentity:       true,
+		})
 		shut = func() { c.Close() }
 		remote, err = redisstore.New(c, redisstore.Config{Prefix: prefix})
 	} else {
 		var c rueidis.Client
-		c, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: !cluster})
+		c, err = rueidis.NewClient(rueidis.ClientOption{
+			InitAddress:       addrs,
+			ForceSingleClient: !cluster, // one server: a client even while Redis is down
+			DisableCache:      true,
+			DisableRetry:      true,
+			Dialer:            net.Dialer{Timeout: 250 * time.Millisecond, KeepAlive: time.Second},
+			ConnWriteTimeout:  backstop,
+			MaxFlushDelay:     20 * time.Microsecond,
+		})
 		switch {
 		case err != nil && c == nil:
 			// A Cluster none of whose nodes answers: rueidis has no
