@@ -1,11 +1,17 @@
 package grpclimit_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
@@ -23,4 +29,49 @@ func TestQuotaLeakRedis(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	quotaLeak(t, s)
+}
+
+// TestBreakerModesRedisDown serves gRPC through grpclimit over a
+// policy.Breaker over redisstore on a redis-server the test has killed:
+// fail-closed answers Unavailable, fail-open lets the call through, and
+// neither returns the store's error.
+func TestBreakerModesRedisDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode policy.Mode
+		want codes.Code
+	}{
+		{policy.FailClosed, codes.Unavailable},
+		{policy.FailOpen, codes.OK},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			t.Parallel()
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 250 * time.Millisecond, DialerRetries: 1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { client.Close() })
+			s, err := redisstore.New(client, redisstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := policy.NewBreaker(s, policy.WithMode(tc.mode))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			c := serve(t, oneRule(t, b, algorithms.TokenBucket, core.PerSecond(10)))
+			// The first calls fail on the dead Redis until the circuit
+			// opens; each is answered by the mode all the same.
+			for i := range 20 {
+				if err := check(context.Background(), c); status.Code(err) != tc.want {
+					t.Fatalf("call %d with Redis down, %v: %v, want %v", i+1, tc.mode, err, tc.want)
+				}
+			}
+			if got := b.State(); got != policy.Open {
+				t.Errorf("after 20 calls on a dead Redis the circuit is %v, want open", got)
+			}
+		})
+	}
 }
