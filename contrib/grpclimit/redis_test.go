@@ -34,7 +34,7 @@ func TestQuotaLeakRedis(t *testing.T) {
 // TestBreakerModesRedisDown serves gRPC through grpclimit over a
 // policy.Breaker over redisstore on a redis-server the test has killed:
 // fail-closed answers Unavailable, fail-open lets the call through, and
-// neither returns the store's error.
+// neither returns the store's error, before the circuit opens and after.
 func TestBreakerModesRedisDown(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -62,15 +62,19 @@ func TestBreakerModesRedisDown(t *testing.T) {
 			}
 			t.Cleanup(func() { b.Close() })
 			c := serve(t, oneRule(t, b, algorithms.TokenBucket, core.PerSecond(10)))
-			// The first calls fail on the dead Redis until the circuit
-			// opens; each is answered by the mode all the same.
-			for i := range 20 {
+			// The calls fail on the dead Redis until the circuit opens
+			// (a run of failures opens it once it has lasted a few tens
+			// of milliseconds), and are answered by the mode all the
+			// same, before and after.
+			deadline := time.Now().Add(5 * time.Second)
+			for i := 0; b.State() != policy.Open || i < 20; i++ {
 				if err := check(context.Background(), c); status.Code(err) != tc.want {
 					t.Fatalf("call %d with Redis down, %v: %v, want %v", i+1, tc.mode, err, tc.want)
 				}
-			}
-			if got := b.State(); got != policy.Open {
-				t.Errorf("after 20 calls on a dead Redis the circuit is %v, want open", got)
+				if time.Now().After(deadline) {
+					t.Fatalf("the circuit is %v after %d calls in 5 s on a dead Redis, want open", b.State(), i+1)
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
 		})
 	}
