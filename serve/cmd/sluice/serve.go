@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,16 @@ var serveCommand = cli.Command{
 		return runServe(ctx, args, stdout, stderr, hup, nil)
 	},
 }
+
+// serveGOGC is the garbage collector's target sluice serve runs with
+// unless GOGC is set. Each request allocates its messages; at Go's
+// default of 100 the collector runs so often that it takes a tenth of the
+// server's CPU, and shrinks the idle stream workers' stacks, which then
+// grow again, copied, on their next request. At 400, on 2 cores, 3
+// descriptors, 64 streams: 21,200 decisions/s against 18,600 (medians of
+// 4 alternating runs), for a peak RSS of 69 MB against 45 at 256
+// streams.
+const serveGOGC = 400
 
 // modes are -mode's values.
 var modes = map[string]policy.Mode{"fail-open": policy.FailOpen, "fail-closed": policy.FailClosed, "degrade": policy.Degrade}
@@ -113,6 +124,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, relo
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(serveGOGC)
+	}
 	var tp trace.TracerProvider = noop.NewTracerProvider()
 	if *otlp != "" {
 		sdk, err := openTracing(*otlp, *ratio)
