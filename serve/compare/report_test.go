@@ -162,7 +162,7 @@ func renderPage(set sideSettings, cs []contender, ws []workload, runs map[string
 	p("One redis-server of the test's own (127.0.0.1, no persistence) serves the three servers, which run side by side for the whole measurement:\n\n")
 	p("| server | configuration |\n|---|---|\n")
 	p("| %s | the YAML below; `REDIS_SOCKET_TYPE=tcp`, its default pool of 10 connections, `DISABLE_STATS=true` (no statsd to send to), `LOG_LEVEL=warn` |\n", PeerName)
-	p("| %s | the same YAML file, unchanged; `sluice serve -config FILE -redis ADDR` with every other flag at its default (fixed windows, as the peer) |\n", SluiceName)
+	p("| %s | the same YAML file, unchanged; `sluice serve -config FILE -redis ADDR` with every other flag at its default (fixed windows, as the peer), and its default `GOGC=400` (the peer runs with Go's 100) |\n", SluiceName)
 	p("| %s | the same YAML with `algorithm: token-bucket` in each `rate_limit` (sluice's extension): a bucket of `requests_per_unit`, refilled at `requests_per_unit` per unit |\n\n", cs[2].name)
 	p("The load generator (`serve/internal/loadgen`, also the `rlsload` command) runs in the test process on the same cores. It keeps a fixed number of RPCs in flight (*streams*) over %d gRPC connections, each caller sending its next request when the last is answered. ", benchConns)
 	p("Every run sends %v of warmup and then measures %v, with fresh users; a run never spans the end of a minute, so a fixed window never resets during it. ", set.warmup, set.duration)
