@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
 // Token buckets that refill one every six minutes or more: nothing
@@ -57,6 +59,12 @@ func TestDescriptorStats(t *testing.T) {
 	ask(2, "OVER_LIMIT", request("api", withHits(desc("blocked"), 3)))
 	// A value with a quote and a backslash, escaped in its label.
 	ask(1, "OK", request("api", desc(`tenant=a"b\c`)))
+	// An override (1 an hour) is named by its entries' keys and values:
+	// one admitted, one denied.
+	o := desc("user=jo", "path")
+	o.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	ask(1, "OK", request("api", o))
+	ask(1, "OVER_LIMIT", request("api", o))
 
 	want := map[string]DescriptorStats{
 		"api.user":         {TotalHits: 12 + 1, WithinLimit: 10 + 1, NearLimit: 2, OverLimit: 2},
@@ -64,6 +72,7 @@ func TestDescriptorStats(t *testing.T) {
 		"api.experiment":   {TotalHits: 3, WithinLimit: 1, NearLimit: 1, OverLimit: 2, ShadowMode: 2},
 		"api.blocked":      {TotalHits: 6, OverLimit: 6},
 		`api.tenant_a"b\c`: {TotalHits: 1, WithinLimit: 1},
+		"api.user_jo.path": {TotalHits: 2, WithinLimit: 1, NearLimit: 1, OverLimit: 1},
 	}
 	svc := h.srv.Service()
 	for name, w := range want {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -327,7 +326,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if rule.Deny {
 			continue // over the limit whatever the store holds
 		}
-		r := core.Request{Key: keys[i], Algorithm: rule.Algorithm, Limit: rule.Limit, Cost: hits(req, d)}
+		r := core.Request{Key: keys[i], Algorithm: rule.Algorithm, Limit: rule.Limit, Cost: sl.hits}
 		if d.GetIsNegativeHits() {
 			r.Op = core.OpRefund
 		}
@@ -404,27 +403,10 @@ func (s *Service) match(set *limits.Set, domain string, d *ratelimitv3.RateLimit
 		if err != nil {
 			return nil, "", "", err
 		}
-		return r, limits.Key(domain, entries), overrideName(domain, entries), nil
+		return r, limits.Key(domain, entries), limits.OverrideMetric(domain, entries), nil
 	}
 	m := set.Match(domain, entries)
 	return m.Rule, m.Key, m.Metric, nil
-}
-
-// overrideName is an override's stats name, as envoyproxy/ratelimit gives
-// it: the domain, then each entry as key_value, or the key alone for an
-// empty value.
-func overrideName(domain string, entries []limits.Entry) string {
-	var b strings.Builder
-	b.WriteString(domain)
-	for _, e := range entries {
-		b.WriteByte('.')
-		b.WriteString(e.Key)
-		if e.Value != "" {
-			b.WriteByte('_')
-			b.WriteString(e.Value)
-		}
-	}
-	return b.String()
 }
 
 // overrideAlg keeps an override's state apart from a configured fixed

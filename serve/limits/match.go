@@ -208,6 +208,20 @@ func metric(domain string, entries []Entry, steps []step, r *Rule) string {
 		}
 		return value, value != ""
 	}
+	return joinMetric(domain, entries, part)
+}
+
+// OverrideMetric returns the stats name of a descriptor limited by an
+// override (Envoy's limit: in a rate limit action), as the rate limit
+// service names it: the domain, then each entry as key_value, or the key
+// alone for an empty value.
+func OverrideMetric(domain string, entries []Entry) string {
+	return joinMetric(domain, entries, func(i int) (string, bool) { return entries[i].Value, entries[i].Value != "" })
+}
+
+// joinMetric joins domain and entries into a stats name: each entry's key
+// after a ".", and, where part says so, "_" and the value part gives.
+func joinMetric(domain string, entries []Entry, part func(i int) (value string, sep bool)) string {
 	size := len(domain)
 	for i, e := range entries {
 		v, sep := part(i)
