@@ -40,5 +40,5 @@ if dirty then
 	if tail then
 		value = value .. tail
 	end
-	ttl = math.ceil((E - now) / 1000) + margin
+	ttl = ceil((E - now) / 1000) + margin
 end

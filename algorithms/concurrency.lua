@@ -15,7 +15,7 @@ if state and now < E then
 		local at, id = struct.unpack('<dd', state, HEAD + 16 * i + 1)
 		-- A slot of sluice's is an expiry and a lease, integers below
 		-- 2^53; a state with any other is healed (see prelude.lua).
-		if not (at % 1 == 0 and id % 1 == 0 and math.abs(at) <= MAXEXACT and math.abs(id) <= MAXEXACT) then
+		if at % 1 + id % 1 ~= 0 or at > MAXEXACT or at < -MAXEXACT or id > MAXEXACT or id < -MAXEXACT then
 			slots, healed = {}, true
 			break
 		end
@@ -86,7 +86,7 @@ elseif mine > 0 and cost > 0 then
 	if not peek then
 		keep(true, 0, mine, now + period)
 	end
-	ending = math.max(last, now + period)
+	ending = max(last, now + period)
 elseif cost > rate then
 	allowed, retry = false, NEVER
 elseif live + cost > rate then
@@ -101,7 +101,7 @@ elseif cost > 0 then
 	if not peek then
 		keep(false, 0, cost, now + period)
 	end
-	held, ending = live + cost, math.max(last, now + period)
+	held, ending = live + cost, max(last, now + period)
 end
-limit, remaining, reset = rate, math.max(rate - held, 0), math.max(ending - now, 0)
+limit, remaining, reset = rate, max(rate - held, 0), max(ending - now, 0)
 units, per = rate - held, 1

@@ -6,7 +6,7 @@
 -- count charged in it; E the window's end. Windows are aligned to the Unix
 -- epoch, so Go and Lua agree on every boundary.
 
-local start = idiv(now, period) * period
+local start = floor(now / period) * period
 local count = 0
 if now < E and A == start then
 	count = B
@@ -15,7 +15,7 @@ local untilEnd = start + period - now
 if refund then
 	allowed = true
 	if cost > 0 and count > 0 then
-		count = math.max(count - cost, 0)
+		count = max(count - cost, 0)
 		dirty = true
 	end
 elseif cost > rate then
@@ -31,7 +31,7 @@ else
 		dirty = not peek
 	end
 end
-limit, remaining = rate, math.max(rate - count, 0)
+limit, remaining = rate, max(rate - count, 0)
 units, per = rate - count, 1
 -- The window's end, once anything is counted in it (as it is when a cost
 -- that fits the limit is denied).

@@ -16,7 +16,7 @@ local owed = 0
 if now < E then
 	local ahead = A - T
 	if C == r then
-		owed = math.min(ahead * r + B, tolerance)
+		owed = min(ahead * r + B, tolerance)
 	elseif C == -r then
 		owed = ahead * r + B
 	else
@@ -27,16 +27,21 @@ if now < E then
 		if C < 0 then
 			most = 4503599627370496
 		end
-		owed = math.min(math.min(ahead, ceildiv(most, r)) * r, most)
+		owed = min(min(ahead, ceil(most / r)) * r, most)
 	end
 end
 -- debt: how far the TAT is ahead of now; beyond the tolerance, a
--- reservation's debt.
-local debt = tolerance - refill(tolerance - owed, tolerance, now - T, r)
+-- reservation's debt. The time since the last charge, in ticks, may pass
+-- 2^53, but only where it is beyond owed (< 2^53), and rounding never
+-- takes it back below: the debt is paid.
+local debt = owed - (now - T) * r
+if debt < 0 then
+	debt = 0
+end
 if refund then
 	allowed = true
 	if cost > 0 and debt > 0 then
-		if cost >= ceildiv(debt, u) then
+		if cost >= ceil(debt / u) then
 			debt = 0
 		else
 			debt = debt - cost * u
@@ -46,7 +51,7 @@ if refund then
 elseif cost > burst then
 	retry, forget = NEVER, true
 elseif cost > 0 and debt + cost * u - tolerance > maxdebt then
-	retry, forget = ceildiv(debt + cost * u - tolerance, r), true
+	retry, forget = ceil((debt + cost * u - tolerance) / r), true
 else
 	debt = debt + cost * u
 	allowed = true
@@ -54,13 +59,19 @@ else
 		forget = true
 	else
 		dirty = not peek
-		delay = ceildiv(debt - tolerance, r)
+		if debt > tolerance then
+			delay = ceil((debt - tolerance) / r)
+		end
 	end
 end
-limit, remaining, reset = burst, idiv(math.max(tolerance - debt, 0), u), ceildiv(debt, r)
+-- (debt >= 0: a refund pays it off at most.)
+limit, reset = burst, ceil(debt / r)
+if debt < tolerance then
+	remaining = floor((tolerance - debt) / u)
+end
 units, per = tolerance - debt, u
 if dirty then
-	local whole = idiv(debt, r)
+	local whole = floor(debt / r)
 	local c = r
 	if debt > tolerance then
 		c = -r

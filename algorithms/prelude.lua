@@ -24,7 +24,7 @@
 -- Numbers: Redis's Lua has only doubles, exact for integers below 2^53.
 -- Every quantity sluice keeps is below 2^52 (instants in µs up to 2112,
 -- rates, costs, capacities), so the sums and products the Go twin takes in
--- int64 are exact here too, and so is the floor of a quotient (idiv).
+-- int64 are exact here too, and so are quotients (see shared.lua).
 -- States are packed as doubles, not written with tostring, which keeps
 -- only 14 digits.
 
@@ -85,9 +85,13 @@ elseif state then
 		state, healed = false, true
 	else
 		T, A, B, C, E = struct.unpack('<ddddd', state)
-		if not (T % 1 == 0 and A % 1 == 0 and B % 1 == 0 and C % 1 == 0 and E % 1 == 0
-			and math.abs(T) <= MAXEXACT and math.abs(A) <= MAXEXACT and math.abs(B) <= MAXEXACT
-			and math.abs(C) <= MAXEXACT and math.abs(E) <= MAXEXACT) then
+		-- x % 1 is in [0, 1) for a finite x, 0 for an integer, and NaN
+		-- for an infinity or NaN, so the sum is 0 only if all five
+		-- are integers.
+		if T % 1 + A % 1 + B % 1 + C % 1 + E % 1 ~= 0
+			or T > MAXEXACT or T < -MAXEXACT or A > MAXEXACT or A < -MAXEXACT
+			or B > MAXEXACT or B < -MAXEXACT or C > MAXEXACT or C < -MAXEXACT
+			or E > MAXEXACT or E < -MAXEXACT then
 			state, healed, T, A, B, C, E = false, true, 0, 0, 0, 0, 0
 		end
 	end

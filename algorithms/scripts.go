@@ -74,7 +74,7 @@ local take -- a partial admission's charge, once its first pass found it
 for pass = 1, 2 do
 ` + prelude + lua + conclude + `
 if most then
-	take = math.max(math.min(remaining, most), 1)
+	take = max(min(remaining, most), 1)
 else
 	if dirty then
 		redis.call('PSETEX', KEY, ttl, value)
@@ -128,7 +128,7 @@ local alg = string.byte(ARGV[2], i)
 `)
 	writeDecision(&b)
 	b.WriteString(`if most then
-	fits = math.min(fits or most, most, remaining)
+	fits = min(fits or most, most, remaining)
 else
 	out[#out + 1] = reply
 	all = all and allowed
@@ -143,7 +143,7 @@ end
 if not fits then
 	break
 end
-take, fits = math.max(fits, 1), nil
+take, fits = max(fits, 1), nil
 end
 if all then
 	for j = 1, #wkeys do

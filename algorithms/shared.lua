@@ -4,38 +4,25 @@
 -- MultiScript (see scripts.go).
 --
 -- Redis runs a script's code afresh on every call: each local function it
--- defines is a new closure, made and later collected on every decision.
--- So decisions are straight-line code that fills in variables, and only
--- the helpers below are functions.
+-- defines would be a new closure, made and later collected on every
+-- decision, and a call of a Lua function costs more than the arithmetic
+-- it wraps. So decisions are straight-line code that fills in variables,
+-- with the integer divisions the Go twins make through core.CeilDiv and
+-- integer division written out, as below.
 
 local NEVER = -1 -- retry-after of a cost above capacity (core.RetryNever)
 local MAXEXACT = 9007199254740992 -- 2^53: every number of a state is an integer below
 
--- idiv returns floor(a / b) for 0 <= a < 2^53 and b >= 1. The double
--- a / b is off by at most (a / b) * 2^-53 < 1 / b, less than the distance
--- from a / b up to the next integer, so its floor is exact.
-local function idiv(a, b)
-	return math.floor(a / b)
-end
-
--- ceildiv returns ceil(a / b), 0 for a <= 0 (core.CeilDiv).
-local function ceildiv(a, b)
-	if a <= 0 then
-		return 0
-	end
-	return math.floor((a - 1) / b) + 1
-end
-
--- refill returns level after elapsed µs at r units a µs, capped at
--- capacity. The product may pass 2^53, but only where the true sum is
--- beyond capacity (< 2^53), and rounding never takes it back below.
-local function refill(level, capacity, elapsed, r)
-	local v = level + elapsed * r
-	if v >= capacity then
-		return capacity
-	end
-	return v
-end
+-- Integer division, exact: for integers |a| < 2^53 and b >= 1, the double
+-- a / b is off from the true quotient q by at most |q| * 2^-53 < 1 / b,
+-- and a q that is not an integer is at least 1 / b from the integers on
+-- either side of it, so rounding never carries a / b across an integer:
+--
+--   floor(a / b)          is ⌊a / b⌋: Go's a / b for a >= 0, floorDiv
+--                         (tokenbucket.go) for any a;
+--   ceil(a / b)           is core.CeilDiv(a, b) for a > 0;
+--   max(ceil(a / b), 0)   is core.CeilDiv(a, b) for any a (0 for a <= 0).
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 
 -- clock is the server's clock in µs, read once a script, so that every
 -- decision of a script has the same instant.

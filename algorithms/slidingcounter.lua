@@ -7,7 +7,7 @@
 -- current one. Rate × period (µs) is within 2^52, so every product below
 -- is exact.
 
-local start = idiv(now, period) * period
+local start = floor(now / period) * period
 local cur, prev = 0, 0
 if now < E then
 	if A == start then
@@ -16,19 +16,19 @@ if now < E then
 		prev = B
 	end
 end
-cur, prev = math.min(cur, rate), math.min(prev, rate)
+cur, prev = min(cur, rate), min(prev, rate)
 local elapsed = now - start
 local left = period - elapsed -- of the previous window, still covered
 local room = rate - cur - cost
 if refund then
 	allowed = true
 	if cost > 0 and cur > 0 then
-		cur = math.max(cur - cost, 0)
+		cur = max(cur - cost, 0)
 		T, A, B, C, E, dirty = now, start, cur, prev, start + 2 * period, true
 	elseif cost > 0 and prev > 0 and A == start - period then
 		-- The last charge was in the previous window, which still weighs
 		-- until this one ends.
-		prev = math.max(prev - cost, 0)
+		prev = max(prev - cost, 0)
 		T, A, B, C, E, dirty = now, start, 0, prev, start + period, true
 	end
 elseif cost > rate then
@@ -38,12 +38,12 @@ elseif cost > 0 and (room < 0 or prev * left > room * period) then
 	-- slidingcounter.go).
 	local e = period
 	if room >= 0 and prev > 0 then
-		e = period - idiv(room * period, prev)
+		e = period - floor(room * period / prev)
 	end
 	if e >= period then
 		e = 0
 		if cur > 0 then
-			e = math.max(period - idiv((rate - cost) * period, cur), 0)
+			e = max(period - floor((rate - cost) * period / cur), 0)
 		end
 		e = period + e
 	end
@@ -57,7 +57,8 @@ else
 		T, A, B, C, E, dirty = now, start, cur, prev, start + 2 * period, true
 	end
 end
-limit, remaining = rate, math.max(rate - cur - ceildiv(prev * left, period), 0)
+-- (prev × left >= 0, so its ceil is core.CeilDiv.)
+limit, remaining = rate, max(rate - cur - ceil(prev * left / period), 0)
 -- The level, exactly, in periods of a token: within 2^52 in magnitude.
 units, per = (rate - cur) * period - prev * left, period
 if cur > 0 then

@@ -94,7 +94,7 @@ else
 	live, newest = live + cost, now
 	T, A, B, E, dirty = now, live, 0, now + period, true
 end
-limit, remaining = rate, math.max(rate - live, 0)
+limit, remaining = rate, max(rate - live, 0)
 units, per = rate - live, 1
 -- Everything charged has left the window a period after the newest entry.
 if live ~= 0 then

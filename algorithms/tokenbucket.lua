@@ -9,19 +9,25 @@
 local capacity = burst * u
 -- A key owes at most 2^52 - capacity, also when the limit changed since it
 -- went into debt (tokenbucket.go).
-local floor = capacity - 4503599627370496
+-- (tokenbucket.go calls it floor; here floor is math.floor).
+local lowest = capacity - 4503599627370496
 local level = capacity
 if now < E then
 	level = A
 	if B ~= u and B > 0 then
-		level = math.min(math.max(idiv(A, B), -idiv(-floor, u)), burst) * u
+		level = min(max(floor(A / B), -floor(-lowest / u)), burst) * u
 	end
-	level = refill(math.max(level, floor), capacity, now - T, r)
+	-- The refill may pass 2^53, but only where the true sum is beyond
+	-- capacity (< 2^53), and rounding never takes it back below.
+	level = max(level, lowest) + (now - T) * r
+	if level > capacity then
+		level = capacity
+	end
 end
 if refund then
 	allowed = true
 	if cost > 0 and level < capacity then
-		if cost >= ceildiv(capacity - level, u) then
+		if cost >= ceil((capacity - level) / u) then
 			level = capacity
 		else
 			level = level + cost * u
@@ -31,14 +37,21 @@ if refund then
 elseif cost > burst then
 	retry, forget = NEVER, true
 elseif cost > 0 and cost * u - level > maxdebt then
-	retry, forget = ceildiv(cost * u - level, r), true
+	retry, forget = ceil((cost * u - level) / r), true
 elseif cost == 0 then
 	allowed, forget = true, true
 else
 	level = level - cost * u
-	allowed, delay, dirty = true, ceildiv(-level, r), not peek
+	allowed, dirty = true, not peek
+	if level < 0 then
+		delay = ceil(-level / r)
+	end
 end
-limit, remaining, reset = burst, idiv(math.max(level, 0), u), ceildiv(capacity - level, r)
+-- (level <= capacity: a refund fills the bucket at most.)
+limit, reset = burst, ceil((capacity - level) / r)
+if level > 0 then
+	remaining = floor(level / u)
+end
 units, per = level, u
 if dirty then
 	T, A, B, E = now, level, u, now + reset
