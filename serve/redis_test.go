@@ -25,9 +25,9 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // clients are the two Redis stores, each opened on addr under prefix.
 var clients = []struct {
 	name string
-	open func(t *testing.T, addr, prefix string) core.Store
+	open func(t testing.TB, addr, prefix string) core.Store
 }{
-	{"rueidis", func(t *testing.T, addr, prefix string) core.Store {
+	{"rueidis", func(t testing.TB, addr, prefix string) core.Store {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
 		if err != nil {
 			t.Fatal(err)
@@ -39,7 +39,7 @@ var clients = []struct {
 		}
 		return s
 	}},
-	{"go-redis", func(t *testing.T, addr, prefix string) core.Store {
+	{"go-redis", func(t testing.TB, addr, prefix string) core.Store {
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		s, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
@@ -52,7 +52,7 @@ var clients = []struct {
 
 // chain is what sluice serve runs: telemetry around a breaker around the
 // store.
-func chain(t *testing.T, remote core.Store, mode policy.Mode, timeout time.Duration) core.Store {
+func chain(t testing.TB, remote core.Store, mode policy.Mode, timeout time.Duration) core.Store {
 	t.Helper()
 	b, err := policy.NewBreaker(remote, policy.WithMode(mode), policy.WithTimeout(timeout))
 	if err != nil {

@@ -394,9 +394,10 @@ func (s *Service) check(req *rlsv3.RateLimitRequest) error {
 // as envoyproxy/ratelimit does, if its domain is configured; its state is
 // kept apart from a configured rule's on the same entries.
 func (s *Service) match(set *limits.Set, domain string, d *ratelimitv3.RateLimitDescriptor) (*limits.Rule, string, string, error) {
-	entries := make([]limits.Entry, len(d.Entries))
-	for i, e := range d.Entries {
-		entries[i] = limits.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	var small [4]limits.Entry // most descriptors: no allocation
+	entries := small[:0]
+	for _, e := range d.Entries {
+		entries = append(entries, limits.Entry{Key: e.GetKey(), Value: e.GetValue()})
 	}
 	if o := d.GetLimit(); o != nil && set.HasDomain(domain) {
 		r, err := overrideRule(o)
@@ -543,9 +544,15 @@ func (sl *slot) batch() int {
 // decisions of the enforced and shadow batches.
 func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(slots))}
+	// The descriptors' messages are made together, three allocations a
+	// response rather than three a descriptor.
+	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(slots))
+	curs := make([]rlsv3.RateLimitResponse_RateLimit, len(slots))
+	durs := make([]durationpb.Duration, len(slots))
 	var binding *rlsv3.RateLimitResponse_DescriptorStatus
 	for i, sl := range slots {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &sts[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		switch {
 		case sl.unlimited:
@@ -554,7 +561,8 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 		case sl.rule == nil:
 			continue
 		}
-		cur := &rlsv3.RateLimitResponse_RateLimit{Name: sl.rule.Name, RequestsPerUnit: sl.rule.RequestsPerUnit, Unit: sl.rule.Unit}
+		cur := &curs[i]
+		cur.Name, cur.RequestsPerUnit, cur.Unit = sl.rule.Name, sl.rule.RequestsPerUnit, sl.rule.Unit
 		var d core.Decision
 		switch {
 		case sl.rule.Deny:
@@ -592,7 +600,9 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 			remaining = min(remaining+b.reqs[sl.req].Cost, core.MaxUnits)
 		}
 		st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(s.untilReset(sl.rule, d))
+		reset := s.untilReset(sl.rule, d)
+		durs[i].Seconds, durs[i].Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		st.DurationUntilReset = &durs[i]
 		if !d.Allowed {
 			if sl.shadow {
 				s.stats.ShadowDeny.Add(1)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -259,6 +260,14 @@ type Merge struct {
 	packed, algs, groups []byte
 }
 
+// Grow makes room for n more requests, so that adding them allocates
+// nothing.
+func (m *Merge) Grow(n int) {
+	m.packed = slices.Grow(m.packed, n*ArgsLen)
+	m.algs = slices.Grow(m.algs, n)
+	m.groups = slices.Grow(m.groups, n)
+}
+
 // Add adds a group: its requests packed by [AppendArgs] one after another,
 // and their algorithms, a byte each ([Alg]).
 func (m *Merge) Add(packed, algs string) {
@@ -317,7 +326,15 @@ func Group(n int) string {
 // not one user key (and so not one slot). The requests must have passed
 // [stores.ValidateAll].
 func Together(prefix string, reqs []core.Request, out []core.Decision, cluster bool) (keys []string, packed, algs string, at []int, ok bool) {
-	var p, a []byte
+	// The keys share one buffer: a string of it is never written again,
+	// also when the buffer grows (append copies, leaving it as it was).
+	size := 0
+	for i := range reqs {
+		size += len(prefix) + len(reqs[i].Key) + len(reqs[i].Algorithm.Name()) + 8
+	}
+	kb := make([]byte, 0, size)
+	keys, at = make([]string, 0, len(reqs)), make([]int, 0, len(reqs))
+	p, a := make([]byte, 0, len(reqs)*ArgsLen), make([]byte, 0, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		if r.Limit.IsInf() {
@@ -327,7 +344,9 @@ func Together(prefix string, reqs []core.Request, out []core.Decision, cluster b
 		if idx == 0 || cluster && r.Key != reqs[0].Key {
 			return nil, "", "", nil, false
 		}
-		keys = append(keys, Key(prefix, r.Key, r.Algorithm.Name()))
+		start := len(kb)
+		kb = AppendKey(kb, prefix, r.Key, r.Algorithm.Name())
+		keys = append(keys, unsafe.String(&kb[start], len(kb)-start))
 		p = AppendArgs(p, r)
 		a = append(a, byte(idx))
 		at = append(at, i)
@@ -337,7 +356,8 @@ func Together(prefix string, reqs []core.Request, out []core.Decision, cluster b
 			out[i] = reqs[i].Answer(core.Unlimited())
 		}
 	}
-	return keys, string(p), string(a), at, true
+	// p and a are this call's, never written again.
+	return keys, unsafe.String(unsafe.SliceData(p), len(p)), unsafe.String(unsafe.SliceData(a), len(a)), at, true
 }
 
 // Place checks the reply of algorithms.MultiScript, one packed reply a

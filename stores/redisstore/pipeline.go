@@ -117,6 +117,7 @@ func (m *merge) process(ctx context.Context, pipe redis.Pipeliner) {
 	args := make([]any, 0, 3+m.n+3)
 	args = append(args, "evalsha", algorithms.MultiScript().Hash(), strconv.Itoa(m.n))
 	var merged redisscript.Merge
+	merged.Grow(m.n)
 	for _, c := range m.calls {
 		c.merged = true
 		if c.keys == nil {

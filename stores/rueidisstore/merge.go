@@ -165,7 +165,13 @@ func (s *Store) command(run []*call, eval bool) rueidis.Completed {
 		keys, args = run[0].args()
 	} else {
 		script = algorithms.MultiScript()
+		n := 0
+		for _, c := range run {
+			n += c.size()
+		}
+		keys = make([]string, 0, n)
 		var m redisscript.Merge
+		m.Grow(n)
 		for _, c := range run {
 			if c.keys == nil {
 				keys = append(keys, c.key)
