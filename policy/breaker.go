@@ -81,6 +81,11 @@ type Stats struct {
 	// store: the circuit was open, half-open with its probes under way,
 	// or in its slow start with the calls in flight at their cap.
 	Rejected uint64
+	// Gone counts the calls whose caller's context ended (cancelled, or
+	// its own deadline passed) before the store answered, before the
+	// call or during it: each returned the context's error, and the
+	// circuit counted it neither as a success nor as a failure.
+	Gone uint64
 	// Changes counts the changes of state.
 	Changes uint64
 }
@@ -170,6 +175,7 @@ type Breaker struct {
 	calls       atomic.Uint64
 	failures    atomic.Uint64
 	rejected    atomic.Uint64
+	gone        atomic.Uint64
 	notes       notifier
 
 	localMu    sync.Mutex // serialises making and discarding the local store
@@ -372,6 +378,7 @@ func (o outcome) report() error {
 // not or cannot. It reports whether the store answered.
 func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode, inline func(context.Context) error) (error, bool) {
 	if err := ctx.Err(); err != nil {
+		b.gone.Add(1)
 		return err, false // the caller has gone: nothing to ask
 	}
 	var err error
@@ -389,6 +396,7 @@ func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Deci
 		b.failures.Add(1)
 		return b.answer(reqs, out, mode), false
 	case gone:
+		b.gone.Add(1)
 		return err, false
 	}
 	return err, true
@@ -837,6 +845,7 @@ func (b *Breaker) Stats() Stats {
 		Calls:    b.calls.Load(),
 		Failures: b.failures.Load(),
 		Rejected: b.rejected.Load(),
+		Gone:     b.gone.Load(),
 		Changes:  b.changes.Load(),
 	}
 }

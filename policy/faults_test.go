@@ -407,37 +407,59 @@ func waitReplicated(t *testing.T, replica *redistest.Server) {
 	}
 }
 
-// TestCancellations cancels 1,000 callers' contexts, mostly while their
-// calls are under way, among calls that run their course, against a
-// healthy Redis: the circuit stays closed.
+// TestCancellations cancels the contexts of 1,000 callers while their
+// calls are under way, and of others before they call, among calls that
+// run their course, against a healthy Redis whose replies a proxy delays
+// by 2 ms, so that a cancellation within 2 ms of the call lands while the
+// call is under way: the circuit stays closed, every call that returned
+// the cancellation is counted gone and none a failure, and the client
+// makes no more new connections than its pool holds. A call under
+// way on the caller's goroutine runs to its answer or its deadline
+// whatever the caller's context does (see callContext), so most calls
+// cancelled under way return their decision.
 func TestCancellations(t *testing.T) {
 	t.Parallel()
 	for _, cl := range clients {
 		t.Run(cl.name, func(t *testing.T) {
 			t.Parallel()
 			exclusive(t)
-			rec := newRecorder(cl.store(t, redistest.Shared(t).Addr(), nil), time.Now())
+			srv := redistest.Start(t) // its own, to count the connections it receives
+			proxy := redistest.NewProxy(t, srv.Addr())
+			rec := newRecorder(cl.store(t, proxy.Addr(), nil), time.Now())
 			b := newBreaker(t, rec, WithMode(FailClosed))
 			// A warm client, as a healthy service has (see rig.start).
 			startLoad(rec.Store, time.Now(), 0, loadReq).Stop()
 			warm := startLoad(rec.Store, time.Now(), 0, loadReq)
 			time.Sleep(200 * time.Millisecond)
 			warm.Stop()
-			var cancelled, calls, modeAnswers atomic.Int64
+			dials := connectionsReceived(t, srv)
+			const delay = 2 * time.Millisecond
+			proxy.Delay(delay)
+			// cancelled counts the calls that returned context.Canceled;
+			// underWay those whose context was cancelled while they were
+			// under way, whatever they returned.
+			var cancelled, underWay, calls, modeAnswers atomic.Int64
 			var wg sync.WaitGroup
 			for g := range loadGoroutines {
 				wg.Go(func() {
 					rng := rand.New(rand.NewPCG(uint64(g), 7))
-					for cancelled.Load() < 1000 && calls.Load() < 100_000 {
+					for underWay.Load() < 1000 && calls.Load() < 100_000 {
 						calls.Add(1)
 						ctx, cancel := context.WithCancel(context.Background())
+						var fired atomic.Bool
 						switch rng.IntN(6) {
 						case 0:
 							cancel() // before the call
-						case 1, 2:
-							time.AfterFunc(time.Duration(rng.IntN(300))*time.Microsecond, cancel)
+						case 1, 2, 3:
+							time.AfterFunc(time.Duration(rng.Int64N(int64(delay))), func() {
+								fired.Store(true)
+								cancel()
+							})
 						}
 						d, err := b.Apply(ctx, loadReq(fmt.Sprint("cancel", g)))
+						if fired.Load() {
+							underWay.Add(1)
+						}
 						cancel()
 						time.Sleep(loadPause)
 						switch {
@@ -454,9 +476,18 @@ func TestCancellations(t *testing.T) {
 			}
 			wg.Wait()
 			st := b.Stats()
-			t.Logf("%d calls, %d cancelled mid-call or before; %+v; counts %+v", calls.Load(), cancelled.Load(), st, b.Counts())
-			if cancelled.Load() < 1000 {
-				t.Errorf("only %d calls were cancelled", cancelled.Load())
+			dials = connectionsReceived(t, srv) - dials
+			t.Logf("%d calls, %d cancelled while under way, %d returned the cancellation; %+v; counts %+v; %d new connections", calls.Load(), underWay.Load(), cancelled.Load(), st, b.Counts(), dials)
+			if n := underWay.Load(); n < 1000 {
+				t.Errorf("only %d calls were cancelled while under way", n)
+			}
+			if dials > loadGoroutines {
+				t.Errorf("%d new connections, more than the pool's %d", dials, loadGoroutines)
+			}
+			// Every cancellation, and only a cancellation, is a call the
+			// breaker counted as gone: neither a success nor a failure.
+			if st.Gone != uint64(cancelled.Load()) {
+				t.Errorf("the breaker counted %d calls gone, the callers saw %d cancelled", st.Gone, cancelled.Load())
 			}
 			// go-redis closes a connection whose call was cancelled, and the
 			// next call on a new one pays its handshake: on a loaded
@@ -475,6 +506,31 @@ func TestCancellations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// connectionsReceived returns the connections srv has accepted since it
+// started (INFO stats' total_connections_received).
+func connectionsReceived(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	reply, err := srv.Do("INFO", "stats")
+	if err != nil {
+		t.Fatalf("INFO stats: %v", err)
+	}
+	info, err := reply.String()
+	if err != nil {
+		t.Fatalf("INFO stats: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO stats: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO stats has no total_connections_received: %q", info)
+	return 0
 }
 
 // TestFailClosedIs503 serves HTTP through httplimit, a per-client and a
