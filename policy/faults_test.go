@@ -88,6 +88,9 @@ func TestBlackhole(t *testing.T) {
 			proxy := redistest.NewProxy(t, srv.Addr())
 			r := newRig(t, cl.store(t, proxy.Addr(), nil))
 			r.start(t, r.b, 500*time.Millisecond)
+			goroutines := runtime.NumGoroutine()
+			r.openCalls.Store(0)
+			calls := r.b.Stats().Calls
 			holed := time.Now()
 			proxy.Blackhole()
 			opened, ok := waitState(r.b, Open, 5*time.Second)
@@ -95,7 +98,24 @@ func TestBlackhole(t *testing.T) {
 				r.load.Stop()
 				t.Fatalf("the circuit did not open within 5 s of the blackhole: %v", r.ch.list())
 			}
+			// The calls sent from the blackhole until the circuit opened.
+			// A run of failures opens it once it spans runSpan deadlines
+			// (so that one stalled batch does not), and each of the load's
+			// goroutines sends a call a deadline meanwhile: at most
+			// runSpan + 1 calls a goroutine, not R-05's 5 + 64 in all.
+			sent := r.openCalls.Load() - calls
+			if bound := uint64((runSpan + 1) * loadGoroutines); sent > bound {
+				t.Errorf("%d calls sent from the blackhole until the circuit opened, want at most %d", sent, bound)
+			}
 			time.Sleep(time.Until(holed.Add(2500 * time.Millisecond)))
+			// Calls the client holds past their deadline run on without
+			// their callers, but no more than one a caller: the
+			// goroutines grew by at most two a caller.
+			grown := runtime.NumGoroutine() - goroutines
+			if grown > 2*loadGoroutines {
+				t.Errorf("%d goroutines more at the end of the blackhole than before it, want at most %d", grown, 2*loadGoroutines)
+			}
+			t.Logf("%d calls sent from the blackhole until the circuit opened; %d goroutines more at the blackhole's end", sent, grown)
 			proxy.Pass()
 			passed := time.Now()
 			closed, ok := waitState(r.b, Closed, DefaultOpenTimeout+5*time.Second)

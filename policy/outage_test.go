@@ -146,13 +146,21 @@ type rig struct {
 	b    *Breaker
 	ch   *changes
 	load *load
+	// openCalls is the breaker's Stats().Calls when the circuit first
+	// opened; 0 before.
+	openCalls atomic.Uint64
 }
 
 func newRig(t *testing.T, remote core.Store, opts ...BreakerOption) *rig {
 	t.Helper()
 	r := &rig{req: loadReq, t0: time.Now(), ch: &changes{}}
 	r.rec = newRecorder(remote, r.t0)
-	r.b = newBreaker(t, r.rec, append([]BreakerOption{WithOnChange(r.ch.add)}, opts...)...)
+	r.b = newBreaker(t, r.rec, append([]BreakerOption{WithOnChange(func(ch Change) {
+		if ch.To == Open {
+			r.openCalls.CompareAndSwap(0, r.b.Stats().Calls)
+		}
+		r.ch.add(ch)
+	})}, opts...)...)
 	return r
 }
 
