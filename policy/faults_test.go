@@ -261,7 +261,9 @@ func TestDownAtStart(t *testing.T) {
 // faultRun is a scenario that breaks the server under load (fault), waits
 // for the circuit to open and for the store to report an error
 // containing code, heals it (heal), and waits for the circuit to close,
-// without restarting anything.
+// without restarting anything: every decision from the fault to the
+// repair within the deadline and 20 ms (unless the canary was as late),
+// and the circuit closed within its open timeout and 1 s of the repair.
 func faultRun(t *testing.T, r *rig, mode Mode, code string, fault, heal func()) {
 	t.Helper()
 	r.start(t, r.b, 300*time.Millisecond)
@@ -293,12 +295,19 @@ func faultRun(t *testing.T, r *rig, mode Mode, code string, fault, heal func()) 
 		t.Errorf("%d store errors were not classified as failures: %v", r.rec.other, r.rec.errorTexts(""))
 	}
 	r.checkNoPanicsNoErrors(t, samples)
+	lat := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(broke), r.since(healed)))
 	checkMode(t, mode, between(samples, r.since(opened), r.since(healed)))
+	// A probe that met the fault before the repair reopened the circuit
+	// for an open timeout from then: the probes after it find the store
+	// repaired within the open timeout and a second.
+	if ok && closed.Sub(healed) > DefaultOpenTimeout+time.Second {
+		t.Errorf("the circuit closed %v after the repair, want within its open timeout and 1 s (%v): %s", closed.Sub(healed).Round(time.Millisecond), DefaultOpenTimeout+time.Second, describeChanges(r))
+	}
 	for text, n := range r.rec.errorTexts(code) {
 		t.Logf("store error ×%d: %s (%d with %s in all, %d failures, %d others)", n, text, r.rec.code(code), code, r.rec.failed, r.rec.other)
 		break
 	}
-	t.Logf("opened %v after the fault, closed %v after the repair; %s", opened.Sub(broke).Round(time.Millisecond), closed.Sub(healed).Round(time.Millisecond), describeChanges(r))
+	t.Logf("opened %v after the fault, closed %v after the repair; decisions from the fault to the repair: %v; %s", opened.Sub(broke).Round(time.Millisecond), closed.Sub(healed).Round(time.Millisecond), lat, describeChanges(r))
 }
 
 // busyScript loops for up to 10 s: until SCRIPT KILL ends it.
