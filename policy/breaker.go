@@ -334,6 +334,11 @@ func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 	}
 	err, answered := b.call(ctx, reqs, out, mode, ask)
 	b.release(answered)
+	// The changes this call made reach the user's function only now, once
+	// the call is out of flight: a function that blocks holds its caller,
+	// not a place in the slow start that a recovery opens with, which
+	// would have every other call answered by the mode meanwhile.
+	b.notes.flush()
 	return err
 }
 
@@ -638,14 +643,14 @@ func (b *Breaker) open() bool {
 	return State(b.state.Load()) == Open && b.now() < b.openUntil.Load()
 }
 
-// settle does what changes of state left to do outside gobreaker's lock:
-// it discards the local store once the circuit has closed, and delivers
-// the changes to the user's function.
+// settle does what a change of state left to do outside gobreaker's lock
+// before the mode may answer: it discards the local store once the
+// circuit has closed. The changes reach the user's function later, at the
+// call's end (see apply).
 func (b *Breaker) settle() {
 	if b.localStale.Load() {
 		b.discardLocal()
 	}
-	b.notes.flush()
 }
 
 // answer writes the mode's decisions for reqs to out: the whole batch is

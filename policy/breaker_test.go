@@ -589,6 +589,72 @@ func TestHookReentrant(t *testing.T) {
 	}
 }
 
+// TestHookBlocksOnlyItsCaller blocks the hook on the change to closed,
+// after it called State, and decides 1,000 calls meanwhile: the store
+// answers each (the circuit is closed), none waits for the hook, and
+// their latency is that of the calls before the hook.
+func TestHookBlocksOnlyItsCaller(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	var b *Breaker
+	b = newBreaker(t, f, WithTrip(1, 0.01), WithOpenTimeout(time.Millisecond), WithProbes(1), WithOnChange(func(c Change) {
+		if c.To != Closed {
+			return
+		}
+		if s := b.State(); s != Closed {
+			t.Errorf("State() in the hook of the change to closed = %v", s)
+		}
+		close(entered)
+		<-release
+	}))
+	settled(b)
+	timed := func(n int) []time.Duration {
+		lat := make([]time.Duration, n)
+		for i := range lat {
+			start := time.Now()
+			d, err := b.Apply(context.Background(), req("k"))
+			lat[i] = time.Since(start)
+			if err != nil || d.Source != core.SourceStore {
+				t.Fatalf("call %d: Apply = %+v, %v; want the store's decision", i, d, err)
+			}
+		}
+		slices.Sort(lat)
+		return lat
+	}
+	before := timed(1000)
+	f.set(refused, false)
+	for i := 0; b.State() != Open; i++ { // 1% of the window's calls trip it
+		if i == 1000 {
+			t.Fatalf("state %v after %d refused calls, want open", b.State(), i)
+		}
+		b.Apply(context.Background(), req("k"))
+	}
+	f.set(nil, false)
+	time.Sleep(2 * time.Millisecond) // the open timeout
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.Apply(context.Background(), req("k")) // the probe: closes, and delivers
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the hook was not called; state %v", b.State())
+	}
+	// The hook blocks until release: a call that waited for it would
+	// never return, and timed would not either.
+	during := timed(1000)
+	close(release)
+	<-done
+	p99 := func(lat []time.Duration) time.Duration { return lat[len(lat)*99/100] }
+	t.Logf("p99 %v before the hook, %v while it blocked", p99(before), p99(during))
+	if p99(during) > p99(before)+time.Millisecond {
+		t.Errorf("p99 %v while the hook blocked, %v before it: more than 1 ms apart", p99(during), p99(before))
+	}
+}
+
 // TestHookOrderConcurrent checks that concurrent callers deliver every
 // change once, in order.
 func TestHookOrderConcurrent(t *testing.T) {

@@ -263,8 +263,8 @@ func TestDownAtStart(t *testing.T) {
 // containing code, heals it (heal), and waits for the circuit to close,
 // without restarting anything: every decision from the fault to the
 // repair within the deadline and 20 ms (unless the canary was as late),
-// and the circuit closed within its open timeout and 1 s of the repair.
-func faultRun(t *testing.T, r *rig, mode Mode, code string, fault, heal func()) {
+// and the circuit closed within recovery of the repair.
+func faultRun(t *testing.T, r *rig, mode Mode, code string, recovery time.Duration, fault, heal func()) {
 	t.Helper()
 	r.start(t, r.b, 300*time.Millisecond)
 	broke := time.Now()
@@ -297,11 +297,8 @@ func faultRun(t *testing.T, r *rig, mode Mode, code string, fault, heal func()) 
 	r.checkNoPanicsNoErrors(t, samples)
 	lat := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(broke), r.since(healed)))
 	checkMode(t, mode, between(samples, r.since(opened), r.since(healed)))
-	// A probe that met the fault before the repair reopened the circuit
-	// for an open timeout from then: the probes after it find the store
-	// repaired within the open timeout and a second.
-	if ok && closed.Sub(healed) > DefaultOpenTimeout+time.Second {
-		t.Errorf("the circuit closed %v after the repair, want within its open timeout and 1 s (%v): %s", closed.Sub(healed).Round(time.Millisecond), DefaultOpenTimeout+time.Second, describeChanges(r))
+	if ok && closed.Sub(healed) > recovery {
+		t.Errorf("the circuit closed %v after the repair, want within %v: %s", closed.Sub(healed).Round(time.Millisecond), recovery, describeChanges(r))
 	}
 	for text, n := range r.rec.errorTexts(code) {
 		t.Logf("store error ×%d: %s (%d with %s in all, %d failures, %d others)", n, text, r.rec.code(code), code, r.rec.failed, r.rec.other)
@@ -327,7 +324,10 @@ func TestBusy(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs("--busy-reply-threshold", "100"))
 			r := newRig(t, cl.store(t, srv.Addr(), nil), WithMode(FailClosed))
 			done := make(chan error, 1)
-			faultRun(t, r, FailClosed, "BUSY",
+			// A probe that met BUSY before SCRIPT KILL reopened the
+			// circuit for an open timeout from then: the probes after it
+			// find the script gone.
+			faultRun(t, r, FailClosed, "BUSY", DefaultOpenTimeout+time.Second,
 				func() {
 					go func() {
 						_, err := srv.Do("EVAL", busyScript, "0")
@@ -370,7 +370,7 @@ func TestOOM(t *testing.T) {
 					}
 				}
 			}
-			faultRun(t, r, Degrade, "OOM", config("1"), config("0"))
+			faultRun(t, r, Degrade, "OOM", DefaultOpenTimeout+time.Second, config("1"), config("0"))
 		})
 	}
 }
@@ -399,7 +399,10 @@ func TestFailover(t *testing.T) {
 				return d.DialContext(ctx, "tcp", *addr.Load())
 			}
 			r := newRig(t, cl.store(t, primary.Addr(), dial), WithMode(FailOpen))
-			faultRun(t, r, FailOpen, "READONLY",
+			// A probe may still meet READONLY once after REPLICAOF NO ONE
+			// has returned (once in 7 runs: closed 2.02 s after it), and
+			// reopen the circuit for another open timeout.
+			faultRun(t, r, FailOpen, "READONLY", 2*DefaultOpenTimeout+time.Second,
 				func() {
 					if err := primary.Kill(); err != nil {
 						t.Fatal(err)

@@ -272,7 +272,8 @@ func WithLocalKeys(n int) BreakerOption {
 
 // WithOnChange sets a function told of every change of the circuit's
 // state, in order. It runs on the goroutine of a call that made or saw
-// the change, after the breaker has released its locks, so it may call
+// the change, at the call's end, once the breaker has released its locks
+// and the call no longer counts as in flight, so it may call
 // the breaker (its own calls deliver nothing meanwhile: no re-entrancy).
 // While it runs, later changes wait for it, and other callers are not
 // held up: keep it short, and never block in it. It is never called for
