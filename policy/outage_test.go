@@ -336,6 +336,8 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 	r := newRig(t, cl.store(t, srv.Addr(), nil), WithMode(mode), WithInstances(instances))
 	r.start(t, r.b, 500*time.Millisecond)
 
+	r.openCalls.Store(0)
+	calls := r.b.Stats().Calls
 	killed := time.Now()
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
@@ -345,6 +347,7 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 		r.load.Stop()
 		t.Fatalf("the circuit did not open within 5 s of the kill; changes %v", r.ch.list())
 	}
+	sent := r.openCalls.Load() - calls
 	toOpen := opened.Sub(killed)
 	if toOpen > time.Second {
 		t.Errorf("the circuit opened %v after the kill, want within 1 s", toOpen)
@@ -374,7 +377,8 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 	}
 	checkMode(t, mode, open)
 	quiet := r.checkOpenQuiet(t, DefaultProbes)
-	t.Logf("opened %v after the kill; while open: %v", toOpen.Round(time.Millisecond), lat)
+	detection := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(killed), r.since(opened)))
+	t.Logf("opened %v after the kill, %d calls sent meanwhile; decisions meanwhile: %v; while open: %v", toOpen.Round(time.Millisecond), sent, detection, lat)
 	t.Logf("%s", quiet)
 	if mode == Degrade {
 		// The circuit's closing discards the local state: a fresh local
