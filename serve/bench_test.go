@@ -50,10 +50,11 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	stores := []struct {
+	type store struct {
 		name string
 		open func(b *testing.B) core.Store
-	}{
+	}
+	stores := []store{
 		{"memstore", func(b *testing.B) core.Store {
 			s, err := memstore.New(memstore.Config{})
 			if err != nil {
@@ -64,10 +65,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		}},
 	}
 	for _, c := range clients {
-		stores = append(stores, struct {
-			name string
-			open func(b *testing.B) core.Store
-		}{c.name, func(b *testing.B) core.Store {
+		stores = append(stores, store{c.name, func(b *testing.B) core.Store {
 			prefix := "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 			return chain(b, c.open(b, redistest.Shared(b).Addr(), prefix), policy.FailOpen, 100*time.Millisecond)
 		}})
