@@ -316,3 +316,76 @@ func TestNoKeyLeaksThroughMiddleware(t *testing.T) {
 	}
 	t.Logf("%d requests, %d decision spans, %d denials", 3*clients, len(spans), denials)
 }
+
+// TestServerSpanOfADenial serves requests through httplimit inside a
+// server span, as HTTP instrumentation (otelhttp) starts one around the
+// handler, until the limit answers 429: sluice leaves the server span as
+// it found it (no status, no error event, none of its attributes), and
+// each decision's span is the server span's INTERNAL child, a denial's
+// with status Unset. What status a 429 gives the server span is
+// the instrumentation's choice: otelhttp leaves a 4xx Unset.
+func TestServerSpanOfADenial(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, newMem(t), telemetry.WithName("api"))
+	stack, err := core.NewStack(h.store, core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httplimit.New(stack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := h.tp.Tracer("instrumentation")
+	handler := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	server := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := tracer.Start(r.Context(), "GET /", trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		handler.ServeHTTP(w, r.WithContext(ctx))
+	})
+	var codesSeen []int
+	for range 3 {
+		rec := httptest.NewRecorder()
+		server.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		codesSeen = append(codesSeen, rec.Code)
+	}
+	if want := []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests}; fmt.Sprint(codesSeen) != fmt.Sprint(want) {
+		t.Fatalf("answers %v, want %v", codesSeen, want)
+	}
+	servers := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	var decisions []sdktrace.ReadOnlySpan
+	for _, s := range h.ended() {
+		if s.SpanKind() == trace.SpanKindServer {
+			servers[s.SpanContext().SpanID()] = s
+		} else {
+			decisions = append(decisions, s)
+		}
+	}
+	if len(servers) != 3 || len(decisions) != 3 {
+		t.Fatalf("%d server spans and %d others, want 3 and 3", len(servers), len(decisions))
+	}
+	for _, s := range servers {
+		if s.Status().Code != codes.Unset || len(s.Events()) != 0 || len(s.Attributes()) != 0 {
+			t.Errorf("server span: status %v, events %v, attributes %v; want them as the instrumentation left them (none)", s.Status(), s.Events(), s.Attributes())
+		}
+	}
+	denials := 0
+	for _, d := range decisions {
+		if d.SpanKind() != trace.SpanKindInternal {
+			t.Errorf("decision span %q is %v, want INTERNAL", d.Name(), d.SpanKind())
+		}
+		if _, ok := servers[d.Parent().SpanID()]; !ok {
+			t.Errorf("decision span %q is not a server span's child", d.Name())
+		}
+		for _, kv := range d.Attributes() {
+			if kv.Key == telemetry.AllowedKey && !kv.Value.AsBool() {
+				denials++
+				if d.Status().Code != codes.Unset {
+					t.Errorf("the denial's decision span has status %v, want Unset", d.Status())
+				}
+			}
+		}
+	}
+	if denials != 1 {
+		t.Errorf("%d denied decision spans, want 1", denials)
+	}
+}
