@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
 )
@@ -550,33 +551,9 @@ func checkCeilingRun(t *testing.T, srv *redistest.Server, c ceilingCommand, n in
 // failed or were rejected.
 func evalshaStats(t *testing.T, srv *redistest.Server) (calls, failed int64) {
 	t.Helper()
-	r, err := srv.Do("INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := r.String()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(info) {
-		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for field := range strings.SplitSeq(stats, ",") {
-			name, value, _ := strings.Cut(field, "=")
-			v, err := strconv.ParseInt(value, 10, 64)
-			switch {
-			case name != "calls" && name != "failed_calls" && name != "rejected_calls":
-			case err != nil:
-				t.Fatalf("INFO commandstats: %q: %v", line, err)
-			case name == "calls":
-				calls = v
-			default:
-				failed += v
-			}
-		}
-	}
+	info := redisfaults.Info(t, srv, "commandstats")
+	calls = redisfaults.InfoCount(info, "cmdstat_evalsha", "calls")
+	failed = redisfaults.InfoCount(info, "cmdstat_evalsha", "failed_calls") + redisfaults.InfoCount(info, "cmdstat_evalsha", "rejected_calls")
 	return calls, failed
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -548,14 +549,7 @@ func TestCancellations(t *testing.T) {
 // started (INFO stats' total_connections_received).
 func connectionsReceived(t *testing.T, srv *redistest.Server) int64 {
 	t.Helper()
-	reply, err := srv.Do("INFO", "stats")
-	if err != nil {
-		t.Fatalf("INFO stats: %v", err)
-	}
-	info, err := reply.String()
-	if err != nil {
-		t.Fatalf("INFO stats: %v", err)
-	}
+	info := redisfaults.Info(t, srv, "stats")
 	for line := range strings.Lines(info) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
 			n, err := strconv.ParseInt(v, 10, 64)

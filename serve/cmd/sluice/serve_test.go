@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/serve"
 	"github.com/sluicehq/sluice/telemetry"
@@ -201,28 +202,8 @@ func TestServeUsage(t *testing.T) {
 // scriptCalls returns how many script calls srv has run: EVALSHA and EVAL.
 func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
 	t.Helper()
-	r, err := srv.Do("INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := r.String()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for line := range strings.Lines(info) {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(line, cmd); ok {
-				calls, _, _ := strings.Cut(rest, ",")
-				v, err := strconv.ParseInt(calls, 10, 64)
-				if err != nil {
-					t.Fatalf("INFO commandstats: %q: %v", line, err)
-				}
-				n += v
-			}
-		}
-	}
-	return n
+	info := redisfaults.Info(t, srv, "commandstats")
+	return redisfaults.InfoCount(info, "cmdstat_evalsha", "calls") + redisfaults.InfoCount(info, "cmdstat_eval", "calls")
 }
 
 // TestServeLocalCache runs sluice serve with -local-cache on a redis-server
