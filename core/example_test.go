@@ -30,7 +30,7 @@ func Example() {
 			log.Fatal(err) // the store failed; a denial is not an error
 		}
 		if !d.Allowed {
-			fmt.Printf("request %d denied: retry in %v\n", i, d.RetryAfter.Round(10*time.Millisecond))
+			fmt.Printf("request %d denied: retry in %v\n", i, d.RetryAfter.Round(100*time.Millisecond))
 			break
 		}
 	}
@@ -220,7 +220,7 @@ func Example_fromRedisRate() {
 			log.Fatal(err)
 		}
 		if !d.Allowed {
-			fmt.Printf("request %d denied, retry in %v\n", i, d.RetryAfter.Round(10*time.Millisecond))
+			fmt.Printf("request %d denied, retry in %v\n", i, d.RetryAfter.Round(100*time.Millisecond))
 			break
 		}
 	}
