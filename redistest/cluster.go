@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,6 +20,7 @@ const (
 	clusterOKTimeout   = 30 * time.Second       // WaitOK's limit
 	clusterPoll        = 50 * time.Millisecond  // between WaitOK's checks
 	createTimeout      = 30 * time.Second       // redis-cli --cluster create's limit
+	reshardTimeout     = 60 * time.Second       // redis-cli --cluster reshard's limit
 	clusterAttempts    = 2                      // whole clusters tried by StartCluster
 	clusterRetryPause  = 100 * time.Millisecond // before the second try
 )
@@ -286,6 +288,76 @@ func (c *Cluster) Owner(key string) (*Server, error) {
 		}
 	}
 	return nil, fmt.Errorf("redistest: no node of %v knows the owner of slot %d: %w", c.Addrs(), slot, errors.Join(errs...))
+}
+
+// Reshard moves the first n slots that from serves, in ascending order,
+// to to, with redis-cli --cluster reshard, as an operator moves them: for
+// each slot the target IMPORTING and the source MIGRATING, its keys
+// MIGRATEd pipeline at a time, then every master told the slot's new
+// owner. While a slot's keys are split between the two, a command on a
+// key already moved gets ASK, and one on several keys of the slot split
+// between them TRYAGAIN. Reshard returns once redis-cli has finished and
+// [Cluster.WaitOK] has seen every node agree, or with an error holding
+// redis-cli's output. pipeline below 1 means redis-cli's default, 10. On
+// a shared cluster Reshard returns [ErrShared].
+func (c *Cluster) Reshard(from, to *Server, n, pipeline int) error {
+	switch {
+	case from != nil && from.shared:
+		return fmt.Errorf("%w: Reshard", ErrShared)
+	case from == nil || to == nil || from == to:
+		return fmt.Errorf("redistest: reshard from %v to %v: want two nodes", from, to)
+	case c.node(from.port) != from || c.node(to.port) != to:
+		return fmt.Errorf("redistest: reshard from %s to %s: not both nodes of %v", from.Addr(), to.Addr(), c.Addrs())
+	case n < 1 || n > NumSlots:
+		return fmt.Errorf("redistest: reshard of %d slots: want 1 to %d", n, NumSlots)
+	}
+	cli, err := lookPath("redis-cli")
+	if err != nil {
+		return err
+	}
+	fromID, err := from.nodeID()
+	if err != nil {
+		return err
+	}
+	toID, err := to.nodeID()
+	if err != nil {
+		return err
+	}
+	args := []string{"--cluster", "reshard", from.Addr(),
+		"--cluster-from", fromID, "--cluster-to", toID,
+		"--cluster-slots", strconv.Itoa(n), "--cluster-yes"}
+	if pipeline > 0 {
+		args = append(args, "--cluster-pipeline", strconv.Itoa(pipeline))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reshardTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cli, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := startProcess(cmd); err != nil {
+		return fmt.Errorf("redistest: start redis-cli: %w", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("redistest: redis-cli --cluster reshard: %w\n%s", err, out.String())
+	}
+	// redis-cli exits 0 even when it stops at a node's error.
+	if bytes.Contains(out.Bytes(), []byte("[ERR]")) {
+		return fmt.Errorf("redistest: redis-cli --cluster reshard failed:\n%s", out.String())
+	}
+	return c.WaitOK()
+}
+
+// nodeID returns s's cluster node ID (CLUSTER MYID).
+func (s *Server) nodeID() (string, error) {
+	r, err := s.Do("CLUSTER", "MYID")
+	if err != nil {
+		return "", fmt.Errorf("redistest: node %s: %w", s.Addr(), err)
+	}
+	id, err := r.String()
+	if err != nil {
+		return "", fmt.Errorf("redistest: node %s: CLUSTER MYID: %w", s.Addr(), err)
+	}
+	return strings.TrimSpace(id), nil
 }
 
 // close is the final stop of every node.

@@ -17,6 +17,9 @@
 // makes that port require a client certificate ([CA.ClientCertificate]).
 // [StartSentinel] starts a Sentinel set (a primary, a replica and three
 // sentinels) whose primary a test can kill and wait to see replaced.
+// [Cluster.Reshard] moves slots between a Cluster's masters with
+// redis-cli --cluster reshard, as an operator does, for tests of ASK,
+// MOVED and TRYAGAIN under load.
 //
 // Starting a cluster takes 2 to 3 seconds, so a package can share one
 // server and one cluster among all its tests: [Shared] and [SharedCluster]

@@ -596,3 +596,56 @@ func FuzzReadReply(f *testing.F) {
 		}
 	})
 }
+
+func TestReshard(t *testing.T) {
+	t.Parallel()
+	c := StartCluster(t)
+	servers := c.Servers()
+	from, to := servers[0], servers[2]
+	// redis-cli moves a node's lowest slots first.
+	slots, err := c.slotMap(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := NumSlots
+	for _, r := range slots {
+		if r.port == from.Port() {
+			low = min(low, r.first)
+		}
+	}
+	var keys []string
+	for i := 0; len(keys) < 20; i++ {
+		key := fmt.Sprintf("{%s-%d}:v", t.Name(), i)
+		if s := Slot(key); s >= low && s < low+8 {
+			keys = append(keys, key)
+			do(t, from, "SET", key, key)
+		}
+	}
+	if err := c.Reshard(from, to, 8, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range keys {
+		owner, err := c.Owner(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner != to {
+			t.Fatalf("%s (slot %d) is served by %s after the reshard, want %s", key, Slot(key), owner.Addr(), to.Addr())
+		}
+		if got := doString(t, to, "GET", key); got != key {
+			t.Errorf("GET %s on the new owner: %q", key, got)
+		}
+	}
+
+	for name, err := range map[string]error{
+		"one node":     c.Reshard(from, from, 1, 0),
+		"no slots":     c.Reshard(from, to, 0, 0),
+		"nil":          c.Reshard(nil, to, 1, 0),
+		"another's":    c.Reshard(from, Start(t), 1, 0),
+		"shared nodes": SharedCluster(t).Reshard(SharedCluster(t).Servers()[0], SharedCluster(t).Servers()[1], 1, 0),
+	} {
+		if err == nil {
+			t.Errorf("Reshard with %s: no error", name)
+		}
+	}
+}

@@ -16,78 +16,6 @@ import (
 	"github.com/sluicehq/sluice/redistest"
 )
 
-// MoveSlot moves the slot of key (a Redis key) from its owner in c to
-// another master, as
-// `redis-cli --cluster reshard` moves each of its slots, but one key at a
-// time with pause between keys, so that the slot stays half-moved (its
-// keys split between the nodes, the source MIGRATING and the target
-// IMPORTING) long enough for the load to meet ASK redirections and
-// TRYAGAIN: the target IMPORTING and the source MIGRATING, each key
-// MIGRATEd, then every node told the slot's new owner. It returns the
-// target.
-func MoveSlot(t testing.TB, c *redistest.Cluster, key string, pause time.Duration) *redistest.Server {
-	t.Helper()
-	slot := redistest.Slot(key)
-	src, err := c.Owner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dst *redistest.Server
-	servers := c.Servers()
-	for _, s := range servers {
-		if s != src && dst == nil {
-			dst = s
-		}
-	}
-	if src == nil || dst == nil {
-		t.Fatalf("slot %d: no owner and other master among %v", slot, c.Addrs())
-	}
-	srcID, dstID := nodeID(t, src), nodeID(t, dst)
-	n := strconv.Itoa(slot)
-	do(t, dst, "CLUSTER", "SETSLOT", n, "IMPORTING", srcID)
-	do(t, src, "CLUSTER", "SETSLOT", n, "MIGRATING", dstID)
-	for {
-		r := do(t, src, "CLUSTER", "GETKEYSINSLOT", n, "1")
-		keys, err := r.Strings()
-		if err != nil {
-			t.Fatalf("CLUSTER GETKEYSINSLOT: %v", err)
-		}
-		if len(keys) == 0 {
-			break
-		}
-		time.Sleep(pause)
-		do(t, src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port()), "", "0", "5000", "KEYS", keys[0])
-	}
-	time.Sleep(pause)
-	for _, s := range []*redistest.Server{dst, src} {
-		do(t, s, "CLUSTER", "SETSLOT", n, "NODE", dstID)
-	}
-	for _, s := range servers {
-		if s != src && s != dst {
-			do(t, s, "CLUSTER", "SETSLOT", n, "NODE", dstID)
-		}
-	}
-	return dst
-}
-
-func nodeID(t testing.TB, s *redistest.Server) string {
-	t.Helper()
-	id, err := do(t, s, "CLUSTER", "MYID").String()
-	if err != nil {
-		t.Fatalf("CLUSTER MYID: %v", err)
-	}
-	return strings.TrimSpace(id)
-}
-
-func do(t testing.TB, s *redistest.Server, args ...string) redistest.Reply {
-	t.Helper()
-	r, err := s.Do(args...)
-	if err != nil {
-		t.Fatalf("%s on %s: %v", strings.Join(args, " "), s.Addr(), err)
-	}
-	return r
-}
-
 // ReshardResult is what [ReshardUnderLoad] saw.
 type ReshardResult struct {
 	Decisions int64
@@ -103,15 +31,31 @@ func (r ReshardResult) String() string {
 		r.Decisions, r.Allowed, r.Bound, r.Degraded, 100*float64(r.Degraded)/float64(max(r.Decisions, 1)), r.Errors, r.Took.Round(time.Millisecond))
 }
 
+// Reshard's shape: the lowest slots of a master move, the hot key's
+// among them, its slot holding junkKeys other keys, migrated pipeline at
+// a time. A MIGRATE of one key at a time always splits the stack's two
+// states (written by one script call, so next to each other in the
+// slot's keys) between the nodes for a moment; with redis-cli's 10 at a
+// time, they moved together in most runs.
+const (
+	reshardSlots = 16
+	junkKeys     = 1000
+	pipeline     = 1
+)
+
 // ReshardUnderLoad decides a stack of two rules (a token bucket and a
 // sliding window log, 200/s with a burst of 200) on one hot user key
 // from 64 goroutines, through store on cluster c with key prefix prefix,
-// while [MoveSlot] moves the key's slot to another master with pause
-// between keys; the load goes on for a second after the move. It returns
+// while redis-cli --cluster reshard moves 16 slots, the key's among
+// them, to another master ([redistest.Cluster.Reshard]), one key per
+// MIGRATE. The key's slot also holds 1,000 other keys, so that it stays
+// half-moved for as many MIGRATE calls, and the stack's two states sit
+// on two nodes between two of them. The load goes on for a second after
+// the move; then every key of the slot must be on the new master. It returns
 // the decisions, what the store allowed against what the limit admits
 // over the load's span, the decisions a breaker's mode answered, and the
 // errors by kind.
-func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, prefix string, pause time.Duration) ReshardResult {
+func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, prefix string) ReshardResult {
 	limit := core.PerSecond(200)
 	stack, err := core.NewStack(store,
 		core.Rule{Name: "bucket", Algorithm: algorithms.TokenBucket, Limit: limit},
@@ -120,10 +64,35 @@ func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, pref
 	if err != nil {
 		t.Fatal(err)
 	}
-	const key = "user:hot"
-	state := redisscript.Key(prefix, key, "bucket") // every rule's state shares its slot
+	// A user whose states (every rule's shares the slot) are in one of
+	// the lowest slots, which redis-cli moves first; the owner of slot 0
+	// is the source.
+	var key, state string
+	for i := 0; ; i++ {
+		key = "user:hot" + strconv.Itoa(i)
+		state = redisscript.Key(prefix, key, "bucket")
+		if redistest.Slot(state) < reshardSlots {
+			break
+		}
+	}
+	src, err := c.Owner(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dst *redistest.Server
+	for _, s := range c.Servers() {
+		if s != src && dst == nil {
+			dst = s
+		}
+	}
+	junk := strings.TrimSuffix(state, "bucket") + "junk:"
+	for i := range junkKeys {
+		if _, err := src.Do("SET", junk+strconv.Itoa(i), "x", "PX", "600000"); err != nil {
+			t.Fatalf("SET on %s: %v", src.Addr(), err)
+		}
+	}
 	ctx := context.Background()
-	// Warm: the keys exist, so the move has something to migrate.
+	// Warm: the states exist, so the move has them to migrate.
 	if _, err := stack.Allow(ctx, key, key); err != nil {
 		t.Fatalf("a decision before the move: %v", err)
 	}
@@ -179,11 +148,32 @@ func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, pref
 	}
 	time.Sleep(300 * time.Millisecond)
 	moved := time.Now()
-	MoveSlot(t, c, state, pause)
+	err = c.Reshard(src, dst, reshardSlots, pipeline)
 	took := time.Since(moved)
-	time.Sleep(time.Second)
+	if err == nil {
+		time.Sleep(time.Second)
+	}
 	close(stop)
 	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := c.Owner(state); err != nil || owner != dst {
+		t.Fatalf("after the reshard slot %d is served by %v (%v), want %s", redistest.Slot(state), owner, err, dst.Addr())
+	}
+	slot := strconv.Itoa(redistest.Slot(state))
+	for _, node := range []struct {
+		s    *redistest.Server
+		want int64
+	}{{src, 0}, {dst, junkKeys + 2}} { // the junk and the stack's two states
+		r, err := node.s.Do("CLUSTER", "COUNTKEYSINSLOT", slot)
+		if err != nil {
+			t.Fatalf("CLUSTER COUNTKEYSINSLOT on %s: %v", node.s.Addr(), err)
+		}
+		if n, err := r.Int(); err != nil || n != node.want {
+			t.Fatalf("after the reshard %s holds %d keys (%v) of slot %s, want %d", node.s.Addr(), n, err, slot, node.want)
+		}
+	}
 	span := time.Since(start)
 	bound := limit.Burst() + int64(span.Seconds()*float64(limit.Rate())) + 1
 	return ReshardResult{Decisions: decisions.Load(), Allowed: admits.Load(), Degraded: degraded.Load(), Errors: errs, Bound: bound, Took: took}

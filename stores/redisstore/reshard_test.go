@@ -14,14 +14,18 @@ import (
 )
 
 // TestReshardUnderLoad moves the slot of a hot key's stack to another
-// master, key by key as redis-cli --cluster reshard does, while 64
-// goroutines decide on it: the client follows MOVED and ASK and
-// the store retries TRYAGAIN, so that at most 0.1 % of the decisions fail
-// (none with CROSSSLOT); behind a fail-open breaker no error reaches a
-// caller (the breaker's answers, to the odd TRYAGAIN and to calls the
-// loaded test machine holds past the deadline, are logged: 0 to 0.33 %
-// on a quiet machine, all of them when a loaded one opens the circuit);
-// and the limit is never exceeded.
+// master with redis-cli --cluster reshard, 16 slots at once, one key per
+// MIGRATE, while 64 goroutines decide on it. The slot holds 1,000
+// other keys, so that it stays half-moved for as many MIGRATE calls, and
+// the stack's two states are split between the nodes between two of
+// them. The client follows MOVED and ASK and the store retries TRYAGAIN,
+// so that no decision fails through the store alone (without the retry,
+// rueidisstore's failed with TRYAGAIN: 64 in a run);
+// behind a fail-open breaker no error reaches a caller (the breaker's
+// answers, to calls the loaded test machine holds past the deadline,
+// are logged: 0 to 0.3 % on a quiet machine, all of them when a loaded
+// one opens the circuit); and the limit is never exceeded. After the
+// move every key of the slot is on the new master.
 // Each case has a Cluster of its own, and they run one after the other:
 // two loads of 64 goroutines on the test machine's two cores, under the
 // race detector, would hold calls past any deadline. The breaker's is
@@ -31,9 +35,9 @@ func TestReshardUnderLoad(t *testing.T) {
 	t.Parallel()
 	t.Run("store", func(t *testing.T) {
 		c := redistest.StartCluster(t)
-		r := redisfaults.ReshardUnderLoad(t, c, reshardStore(t, c), "reshard:", 2*time.Millisecond)
+		r := redisfaults.ReshardUnderLoad(t, c, reshardStore(t, c), "reshard:")
 		t.Log(r)
-		redisfaults.CheckReshard(t, r, 0.001, false)
+		redisfaults.CheckReshard(t, r, 0, false)
 	})
 	t.Run("breaker", func(t *testing.T) {
 		c := redistest.StartCluster(t)
@@ -42,7 +46,7 @@ func TestReshardUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() })
-		r := redisfaults.ReshardUnderLoad(t, c, b, "reshard:", 0)
+		r := redisfaults.ReshardUnderLoad(t, c, b, "reshard:")
 		t.Log(r)
 		redisfaults.CheckReshard(t, r, 1, true)
 	})
