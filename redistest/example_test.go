@@ -194,3 +194,17 @@ func ExampleSlot() {
 	// true
 	// false
 }
+
+// A test moves the lowest 16 slots of one master to another, as
+// redis-cli --cluster reshard moves them for an operator, while its
+// clients run: they meet ASK, MOVED and TRYAGAIN, and find every key on
+// the new master afterwards.
+func ExampleCluster_Reshard() {
+	var t *testing.T // the test's *testing.T
+	c := redistest.StartCluster(t)
+	nodes := c.Servers()
+	// ... start the load on keys in the first master's lowest slots ...
+	if err := c.Reshard(nodes[0], nodes[1], 16, 1); err != nil {
+		t.Fatal(err)
+	}
+}
