@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,104 +40,144 @@ var parityLimits = []core.Limit{
 // parityStart is the instant, in µs, parity runs begin at.
 var parityStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 
-// parity runs ops random operations on one key against the Go transition
-// (with a state it never forgets) and against the store, from the instant
-// start (µs), switching among those of limits alg accepts; it fails at the
-// first decision they disagree on, and counts the outcomes (partial
-// counts the partial admissions that admitted less than their cost, but
-// something). Instants stay within 1970 to 2112 and costs within 2^52, so
-// that every request is valid.
-func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int, limits []core.Limit, start int64) (allowed, denied, never, refunds, delayed, partial int) {
-	t.Helper()
-	var usable []core.Limit
+// walk is a random walk of operations on one key, decided by the Go
+// transition on a state it never forgets: [walk.step] draws the next
+// request, from the instant the walk began at (µs), switching among the
+// limits it was given that its algorithm accepts. Instants stay within
+// 1970 to 2112 and costs within 2^52, so that every request is valid.
+type walk struct {
+	alg    core.Algorithm
+	key    string
+	rng    *rand.Rand
+	limits []core.Limit // the usable ones; limit is one of them
+	limit  core.Limit
+	now    int64
+	state  core.State
+	// The outcomes seen (partial counts the partial admissions that
+	// admitted less than their cost, but something).
+	allowed, denied, never, refunds, delayed, partial int
+}
+
+// newWalk returns a walk of alg on key, drawing from rng, from start
+// (µs), or nil if alg accepts none of limits.
+func newWalk(alg core.Algorithm, key string, rng *rand.Rand, limits []core.Limit, start int64) *walk {
+	w := &walk{alg: alg, key: key, rng: rng, now: start}
 	for _, l := range limits {
 		if l.Validate() == nil && alg.Validate(l) == nil {
-			usable = append(usable, l)
+			w.limits = append(w.limits, l)
 		}
 	}
-	if len(usable) == 0 {
-		return
+	if len(w.limits) == 0 {
+		return nil
 	}
-	limits = usable
-	ctx := context.Background()
-	var state core.State
-	now := start
-	limit := limits[0]
-	for i := range ops {
-		if rng.IntN(50) == 0 {
-			limit = limits[rng.IntN(len(limits))]
-		}
-		period := limit.PeriodMicros()
-		switch rng.IntN(10) {
-		case 0: // a clock that steps back
-			now -= rng.Int64N(period + 1)
-		case 1, 2, 3:
-			// the same instant
-		case 4:
-			now += rng.Int64N(3*period + 1)
-		default:
-			now += rng.Int64N(period/max(limit.Rate(), 1) + 2)
-		}
-		now = min(max(now, 0), core.MaxUnits-1)
-		capacity := limit.Burst()
-		if alg != algorithms.TokenBucket && alg != algorithms.GCRA {
-			capacity = limit.Rate()
-		}
-		var cost int64
-		switch rng.IntN(10) {
-		case 0:
-			cost = 0
-		case 1:
-			cost = min(capacity+1+rng.Int64N(3), core.MaxUnits) // unsatisfiable, or all of 2^52
-		case 2:
-			cost = rng.Int64N(capacity) + 1
-		default:
-			cost = rng.Int64N(min(capacity, 3)) + 1
-		}
-		req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: cost, Now: time.UnixMicro(now)}
-		switch rng.IntN(9) {
-		case 0:
-			req.Op = core.OpPeek
-		case 1:
-			req.Op = core.OpRefund
-		case 8:
-			// A partial admission of up to cost (at least 1): the Lua's
-			// two passes against core.Run's.
-			req.Op, req.Cost = core.OpAtMost, max(cost, 1)
-		case 2, 3:
-			if core.Reserves(alg) {
-				req.Op, req.MaxWait = core.OpReserve, time.Duration(rng.Int64N(3*period)+1)*time.Microsecond
-				if rng.IntN(50) == 0 {
-					req.MaxWait = math.MaxInt64 // a debt of 2^52 units
-				}
+	w.limit = w.limits[0]
+	return w
+}
+
+// step draws the next request and returns it with the Go transition's
+// decision, which it has applied to the walk's state.
+func (w *walk) step() (core.Request, core.Decision) {
+	rng, alg := w.rng, w.alg
+	if rng.IntN(50) == 0 {
+		w.limit = w.limits[rng.IntN(len(w.limits))]
+	}
+	limit := w.limit
+	period := limit.PeriodMicros()
+	switch rng.IntN(10) {
+	case 0: // a clock that steps back
+		w.now -= rng.Int64N(period + 1)
+	case 1, 2, 3:
+		// the same instant
+	case 4:
+		w.now += rng.Int64N(3*period + 1)
+	default:
+		w.now += rng.Int64N(period/max(limit.Rate(), 1) + 2)
+	}
+	w.now = min(max(w.now, 0), core.MaxUnits-1)
+	capacity := limit.Burst()
+	if alg != algorithms.TokenBucket && alg != algorithms.GCRA {
+		capacity = limit.Rate()
+	}
+	var cost int64
+	switch rng.IntN(10) {
+	case 0:
+		cost = 0
+	case 1:
+		cost = min(capacity+1+rng.Int64N(3), core.MaxUnits) // unsatisfiable, or all of 2^52
+	case 2:
+		cost = rng.Int64N(capacity) + 1
+	default:
+		cost = rng.Int64N(min(capacity, 3)) + 1
+	}
+	req := core.Request{Key: w.key, Algorithm: alg, Limit: limit, Cost: cost, Now: time.UnixMicro(w.now)}
+	switch rng.IntN(9) {
+	case 0:
+		req.Op = core.OpPeek
+	case 1:
+		req.Op = core.OpRefund
+	case 8:
+		// A partial admission of up to cost (at least 1): the Lua's
+		// two passes against core.Run's.
+		req.Op, req.Cost = core.OpAtMost, max(cost, 1)
+	case 2, 3:
+		if core.Reserves(alg) {
+			req.Op, req.MaxWait = core.OpReserve, time.Duration(rng.Int64N(3*period)+1)*time.Microsecond
+			if rng.IntN(50) == 0 {
+				req.MaxWait = math.MaxInt64 // a debt of 2^52 units
 			}
 		}
-		want := core.Run(&state, &req, 0)
+	}
+	return req, core.Run(&w.state, &req, 0)
+}
+
+// check compares the store's decision got (or its error) for the request
+// req of the walk's op i with the Go transition's, want, and counts the
+// outcome.
+func (w *walk) check(i int, req core.Request, want, got core.Decision, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("key %s, op %d: Apply(now=%d, %v, cost=%d, %v, maxwait=%v): %w", w.key, i, w.now, req.Op, req.Cost, req.Limit, req.MaxWait, err)
+	case got != want:
+		return fmt.Errorf("key %s, op %d: Apply(now=%d, %v, cost=%d, %v, maxwait=%v)\n got %+v\nwant %+v\nstate %+v", w.key, i, w.now, req.Op, req.Cost, req.Limit, req.MaxWait, got, want, w.state)
+	}
+	if got.Allowed && req.Op == core.OpAtMost && got.Admitted < req.Cost {
+		w.partial++
+	}
+	switch {
+	case req.Op == core.OpRefund:
+		w.refunds++
+	case got.Delay > 0:
+		w.delayed++
+		w.allowed++
+	case got.Allowed:
+		w.allowed++
+	case got.Unsatisfiable():
+		w.never++
+	default:
+		w.denied++
+	}
+	return nil
+}
+
+// parity runs ops operations of a walk of alg on key through store, from
+// start (µs), and fails at the first decision the store and the Go
+// transition disagree on. It returns the outcomes; a zero walk if alg
+// accepts none of limits.
+func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng *rand.Rand, ops int, limits []core.Limit, start int64) walk {
+	t.Helper()
+	w := newWalk(alg, key, rng, limits, start)
+	if w == nil {
+		return walk{}
+	}
+	ctx := context.Background()
+	for i := range ops {
+		req, want := w.step()
 		got, err := store.Apply(ctx, req)
-		if err != nil {
-			t.Fatalf("op %d: Apply(now=%d, %v, cost=%d, %v, maxwait=%v): %v", i, now, req.Op, cost, limit, req.MaxWait, err)
-		}
-		if got != want {
-			t.Fatalf("op %d: Apply(now=%d, %v, cost=%d, %v, maxwait=%v)\n got %+v\nwant %+v\nstate %+v", i, now, req.Op, cost, limit, req.MaxWait, got, want, state)
-		}
-		if got.Allowed && req.Op == core.OpAtMost && got.Admitted < req.Cost {
-			partial++
-		}
-		switch {
-		case req.Op == core.OpRefund:
-			refunds++
-		case got.Delay > 0:
-			delayed++
-			allowed++
-		case got.Allowed:
-			allowed++
-		case got.Unsatisfiable():
-			never++
-		default:
-			denied++
+		if err := w.check(i, req, want, got, err); err != nil {
+			t.Fatal(err)
 		}
 	}
-	return allowed, denied, never, refunds, delayed, partial
+	return *w
 }
 
 func TestParity(t *testing.T) {
@@ -152,17 +193,136 @@ func TestParity(t *testing.T) {
 			seed := rand.Uint64()
 			t.Logf("seed %d", seed)
 			const ops = 10_000
-			allowed, denied, never, refunds, delayed, partial := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
-			t.Logf("%d ops: %d allowed (%d reserved with a delay, %d admitted in part), %d denied, %d unsatisfiable, %d refunds", ops, allowed, delayed, partial, denied, never, refunds)
+			w := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
+			t.Logf("%d ops: %d allowed (%d reserved with a delay, %d admitted in part), %d denied, %d unsatisfiable, %d refunds", ops, w.allowed, w.delayed, w.partial, w.denied, w.never, w.refunds)
 			// A run that never denies proves little.
-			if allowed < ops/20 || denied < ops/20 || never < ops/50 || refunds < ops/20 || partial < ops/500 {
+			if w.allowed < ops/20 || w.denied < ops/20 || w.never < ops/50 || w.refunds < ops/20 || w.partial < ops/500 {
 				t.Fatalf("too few of some outcome")
 			}
-			if rs, ok := alg.(core.Reserver); ok && rs.Reserves() && delayed < ops/50 {
+			if rs, ok := alg.(core.Reserver); ok && rs.Reserves() && w.delayed < ops/50 {
 				t.Fatalf("too few reservations with a delay")
 			}
 		})
 	}
+}
+
+// Parity over many short sequences: sequences per algorithm, of 1
+// to maxSeqOps operations each, sent seqBatch at a time in one pipeline.
+const (
+	sequences = 10_000
+	maxSeqOps = 16
+	seqBatch  = 1000
+)
+
+// TestParitySequences compares the Lua twins with the Go transitions over
+// 10,000 random sequences per algorithm, each of 1 to 16 operations on a
+// key of its own: where TestParity follows one key through 10,000
+// operations, these start from a fresh state every time (a peek, refund,
+// reservation or partial admission of a key never charged), at instants
+// anywhere from 1970 to 2112, under a limit drawn for each. The sequences
+// run in lockstep, their k-th operations sent together as pipelines of
+// EVALSHA calls of the scripts themselves, so that the test measures the
+// scripts and not a client. Sequence i of an algorithm draws from the
+// logged seed and i, and its key names both.
+func TestParitySequences(t *testing.T) {
+	t.Parallel()
+	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	ctx := context.Background()
+	for _, alg := range algorithms.All() {
+		t.Run(alg.Name(), func(t *testing.T) {
+			seed := rand.Uint64()
+			t.Logf("seed %d", seed)
+			walks := make([]*walk, 0, sequences)
+			ops := make([]int, 0, sequences)
+			for i := range sequences {
+				rng := rand.New(rand.NewPCG(seed, uint64(i)))
+				first := rng.IntN(len(parityLimits))
+				limits := append(slices.Clone(parityLimits[first:]), parityLimits[:first]...)
+				n := 1 + rng.IntN(maxSeqOps)
+				if w := newWalk(alg, fmt.Sprintf("s%d-%d", seed, i), rng, limits, rng.Int64N(core.MaxUnits)); w != nil {
+					walks, ops = append(walks, w), append(ops, n)
+				}
+			}
+			total := 0
+			for k := range maxSeqOps {
+				var due []*walk
+				for i, w := range walks {
+					if k < ops[i] {
+						due = append(due, w)
+					}
+				}
+				for len(due) > 0 {
+					batch := due[:min(seqBatch, len(due))]
+					due = due[len(batch):]
+					if err := lockstep(ctx, client, batch, k); err != nil {
+						t.Fatal(err)
+					}
+					total += len(batch)
+				}
+			}
+			var sum walk
+			for _, w := range walks {
+				sum.allowed += w.allowed
+				sum.denied += w.denied
+				sum.never += w.never
+				sum.refunds += w.refunds
+				sum.partial += w.partial
+			}
+			t.Logf("%d sequences, %d ops: %d allowed (%d admitted in part), %d denied, %d unsatisfiable, %d refunds", len(walks), total, sum.allowed, sum.partial, sum.denied, sum.never, sum.refunds)
+			if len(walks) < sequences || sum.allowed < total/20 || sum.denied < total/50 || sum.never < total/50 || sum.refunds < total/20 || sum.partial < total/500 {
+				t.Fatalf("too few sequences or too few of some outcome")
+			}
+		})
+	}
+}
+
+// lockstep takes the next step of each of walks, op k of each, sends the
+// requests' scripts as one pipeline (loading a script Redis does not
+// have) and checks each reply against the Go transition's decision.
+func lockstep(ctx context.Context, client *redis.Client, walks []*walk, k int) error {
+	reqs := make([]core.Request, len(walks))
+	wants := make([]core.Decision, len(walks))
+	cmds := make([]*redis.Cmd, len(walks))
+	pipe := client.Pipeline()
+	loaded := map[string]bool{}
+	for i, w := range walks {
+		reqs[i], wants[i] = w.step()
+		script, err := redisscript.Script(&reqs[i])
+		if err != nil {
+			return err
+		}
+		if !loaded[script.Hash()] {
+			if err := client.ScriptLoad(ctx, script.Source()).Err(); err != nil {
+				return err
+			}
+			loaded[script.Hash()] = true
+		}
+		key := redisscript.Key("paritys:", w.key, w.alg.Name())
+		cmds[i] = pipe.EvalSha(ctx, script.Hash(), []string{key}, string(redisscript.AppendArgs(nil, &reqs[i])))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("op %d of %d sequences: %w", k, len(walks), err)
+	}
+	for i, w := range walks {
+		got, err := decodeReply(cmds[i])
+		if err := w.check(k, reqs[i], wants[i], got, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeReply reads a script's packed decision from cmd.
+func decodeReply(cmd *redis.Cmd) (core.Decision, error) {
+	reply, err := cmd.Text()
+	if err != nil {
+		return core.Decision{}, err
+	}
+	if len(reply) != redisscript.ReplySize {
+		return core.Decision{}, fmt.Errorf("a reply of %d bytes, want %d", len(reply), redisscript.ReplySize)
+	}
+	return redisscript.Decode(reply)
 }
 
 // bytesSource feeds a fuzzer's input to math/rand, eight bytes a number,
