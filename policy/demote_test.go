@@ -128,19 +128,11 @@ func testFailoverDemoted(t *testing.T, cl client) {
 	checkMode(t, FailOpen, between(samples, r.since(opened), r.since(switched)))
 
 	// Recovery, from the switch: no READONLY after 2 s, an admission from
-	// the new primary within 2 s, and the circuit closed. rueidis keeps
-	// its connections to the demoted server, and nothing sluice can do to
-	// a client it was given closes them: it does not recover without a
-	// restart (docs/outages.md says so, and how to fail over instead).
-	// For it the test checks what holds regardless, above: the breaker
-	// answers by its mode and no caller sees an error; the rest is logged.
+	// the new primary within 2 s, and the circuit closed. go-redis drops a
+	// connection that answered READONLY; rueidisstore makes rueidis drop
+	// its connections (QUIT).
 	first := sinceNano(switched, watch.firstOK.Load())
 	last := sinceNano(switched, watch.last.Load())
-	if cl.keepsDemoted {
-		t.Logf("rueidis, which does not recover from a demotion without a restart: %d READONLY, the last %v after the switch; first admission from the new primary %v after it (negative: none); %+v",
-			watch.readonly.Load(), last.Round(time.Millisecond), first.Round(time.Millisecond), r.b.Stats())
-		return
-	}
 	switch {
 	case first < 0:
 		t.Errorf("no admission from the new primary within %v of the switch: %d READONLY, the last %v after the switch; %s",

@@ -64,10 +64,6 @@ type client struct {
 	// closes the client, which t's cleanup calls too; dial, if not nil,
 	// replaces the client's dialer.
 	open func(t *testing.T, addr string, dial dialer) (core.Store, func())
-	// keepsDemoted is set for a client that keeps its connections to a
-	// primary demoted to a replica, and so never reaches the new primary
-	// without a restart (rueidis; see TestFailoverDemoted).
-	keepsDemoted bool
 }
 
 // dialer dials addr, for a client pointed elsewhere at run time.
@@ -102,7 +98,7 @@ var (
 			t.Fatal(err)
 		}
 		return s, closeClient
-	}, true}
+	}}
 	clients = []client{goRedis, rueidisClient}
 )
 
@@ -122,7 +118,7 @@ func goRedisClient(name string) client {
 			t.Fatal(err)
 		}
 		return s, closeClient
-	}, false}
+	}}
 }
 
 // loadLimit is the load's limit: 100 a second, burst 100, per key.

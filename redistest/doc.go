@@ -5,7 +5,8 @@
 // [Start] and [StartCluster] give a test servers of its own. Each server is
 // a redis-server child process listening on 127.0.0.1 on a port that was
 // free a moment before (the start is retried on a new port if another
-// process takes it first), without persistence, in a temporary directory
+// process takes it first), without persistence and with replicas synced
+// at once (repl-diskless-sync-delay 0), in a temporary directory
 // that holds its log. Start returns once the server answers PING, and
 // t.Cleanup stops it by its PID, never by name, and removes the directory.
 // [Server.Kill], [Server.Stop] and [Server.Restart] are for fault tests.

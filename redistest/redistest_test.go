@@ -145,6 +145,7 @@ func TestWithArgs(t *testing.T) {
 		{"maxmemory-policy", "allkeys-lru"},
 		{"save", ""},
 		{"appendonly", "no"},
+		{"repl-diskless-sync-delay", "0"},
 	} {
 		got, err := do(t, s, "CONFIG", "GET", tc.name).Strings()
 		if err != nil || len(got) != 2 || got[1] != tc.want {

@@ -271,6 +271,10 @@ func serverArgs(port int, dir string, clusterNode bool) []string {
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
+		// A full sync starts at once rather than waiting 5 s for more
+		// replicas; its child process would otherwise outlive a killed
+		// server by those seconds, and its stop with it.
+		"--repl-diskless-sync-delay", "0",
 		"--protected-mode", "no",
 		"--daemonize", "no",
 		"--dir", dir,

@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/stores"
 )
@@ -52,7 +51,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 func (s *Store) evalMulti(ctx context.Context, keys []string, packed, algs string) (string, error) {
 	if s.merges {
 		reply, err := s.decide(ctx, &call{script: algorithms.MultiScript(), keys: keys, req: packed, algs: algs})
-		return reply, rediserr.Mark(err, clientDown)
+		return reply, s.mark(ctx, err)
 	}
 	c := &call{keys: keys, req: packed, algs: algs}
 	k, args := c.args()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/redis/rueidis"
@@ -53,6 +55,10 @@ type Store struct {
 	closed atomic.Bool
 	merges bool            // one node: concurrent decisions share a script call
 	queue  callqueue.Queue // the decisions to merge
+	// quitAt is when the store last closed its client's connections on
+	// READONLY (see mark), in ns of the monotonic clock since base.
+	quitAt atomic.Int64
+	base   time.Time
 }
 
 var _ core.Store = (*Store)(nil)
@@ -70,7 +76,8 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rueidisstore: %w", err)
 	}
-	s := &Store{client: client, prefix: prefix, merges: client.Mode() != rueidis.ClientModeCluster}
+	s := &Store{client: client, prefix: prefix, merges: client.Mode() != rueidis.ClientModeCluster, base: time.Now()}
+	s.quitAt.Store(-int64(quitEvery))
 	s.queue.Send, s.queue.Senders, s.queue.Inline = s.send, mergeSenders, true
 	return s, nil
 }
@@ -85,7 +92,9 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 // it is (LOADING, READONLY, OOM, NOPERM, WRONGPASS, a closed client, a
 // failed TLS handshake; docs/outages.md has the table) wraps
 // [core.ErrUnavailable], which a policy.Breaker answers by its mode; the
-// client's error stays on the chain.
+// client's error stays on the chain. On READONLY from a single server the
+// store also makes the client dial again, to reach the primary a failover
+// moved the address to (see mark).
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	script, err := redisscript.Script(&req)
 	switch {
@@ -104,7 +113,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		if err == nil {
 			d, err = decodeReply(reply)
 		}
-		err = rediserr.Mark(err, clientDown)
+		err = s.mark(ctx, err)
 	} else {
 		d, err = decode(s.script(ctx, script, []string{key}, args))
 	}
@@ -130,9 +139,54 @@ func (s *Store) script(ctx context.Context, script *algorithms.Script, keys []st
 		err = res.Error()
 	}
 	if err != nil && !rueidis.IsRedisNil(err) {
-		res = rueidis.NewResult(rueidis.RedisMessage{}, rediserr.Mark(err, clientDown))
+		res = rueidis.NewResult(rueidis.RedisMessage{}, s.mark(ctx, err))
 	}
 	return res
+}
+
+// quitEvery and quits bound how the store makes its client reconnect on
+// READONLY (see mark): at most once a quitEvery, by quits calls.
+const (
+	quitEvery = 100 * time.Millisecond
+	quits     = 16
+)
+
+// mark marks err with core.ErrUnavailable where any call would get it
+// (rediserr.Mark), and, on a READONLY reply from a single server, makes
+// the client reconnect. A server that answers READONLY was a primary and
+// is now a replica: a failover repointed the address the client dialed (a
+// DNS name, a Kubernetes Service, a proxy) at the new primary, but
+// rueidis keeps the connections it has, and would write to the replica
+// until restarted. So the store sends QUIT on them, each after a command
+// on a key, as rueidis spreads those at random over its connections to a
+// server (2 to 4 by default): the server closes each, and rueidis dials
+// the address again on its next call. It does so at most once every
+// 100 ms, with 16 QUITs, for a client of up to 4 connections all but
+// certainly closing each; a connection missed is closed on the next
+// READONLY. Calls under way on a connection that closes fail, as they
+// would have on the replica; a Cluster client follows its own redirects
+// and is left alone. The caller whose call met READONLY waits for the
+// QUITs (a round trip), within its context.
+func (s *Store) mark(ctx context.Context, err error) error {
+	if code, _ := rediserr.Code(err); code == "READONLY" && s.merges {
+		now := int64(time.Since(s.base))
+		if last := s.quitAt.Load(); now-last >= int64(quitEvery) && s.quitAt.CompareAndSwap(last, now) {
+			s.reconnect(ctx)
+		}
+	}
+	return rediserr.Mark(err, clientDown)
+}
+
+// reconnect closes the client's connections to its server (see mark).
+func (s *Store) reconnect(ctx context.Context) {
+	var wg sync.WaitGroup
+	key := s.prefix + "quit"
+	for range quits {
+		wg.Go(func() {
+			s.client.DoMulti(ctx, s.client.B().Exists().Key(key).Build(), s.client.B().Quit().Build())
+		})
+	}
+	wg.Wait()
 }
 
 // evalsha runs script with EVALSHA, and EVAL once if Redis does not have
@@ -193,7 +247,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	}
 	k := redisscript.Key(s.prefix, key, alg.Name())
 	if err := s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
-		return fmt.Errorf("rueidisstore: reset: %w", rediserr.Mark(err, clientDown))
+		return fmt.Errorf("rueidisstore: reset: %w", s.mark(ctx, err))
 	}
 	return nil
 }
