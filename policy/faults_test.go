@@ -401,14 +401,32 @@ func TestOOM(t *testing.T) {
 			r.req = func(key string) core.Request {
 				return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1 << 30), Cost: 1}
 			}
-			config := func(v string) func() {
-				return func() {
-					if _, err := srv.Do("CONFIG", "SET", "maxmemory", v); err != nil {
+			// 2 MB of junk, then a 2 MB memory limit, which Redis
+			// is then over by the junk: every write is refused, as on a
+			// Redis that filled up (one that hovers at its limit refuses
+			// only the writes that find it over, and the breaker answers
+			// those by its mode as they come). Then the limit lifted.
+			fill := func() {
+				junk := strings.Repeat("x", 16<<10)
+				for i := range 128 {
+					if _, err := srv.Do("SET", "junk:"+strconv.Itoa(i), junk); err != nil {
 						t.Fatal(err)
 					}
 				}
+				if _, err := srv.Do("CONFIG", "SET", "maxmemory", "2mb"); err != nil {
+					t.Fatal(err)
+				}
+				var re *redistest.RedisError
+				if _, err := srv.Do("SET", "junk:more", junk); !errors.As(err, &re) || re.Prefix() != "OOM" {
+					t.Fatalf("a write to Redis over its limit: %v, want OOM", err)
+				}
 			}
-			faultRun(t, r, Degrade, "OOM", DefaultOpenTimeout+time.Second, config("1"), config("0"))
+			lift := func() {
+				if _, err := srv.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			faultRun(t, r, Degrade, "OOM", DefaultOpenTimeout+time.Second, fill, lift)
 		})
 	}
 }
