@@ -229,11 +229,11 @@ func TestDownAtStart(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				c := startCanary()
+				c := redisfaults.StartCanary()
 				start := time.Now()
 				d, err := v.Apply(context.Background(), loadReq("first-"+mode.String()))
 				took := time.Since(start)
-				stalled := c.stop()
+				stalled := c.Stop()
 				want := map[Mode]core.Source{FailOpen: core.SourceFailOpen, FailClosed: core.SourceFailClosed, Degrade: core.SourceDegraded}[mode]
 				if err != nil || d.Source != want || d.Allowed == (mode == FailClosed) {
 					t.Errorf("%v: first decision = %+v, %v; want the mode's", mode, d, err)
@@ -261,39 +261,6 @@ func TestDownAtStart(t *testing.T) {
 			}
 		})
 	}
-}
-
-// canary is a goroutine that only sleeps, a millisecond at a time, and
-// keeps its worst lateness: how long the process stalled while it ran.
-type canary struct {
-	done  chan struct{}
-	worst chan time.Duration
-}
-
-func startCanary() *canary {
-	c := &canary{done: make(chan struct{}), worst: make(chan time.Duration, 1)}
-	go func() {
-		var worst time.Duration
-		for {
-			select {
-			case <-c.done:
-				c.worst <- worst
-				return
-			default:
-			}
-			before := time.Now()
-			time.Sleep(time.Millisecond)
-			worst = max(worst, time.Since(before)-time.Millisecond)
-		}
-	}()
-	return c
-}
-
-// stop ends the canary and returns its worst lateness. A stall still under
-// way when stop is called is measured when the canary next wakes.
-func (c *canary) stop() time.Duration {
-	close(c.done)
-	return <-c.worst
 }
 
 // faultRun is a scenario that breaks the server under load (fault), waits
