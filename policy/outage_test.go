@@ -395,9 +395,19 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 		t.Errorf("while open, p99 %v, want at most 1 ms", lat.p99)
 	}
 	checkMode(t, mode, open)
+	// Redis decides nothing begun while it is down, so every
+	// decision allowed from the kill to the restart is the mode's: under
+	// fail-open, the mode's answers that allowed are all the admissions.
+	want := map[Mode]core.Source{FailOpen: core.SourceFailOpen, FailClosed: core.SourceFailClosed, Degrade: core.SourceDegraded}[mode]
+	down := between(samples, r.since(killed), r.since(restarted))
+	allowedDown := count(down, func(s sample) bool { return s.err == nil && s.allowed })
+	byMode := count(down, func(s sample) bool { return s.err == nil && s.allowed && s.source == want })
+	if allowedDown != byMode {
+		t.Errorf("%d decisions allowed while Redis was down, %d of them by the mode (%v): the rest claim a store that was not there", allowedDown, byMode, want)
+	}
 	quiet := r.checkOpenQuiet(t, DefaultProbes)
 	detection := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(killed), r.since(opened)))
-	t.Logf("opened %v after the kill, %d calls sent meanwhile; decisions meanwhile: %v; while open: %v", toOpen.Round(time.Millisecond), sent, detection, lat)
+	t.Logf("opened %v after the kill, %d calls sent meanwhile; decisions meanwhile: %v; while open: %v; while down: %d decisions, %d allowed, all by the mode", toOpen.Round(time.Millisecond), sent, detection, lat, len(down), allowedDown)
 	t.Logf("%s", quiet)
 	if mode == Degrade {
 		// The circuit's closing discards the local state: a fresh local
