@@ -5,7 +5,7 @@ GO ?= go
 # Benchmark repetitions; compare runs with benchstat (see docs/benchmarks.md).
 COUNT ?= 6
 
-.PHONY: test bench bench-compare lint sim
+.PHONY: test bench bench-compare fuzz lint sim
 
 ## test: every test of every package, with the race detector, in random order.
 ## policy's fault tests time real outages against deadlines of a few
@@ -28,6 +28,11 @@ bench:
 ## docs/benchmarks.md's tables and charts rewritten (ROUNDS, BENCHTIME)
 bench-compare:
 	./benchmarks/run
+
+## fuzz: every fuzz target for FUZZTIME (60s) each, one after another;
+## the long run of R-21 for a nightly job (make test runs the seeds only)
+fuzz:
+	./.ci/fuzz
 
 ## lint: gofmt and go vet
 lint:

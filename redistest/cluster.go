@@ -92,20 +92,26 @@ func tryCluster(cli string, opts []Option, shared bool) (*Cluster, error) {
 // create runs redis-cli --cluster create, which assigns the slots, gives each
 // node its config epoch, introduces the nodes and waits until they agree.
 func (c *Cluster) create(cli string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
-	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	_, err := runCLI(cli, createTimeout, append(args, "--cluster-replicas", "0", "--cluster-yes")...)
+	return err
+}
+
+// runCLI runs redis-cli with args (the first two its mode, such as
+// "--cluster create") for at most timeout, and returns its output.
+func runCLI(cli string, timeout time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, cli, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := startProcess(cmd); err != nil {
-		return fmt.Errorf("redistest: start redis-cli: %w", err)
+		return nil, fmt.Errorf("redistest: start redis-cli: %w", err)
 	}
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, out.String())
+		return nil, fmt.Errorf("redistest: redis-cli %s %s: %w\n%s", args[0], args[1], err, out.String())
 	}
-	return nil
+	return out.Bytes(), nil
 }
 
 // Addrs returns the nodes' addresses, "127.0.0.1:PORT", in the order of
@@ -329,20 +335,13 @@ func (c *Cluster) Reshard(from, to *Server, n, pipeline int) error {
 	if pipeline > 0 {
 		args = append(args, "--cluster-pipeline", strconv.Itoa(pipeline))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), reshardTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cli, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := startProcess(cmd); err != nil {
-		return fmt.Errorf("redistest: start redis-cli: %w", err)
-	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("redistest: redis-cli --cluster reshard: %w\n%s", err, out.String())
+	out, err := runCLI(cli, reshardTimeout, args...)
+	if err != nil {
+		return err
 	}
 	// redis-cli exits 0 even when it stops at a node's error.
-	if bytes.Contains(out.Bytes(), []byte("[ERR]")) {
-		return fmt.Errorf("redistest: redis-cli --cluster reshard failed:\n%s", out.String())
+	if bytes.Contains(out, []byte("[ERR]")) {
+		return fmt.Errorf("redistest: redis-cli --cluster reshard failed:\n%s", out)
 	}
 	return c.WaitOK()
 }
