@@ -764,3 +764,132 @@ func TestCloseNoLeak(t *testing.T) {
 		}
 	}
 }
+
+// TestRedialIntoBlackhole drops the clients' connections while new ones
+// meet a server that accepts them and never answers (R-05's rueidis
+// variant). go-redis dials for each caller under its deadline. rueidis
+// holds every caller behind the one that dials, whatever their contexts
+// say, and on a handshake that timed out it closes the connection with a
+// one-second escape timer (rueidis v1.0.79, pipe.Close): the callers wait
+// with it. The breaker runs calls on goroutines of their own from a run
+// of failures on (failingInARow), which bounds them whatever the client
+// does; before it, 8 to 12 calls of a run in 2 of 6 were held 1.0 s.
+// Calls begun within a deadline of the first failure coming back, before
+// the run can have come back, may still be held so, for rueidis: at most
+// as many as callers, each within the dial timeout and that second. Every
+// other decision must return within the deadline and 20 ms (unless the
+// canary was as late). The circuit must open, and close again once new
+// connections reach Redis.
+func TestRedialIntoBlackhole(t *testing.T) {
+	t.Parallel()
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			t.Parallel()
+			exclusive(t)
+			srv := redistest.Start(t)
+			silent := silentServer(t)
+			proxy := redistest.NewProxy(t, srv.Addr())
+			r := newRig(t, cl.store(t, proxy.Addr(), nil))
+			r.start(t, r.b, 500*time.Millisecond)
+			cut := time.Now()
+			proxy.SetTarget(silent)
+			// Every normal connection but the one asking: the clients'.
+			if _, err := srv.Do("CLIENT", "KILL", "TYPE", "normal"); err != nil {
+				r.load.Stop()
+				t.Fatal(err)
+			}
+			opened, ok := waitState(r.b, Open, 5*time.Second)
+			if !ok {
+				r.load.Stop()
+				t.Fatalf("the circuit did not open within 5 s of the connections dropping: %s", describeChanges(r))
+			}
+			time.Sleep(time.Until(cut.Add(2500 * time.Millisecond)))
+			proxy.SetTarget(srv.Addr())
+			back := time.Now()
+			closed, ok := waitState(r.b, Closed, DefaultOpenTimeout+5*time.Second)
+			time.Sleep(300 * time.Millisecond)
+			samples := r.load.Stop()
+			if !ok {
+				t.Errorf("the circuit did not close within %v of new connections reaching Redis: %s", DefaultOpenTimeout+5*time.Second, describeChanges(r))
+			}
+			r.checkNoPanicsNoErrors(t, samples)
+			during := between(samples, r.since(cut), r.since(back))
+			// The first failure the breaker saw: the first decision its
+			// mode answered.
+			firstFailure := r.since(back)
+			for _, s := range during {
+				if s.source == core.SourceFailOpen {
+					firstFailure = min(firstFailure, s.end())
+				}
+			}
+			var early, later []sample
+			for _, s := range during {
+				if s.at < firstFailure+DefaultTimeout {
+					early = append(early, s)
+				} else {
+					later = append(later, s)
+				}
+			}
+			if cl.name == goRedis.name {
+				later, early = during, nil
+			}
+			held, worst := 0, time.Duration(0)
+			for _, s := range early {
+				if s.took > DefaultTimeout+slack {
+					held++
+					worst = max(worst, s.took)
+				}
+			}
+			if hold := redialHold + slack; worst > hold || held > loadGoroutines {
+				t.Errorf("%d decisions begun within a deadline of the first failure were held past the deadline, the longest %v; want at most %d, each within %v (rueidis's dial timeout and escape timer)", held, worst, loadGoroutines, hold)
+			}
+			lat := checkBounded(t, r.load, DefaultTimeout, later)
+			checkMode(t, FailOpen, between(samples, r.since(opened), r.since(back)))
+			t.Logf("%s: opened %v after the connections dropped; %d decisions begun within a deadline of the first failure were held past the deadline (the longest %v); the others until Redis was reachable again: %v; closed %v after it", cl.name,
+				opened.Sub(cut).Round(time.Millisecond), held, worst.Round(time.Millisecond), lat, closed.Sub(back).Round(time.Millisecond))
+		})
+	}
+}
+
+// redialHold is how long rueidis may hold a caller behind a dial into a
+// server that never answers: the dial timeout of rueidisOptions, then the
+// one-second escape timer of its pipe's Close.
+const redialHold = 250*time.Millisecond + time.Second
+
+// silentServer listens on a free port of 127.0.0.1, accepts every
+// connection and never answers, until the test ends. It returns its
+// address.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
