@@ -412,10 +412,15 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 	if mode == Degrade {
 		// The circuit's closing discards the local state: a fresh local
 		// store answers the calls over the slow start's cap.
+		// The outage's spell ends at the first close after the restart,
+		// and its slow start within 700 ms of it: the load goes on for 5 s
+		// after the restart, and a loaded machine may open the
+		// circuit again meanwhile, for a spell of its own with a fresh
+		// local store.
 		share, _ := share(loadLimit, instances, algorithms.TokenBucket)
-		closeAt := r.since(r.lastChange(Closed))
+		closeAt := r.since(r.firstChange(Closed, restarted))
 		var during, ramp []sample
-		for _, s := range between(samples, r.since(killed), 1<<62) {
+		for _, s := range between(samples, r.since(killed), closeAt+700*time.Millisecond) {
 			switch {
 			case s.end() < closeAt:
 				during = append(during, s)
@@ -454,15 +459,14 @@ func describeChanges(r *rig) string {
 	return b.String()
 }
 
-// lastChange returns when the circuit last changed to s.
-func (r *rig) lastChange(s State) time.Time {
-	var at time.Time
+// firstChange returns when the circuit first changed to s after from.
+func (r *rig) firstChange(s State, from time.Time) time.Time {
 	for _, c := range r.ch.list() {
-		if c.To == s {
-			at = c.At
+		if c.To == s && !c.At.Before(from) {
+			return c.At
 		}
 	}
-	return at
+	return time.Time{}
 }
 
 // count counts the samples for which f is true.

@@ -180,11 +180,12 @@ func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, pref
 }
 
 // CheckReshard checks what [ReshardUnderLoad] saw: decisions made, none
-// over the limit, none failed with CROSSSLOT, and at most maxShare of
-// them failed (the clients follow MOVED and ASK, the stores retry the
-// TRYAGAIN of a multi-key call on a half-moved slot for 7 ms) or, behind
-// a breaker, were answered by its mode instead. Behind a breaker no
-// error may reach the caller at all.
+// over the limit, none failed with CROSSSLOT, MOVED, ASK or anything but
+// TRYAGAIN (the clients follow MOVED and ASK), and at most maxShare of
+// them failed with TRYAGAIN (the stores retry the TRYAGAIN of a multi-key
+// call on a half-moved slot for 7 ms, which a loaded machine may
+// outlast) or, behind a breaker, were answered by its mode instead.
+// Behind a breaker no error may reach the caller at all.
 func CheckReshard(t *testing.T, r ReshardResult, maxShare float64, breaker bool) {
 	t.Helper()
 	if r.Decisions < 1000 {
@@ -196,7 +197,7 @@ func CheckReshard(t *testing.T, r ReshardResult, maxShare float64, breaker bool)
 	var failed int64
 	for kind, n := range r.Errors {
 		failed += n
-		if breaker || kind == "CROSSSLOT" {
+		if breaker || kind != "TRYAGAIN" {
 			t.Errorf("%d decisions failed with %s", n, kind)
 		}
 	}
