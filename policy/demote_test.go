@@ -82,10 +82,7 @@ func TestFailoverDemoted(t *testing.T) {
 func testFailoverDemoted(t *testing.T, cl client) {
 	primary := redistest.Start(t)
 	replica := redistest.Start(t)
-	if _, err := replica.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(primary.Port())); err != nil {
-		t.Fatal(err)
-	}
-	waitReplicated(t, replica)
+	redisfaults.Replicate(t, replica, primary)
 	proxy := redistest.NewProxy(t, primary.Addr())
 	watch := &readonlyWatch{Store: cl.store(t, proxy.Addr(), nil)}
 	r := newRig(t, watch, WithMode(FailOpen))

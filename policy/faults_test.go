@@ -410,10 +410,7 @@ func TestFailover(t *testing.T) {
 			exclusive(t)
 			primary := redistest.Start(t)
 			replica := redistest.Start(t)
-			if _, err := replica.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(primary.Port())); err != nil {
-				t.Fatal(err)
-			}
-			waitReplicated(t, replica)
+			redisfaults.Replicate(t, replica, primary)
 			var addr atomic.Pointer[string]
 			a := primary.Addr()
 			addr.Store(&a)
@@ -439,26 +436,6 @@ func TestFailover(t *testing.T) {
 					}
 				})
 		})
-	}
-}
-
-// waitReplicated waits until replica's link to its primary is up.
-func waitReplicated(t *testing.T, replica *redistest.Server) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r, err := replica.Do("INFO", "replication")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _ := r.String()
-		if strings.Contains(s, "master_link_status:up") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica did not sync within 10 s:\n%s", s)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -168,6 +168,10 @@ const (
 // and is left alone. The caller whose call met READONLY waits for the
 // QUITs (a round trip), within its context.
 func (s *Store) mark(ctx context.Context, err error) error {
+	if err == nil {
+		return nil // every decision passes here: no look at a nil error's chain
+	}
+	// merges is set for a client of one server, not a Cluster.
 	if code, _ := rediserr.Code(err); code == "READONLY" && s.merges {
 		now := int64(time.Since(s.base))
 		if last := s.quitAt.Load(); now-last >= int64(quitEvery) && s.quitAt.CompareAndSwap(last, now) {
