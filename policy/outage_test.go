@@ -369,9 +369,6 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 		t.Fatalf("the circuit did not close within %v of the restart; changes %v", DefaultOpenTimeout+5*time.Second, r.ch.list())
 	}
 	toClose := closed.Sub(restarted)
-	if toClose > DefaultOpenTimeout+1500*time.Millisecond {
-		t.Errorf("the circuit closed %v after the restart, want within its open timeout and 1.5 s (%v)", toClose, DefaultOpenTimeout+1500*time.Millisecond)
-	}
 	// R-04's window: the load goes on until 5 s after the restart (and at
 	// least 700 ms after the circuit closed), every admission of it within
 	// the bucket.
@@ -379,6 +376,19 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 	samples := r.load.Stop()
 
 	r.checkNoPanicsNoErrors(t, samples)
+	// A probe has callGrace deadlines to dial, load its script and
+	// decide; a stall of the process as long, while it runs, fails it
+	// and costs another open timeout. So a late close is the machine's
+	// if the load's canary saw such a stall between the restart and the
+	// close (a clean-clone CI run saw 2.52 s with stalls of up to 60 ms).
+	if bound := DefaultOpenTimeout + 1500*time.Millisecond; toClose > bound {
+		recovery := sample{at: r.since(restarted), took: toClose}
+		if r.load.explained(recovery, callGrace*DefaultTimeout) {
+			t.Logf("the circuit closed %v after the restart, over %v, while the process stalled for a probe's whole grace", toClose, bound)
+		} else {
+			t.Errorf("the circuit closed %v after the restart, want within its open timeout and 1.5 s (%v)", toClose, bound)
+		}
+	}
 	firstOK := time.Duration(-1)
 	for _, s := range between(samples, r.since(restarted), 1<<62) {
 		if s.err == nil && s.source == core.SourceStore && (firstOK < 0 || s.end() < firstOK) {
