@@ -441,7 +441,7 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	case isRequestError(err):
 		return err, excluded
 	case late || IsStoreFailure(err):
-		if !timedOut(err, late) || b.timingOut() || b.failingInARow() {
+		if !timedOut(err, late) || b.timingOut() {
 			b.unsteady()
 		}
 		return err, failed
@@ -471,17 +471,6 @@ func (b *Breaker) timingOut() bool {
 		float64(c.TotalFailures) >= unsteadyRatio*float64(c.TotalFailures+c.TotalSuccesses)
 }
 
-// failingInARow reports whether the call failing now makes, with the
-// failures just before it, a run of as many failures as may trip the
-// circuit (WithTrip), with no success between them: no longer the odd
-// late call of a loaded service, but calls timing out together, as they
-// do when a connection drops or Redis stops answering. The calls that
-// follow may find the client reconnecting, which rueidis makes them wait
-// for whatever their contexts say (TestRedialIntoBlackhole).
-func (b *Breaker) failingInARow() bool {
-	return int(b.cb.Counts().ConsecutiveFailures)+1 >= b.cfg.minFailures
-}
-
 // unsteadyRatio is the share of a window's calls timing out from which
 // calls run detached (see timingOut). rueidis holds callers once its
 // queue of 1024 commands a connection is full of abandoned calls: a
@@ -491,8 +480,7 @@ const unsteadyRatio = 0.05
 // steady reports whether a call made at now (ns after b.base) may run
 // inline, on its caller's goroutine: the circuit is closed, and within
 // the last window the circuit has not closed, no call has failed but by
-// timing out, and calls have not been timing out in earnest (timingOut)
-// nor several in a row (failingInARow).
+// timing out, and calls have not been timing out in earnest (timingOut).
 //
 // An inline call costs no goroutine, timer or copy, and returns when the
 // store does, which a healthy client does by the context's deadline. A
