@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 			{"Refund", testRefund},
 			{"Instants", testInstants},
 			{"FutureState", testFutureState},
+			{"SkewedClocks", testSkewedClocks},
 		} {
 			t.Run(tc.name+"/"+alg.Name(), func(t *testing.T) {
 				t.Parallel()
