@@ -152,7 +152,7 @@ func TestLatency(t *testing.T) {
 			slowed := time.Now()
 			proxy.Delay(200 * time.Millisecond)
 			opened, ok := waitState(r.b, Open, 5*time.Second)
-			time.Sleep(time.Until(slowed.Add(2 * time.Second)))
+			time.Sleep(time.Until(slowed.Add(5 * time.Second))) // R-06's 5 s
 			proxy.Delay(0)
 			healed := time.Now()
 			closed, closedOK := waitState(r.b, Closed, DefaultOpenTimeout+5*time.Second)
@@ -187,8 +187,16 @@ func TestLatency(t *testing.T) {
 			proxy.Delay(5 * time.Millisecond)
 			time.Sleep(3 * time.Second)
 			samples := r.load.Stop()
+			// The circuit must stay closed, unless the process stalled for
+			// a run of failures that opens it on its own (4 deadlines, see
+			// FlushThroughBreaker): a loaded machine once stalled this
+			// test for 0.97 s.
 			if ch := r.ch.list(); len(ch) != 0 {
-				t.Errorf("the circuit changed state with replies 5 ms slower: %s", describeChanges(r))
+				if stall := longestStall(r.load.stalls); stall < 4*slowTimeout {
+					t.Errorf("the circuit changed state with replies 5 ms slower, while the process stalled for %v at most: %s", stall, describeChanges(r))
+				} else {
+					t.Logf("the circuit changed state with replies 5 ms slower, while the process stalled for %v: %s", stall, describeChanges(r))
+				}
 			}
 			r.checkNoPanicsNoErrors(t, samples)
 			slow := between(samples, r.since(slowed), 1<<62)
