@@ -188,6 +188,12 @@ func (r *rig) start(t *testing.T, store core.Store, warm time.Duration) {
 	for try := 0; len(r.ch.list()) != 0 || r.b.State() != Closed; try++ {
 		if try == 3 {
 			r.load.Stop()
+			// A process stalled for a run of failures that opens the
+			// circuit on its own (4 deadlines) says the machine, not the
+			// breaker, is at fault: the scenario cannot run here now.
+			if stall := longestStall(r.load.stalls); stall >= 4*DefaultTimeout {
+				t.Skipf("the circuit keeps changing state before the fault while the process stalls for up to %v: the machine is too loaded for this test: %s; %+v", stall, describeChanges(r), r.b.Stats())
+			}
 			t.Fatalf("the circuit keeps changing state before the fault: %s; %+v; store errors: %v", describeChanges(r), r.b.Stats(), r.rec.errorTexts(""))
 		}
 		t.Logf("the circuit changed state before the fault (%s; %+v); waiting for it to close", describeChanges(r), r.b.Stats())
