@@ -207,9 +207,9 @@ func (r *rig) since(at time.Time) time.Duration { return at.Sub(r.t0) }
 
 // recovered waits for the circuit to close after a fault ends, lets the
 // load run 300 ms more, stops it and returns when the circuit closed (the
-// zero time if it did not) and every sample; it fails t if the circuit did not close within the open
-// timeout and 5 s of end (what ended the fault, for the message), or if
-// a caller panicked or got an error.
+// zero time if it did not) and every sample. It fails t if the circuit
+// did not close within the open timeout and 5 s of end (what ended the
+// fault, for the message), or if a caller panicked or got an error.
 func (r *rig) recovered(t *testing.T, end string) (closed time.Time, samples []sample) {
 	t.Helper()
 	closed, ok := waitState(r.b, Closed, DefaultOpenTimeout+5*time.Second)

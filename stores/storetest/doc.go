@@ -16,8 +16,9 @@
 // often it is asked (FutureState); two callers whose clocks are 10 s
 // apart taking turns on one key, which must get no refill from the turns
 // (SkewedClocks, the replay of a limiter that stores each caller's
-// instant); and refunds, which must undo a charge exactly. It also checks key independence (braces, Unicode,
-// maximum length), bad input, [core.Inf], reservations
+// instant); and refunds, which must undo a charge exactly. It also
+// checks key independence (braces, Unicode, maximum length), bad input,
+// [core.Inf], reservations
 // ([core.OpReserve]), concurrency leases, Reset, and Close, after which
 // every method fails with [core.ErrClosed].
 //
