@@ -18,9 +18,8 @@
 // (SkewedClocks, the replay of a limiter that stores each caller's
 // instant); and refunds, which must undo a charge exactly. It also
 // checks key independence (braces, Unicode, maximum length), bad input,
-// [core.Inf], reservations
-// ([core.OpReserve]), concurrency leases, Reset, and Close, after which
-// every method fails with [core.ErrClosed].
+// [core.Inf], reservations ([core.OpReserve]), concurrency leases, Reset,
+// and Close, after which every method fails with [core.ErrClosed].
 //
 // Batches ([core.Store.ApplyAll]) are checked for every operation against
 // a reference that decides each request by its algorithm's Go transition
