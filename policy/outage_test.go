@@ -54,6 +54,7 @@ func rueidisOptions(addr string) rueidis.ClientOption {
 		Dialer:            net.Dialer{Timeout: 250 * time.Millisecond, KeepAlive: time.Second},
 		ConnWriteTimeout:  500 * time.Millisecond, // a connection whose replies stop is closed after this
 		MaxFlushDelay:     20 * time.Microsecond,
+		DialCtxFn:         rueidisstore.Dial, // a server that never answers fails the dial
 	}
 }
 

@@ -101,3 +101,39 @@ func Example_cluster() {
 	// user:2 [true true false] example:{user:2}:gcra in slot 6777
 	// user:3 [true true false] example:{user:3}:gcra in slot 2648
 }
+
+// A client for a store behind a breaker dials with Dial: a server that
+// accepts connections and never answers fails the dial by the caller's
+// deadline, instead of holding rueidis's callers for a second.
+func ExampleDial() {
+	addr, err := redistest.SharedAddr() // a Redis server of the test's own
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  []string{addr},
+		DisableCache: true,
+		DialCtxFn:    rueidisstore.Dial,
+		// and the other options of docs/redis.md's "Client options"
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	store, err := rueidisstore.New(client, rueidisstore.Config{Prefix: "example-dial:"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(5))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	defer limiter.Reset(ctx, "user:7")
+	d, err := limiter.Allow(ctx, "user:7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(d.Allowed, d.Remaining)
+	// Output: true 4
+}

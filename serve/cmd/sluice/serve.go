@@ -254,6 +254,7 @@ func openStore(log *slog.Logger, addr string, cluster bool, client, prefix strin
 			Dialer:            net.Dialer{Timeout: 250 * time.Millisecond, KeepAlive: time.Second},
 			ConnWriteTimeout:  backstop,
 			MaxFlushDelay:     20 * time.Microsecond,
+			DialCtxFn:         rueidisstore.Dial, // a silent server fails the dial, not hold callers a second
 		})
 		switch {
 		case err != nil && c == nil:
