@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +20,8 @@ import (
 
 // TestDial runs a client whose DialCtxFn is Dial against a plain server,
 // one that requires a password (PING answers NOAUTH, and the handshake
-// authenticates) and one over TLS: each decides.
+// authenticates), one over TLS, a Cluster and a Sentinel set (whose
+// sentinels Dial connects to as well): each decides.
 func TestDial(t *testing.T) {
 	t.Parallel()
 	ca := redistest.NewCA(t, "dial CA")
@@ -29,6 +31,7 @@ func TestDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	secure := redistest.Start(t, redistest.WithTLS(ca))
+	set := redistest.StartSentinel(t)
 	for _, tc := range []struct {
 		name string
 		opt  rueidis.ClientOption
@@ -36,6 +39,8 @@ func TestDial(t *testing.T) {
 		{"plain", rueidis.ClientOption{InitAddress: []string{plain.Addr()}}},
 		{"password", rueidis.ClientOption{InitAddress: []string{auth.Addr()}, Password: "s3cret"}},
 		{"tls", rueidis.ClientOption{InitAddress: []string{secure.TLSAddr()}, TLSConfig: ca.ClientConfig()}},
+		{"cluster", rueidis.ClientOption{InitAddress: redistest.SharedCluster(t).Addrs()}},
+		{"sentinel", rueidis.ClientOption{InitAddress: set.SentinelAddrs(), Sentinel: rueidis.SentinelOption{MasterSet: set.MasterName()}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -47,9 +52,13 @@ func TestDial(t *testing.T) {
 			}
 			defer client.Close()
 			store := newStore(t, client)
-			d, err := store.Apply(context.Background(), core.Request{Key: "dial", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1})
-			if err != nil || !d.Allowed {
-				t.Fatalf("Apply through a client that dials with Dial = %+v, %v; want admitted", d, err)
+			// 30 keys: a Cluster's every master, all but surely.
+			for i := range 30 {
+				key := "dial-" + strconv.Itoa(i)
+				d, err := store.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1})
+				if err != nil || !d.Allowed {
+					t.Fatalf("Apply(%q) through a client that dials with Dial = %+v, %v; want admitted", key, d, err)
+				}
 			}
 		})
 	}
