@@ -69,7 +69,9 @@ func probe(ctx context.Context, conn net.Conn) error {
 	if err := conn.SetDeadline(d); err != nil {
 		return err
 	}
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+	// A multibulk request, not the inline "PING\r\n": proxies that speak
+	// RESP (Envoy's, twemproxy) may take only that.
+	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		return err
 	}
 	var b [1]byte
