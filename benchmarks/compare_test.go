@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,8 +152,10 @@ func report(b *testing.B, c Contender, t tally, elapsed time.Duration) {
 // BenchmarkRedis compares every Redis contender on one real redis-server:
 // a hot key and per-user keys, at 1, 16, 64 and 256 goroutines. Beside
 // ns/op and allocs/op it reports the server's CPU time per decision
-// (server-µs/op), and for the production chains the share of decisions
-// their breaker answered by its mode (mode-answers/op).
+// (server-µs/op), the benchmark process's (client-µs/op: the contender
+// and its client, and the few instructions of the loop that drives it),
+// and for the production chains the share of decisions their breaker
+// answered by its mode (mode-answers/op).
 // TestCommandsPerDecision counts the commands.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Shared(b)
@@ -171,7 +174,7 @@ func BenchmarkRedis(b *testing.B) {
 			for _, c := range contenders {
 				b.Run(fmt.Sprintf("%s/g=%d/%s", w, g, c.Name), func(b *testing.B) {
 					closeCircuit(b, c)
-					before := serverCPU(b, srv)
+					before, clientBefore := serverCPU(b, srv), processCPU(b)
 					var modeBefore int64
 					if c.ModeAnswers != nil {
 						modeBefore = c.ModeAnswers()
@@ -182,9 +185,10 @@ func BenchmarkRedis(b *testing.B) {
 					t := drive(b.Context(), c, g, keys.key, upTo(b.N))
 					elapsed := time.Since(start)
 					b.StopTimer()
-					after := serverCPU(b, srv)
+					after, clientAfter := serverCPU(b, srv), processCPU(b)
 					report(b, c, t, elapsed)
 					b.ReportMetric((after-before)/float64(b.N), "server-µs/op")
+					b.ReportMetric((clientAfter-clientBefore)/float64(b.N), "client-µs/op")
 					if c.ModeAnswers != nil {
 						// A chain's breaker answers by its mode (fail-open)
 						// a call that misses its deadline: fast, and not a
@@ -297,6 +301,17 @@ func BenchmarkDistinct1M(b *testing.B) {
 			})
 		}
 	}
+}
+
+// processCPU returns the CPU time, in µs, this process has used, user and
+// system: the contenders' clients, their goroutines and the runtime's.
+func processCPU(tb testing.TB) float64 {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e3
 }
 
 // serverCPU reads the CPU time, in µs, the Redis server has used: running

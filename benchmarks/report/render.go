@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -353,11 +354,11 @@ func throughputTable(b *strings.Builder, s *resultSet, prefix string, contenders
 func detailTable(b *strings.Builder, s *resultSet, cell string, contenders []string, base string, redis bool, workload string) {
 	fmt.Fprintf(b, "At 64 goroutines:\n\n| contender | ns/op | allocs/op | admitted | errors/op |")
 	if redis {
-		b.WriteString(" server CPU µs/decision | commands/decision |")
+		b.WriteString(" client CPU µs/decision | server CPU µs/decision | commands/decision |")
 	}
 	b.WriteString("\n|---|---:|---:|---:|---:|")
 	if redis {
-		b.WriteString("---:|---:|")
+		b.WriteString("---:|---:|---:|")
 	}
 	b.WriteString("\n")
 	for _, c := range contenders {
@@ -376,7 +377,7 @@ func detailTable(b *strings.Builder, s *resultSet, cell string, contenders []str
 			if cmds == "" {
 				cmds = "–"
 			}
-			fmt.Fprintf(b, " %.1f | %s |", cpu, cmds)
+			fmt.Fprintf(b, " %s | %.1f | %s |", figureText(s.med(name, "client-µs/op")), cpu, cmds)
 		}
 		b.WriteString("\n")
 	}
@@ -465,6 +466,9 @@ func ceilingGoal(b *strings.Builder, s *resultSet) {
 	measured := "not measured"
 	if len(r) > 0 {
 		measured = fmt.Sprintf("%s of %s EVALSHA/s (%s; see the server's ceiling)", shareText(r), thousands(v), how)
+		if bound, cpu, ok := s.cpuBound("Redis/hot/g=64/" + bm.NameRueidisStore); ok {
+			measured += fmt.Sprintf("; the CPU it took per decision, %.1f µs in the client and the server together, bounds it at %.0f%% on %s", cpu, 100*bound/v, plural(s.cores(), "core"))
+		}
 	}
 	goalRow(b, fmt.Sprintf("rueidisstore ≥ %.0f%% of redis-benchmark's pipelined ceiling for sluice's own script, hot key, 64 goroutines", 100*goalCeiling),
 		measured, len(r) > 0 && median(r) >= goalCeiling)
@@ -511,7 +515,8 @@ func ceilingTable(b *strings.Builder, s *resultSet) {
 	}
 	b.WriteString("\n\n")
 	b.WriteString("How close each contender comes at 64 goroutines to the pipelined ceiling of the script it sends: the highest figure above, and where redis-benchmark could not send a script, raw-resp's raised by redis-benchmark ÷ raw-resp on the reference script if that is above 1 (\"raw-resp × that ratio\"), as an estimate of redis-benchmark's. A share is the contender's decisions/s in each round divided by the ceiling: its median and range over the rounds.\n\n")
-	b.WriteString("| contender, 64 goroutines | workload | decisions/s | its script's pipelined ceiling | share |\n|---|---|---:|---:|---:|\n")
+	fmt.Fprintf(b, "The client and the server share the machine's %s: the last column divides them by the CPU time both took per decision (client and server CPU µs/decision, in the tables above), the most decisions a second they could make if neither ever waited, as a share of the ceiling.\n\n", plural(s.cores(), "core"))
+	b.WriteString("| contender, 64 goroutines | workload | decisions/s | its script's pipelined ceiling | share | bound by the CPU |\n|---|---|---:|---:|---:|---:|\n")
 	for _, sc := range ceilingScripts {
 		for _, w := range []string{"hot", "users"} {
 			v, how := s.pipelinedCeiling(sc.script, w)
@@ -524,11 +529,50 @@ func ceilingTable(b *strings.Builder, s *resultSet) {
 				if !ok {
 					continue
 				}
-				fmt.Fprintf(b, "| %s | %s | %s | %s (%s) | %s |\n", label(c), w, thousands(d), thousands(v), how, shareText(s.shares(name, v)))
+				limit := "–"
+				if bound, _, ok := s.cpuBound(name); ok {
+					limit = fmt.Sprintf("%.0f%%", 100*bound/v)
+				}
+				fmt.Fprintf(b, "| %s | %s | %s | %s (%s) | %s | %s |\n", label(c), w, thousands(d), thousands(v), how, shareText(s.shares(name, v)), limit)
 			}
 		}
 	}
 	b.WriteString("\n")
+}
+
+// cpuBound returns the most decisions a second the machine's cores could
+// make at the CPU time the benchmark name's client and server took per
+// decision, which it returns too (µs), if both were measured.
+func (s *resultSet) cpuBound(name string) (bound, cpu float64, ok bool) {
+	client, ok1 := s.med(name, "client-µs/op")
+	server, ok2 := s.med(name, "server-µs/op")
+	if !ok1 || !ok2 || client+server <= 0 || s.cores() == 0 {
+		return 0, 0, false
+	}
+	cpu = client + server
+	return float64(s.cores()) * 1e6 / cpu, cpu, true
+}
+
+// cores returns the cores env.txt says the run had, or 0.
+func (s *resultSet) cores() int {
+	for _, line := range s.env {
+		if m := coresRE.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			return n
+		}
+	}
+	return 0
+}
+
+var coresRE = regexp.MustCompile(`(\d+) cores available to the run`)
+
+// figureText is a figure with one decimal, or a dash if it was not
+// measured.
+func figureText(v float64, ok bool) string {
+	if !ok {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 // rpsText is a ceiling's figure, or a dash if it was not measured.
