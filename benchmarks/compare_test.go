@@ -150,7 +150,9 @@ func report(b *testing.B, c Contender, t tally, elapsed time.Duration) {
 }
 
 // BenchmarkRedis compares every Redis contender on one real redis-server:
-// a hot key and per-user keys, at 1, 16, 64 and 256 goroutines. Beside
+// a hot key and per-user keys, at 1, 16, 64 and 256 goroutines; at 64,
+// the server's pipelined ceiling for sluice's own command too (see
+// CeilingCell). Beside
 // ns/op and allocs/op it reports the server's CPU time per decision
 // (server-µs/op), the benchmark process's (client-µs/op: the contender
 // and its client, and the few instructions of the loop that drives it),
@@ -168,9 +170,29 @@ func BenchmarkRedis(b *testing.B) {
 			c.Close()
 		}
 	})
+	// sluice's own command, by workload, for the ceiling cells.
+	own := make(map[string]ceilingCommand)
+	for _, c := range sluiceCommands(b, srv) {
+		if c.script == NameRueidisStore {
+			own[c.workload] = c
+		}
+	}
 	for _, w := range []string{"hot", "users"} {
 		keys := workloads()[w]
 		for _, g := range goroutineCounts {
+			if g == ceilingGoroutines {
+				// The server's ceiling for sluice's command, measured
+				// beside the contenders, so that a share of it compares
+				// figures of the same minutes of a machine whose speed
+				// drifts (TestCeiling's figures are measured once).
+				b.Run(fmt.Sprintf("%s/g=%d/%s", w, g, CeilingCell), func(b *testing.B) {
+					rps, err := rawRESP(srv.Addr(), own[w], g, ceilingPipeline, b.N)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(rps, "EVALSHA/s")
+				})
+			}
 			for _, c := range contenders {
 				b.Run(fmt.Sprintf("%s/g=%d/%s", w, g, c.Name), func(b *testing.B) {
 					closeCircuit(b, c)

@@ -84,6 +84,12 @@ const (
 	memoryBoundedKeys = 1 << 20 // every bounded in-memory store holds 1M keys, as memstore does by default
 )
 
+// CeilingCell names BenchmarkRedis's cell, beside the contenders at 64
+// goroutines, that measures the server's pipelined ceiling for sluice's
+// own command: raw-resp (a load generator of TestCeiling) sends it from
+// 64 connections, 16 to a pipeline. Its figure is EVALSHA/s.
+const CeilingCell = "ceiling-raw-resp"
+
 // Chains pairs each chain contender with the bare store contender under
 // it: the chain is what users deploy (see [RedisContenders]), the store
 // what it adds its cost to. They are sluice's own, not competitors.

@@ -203,7 +203,7 @@ func TestCeiling(t *testing.T) {
 	// Both scripts and both clients take turns in each workload and
 	// pipeline, so that the machine's drift falls on all alike.
 	for _, w := range []string{"hot", "users"} {
-		for _, pipeline := range []int{1, 16} {
+		for _, pipeline := range []int{1, ceilingPipeline} {
 			n := 100_000 // about 1 s one at a time
 			if pipeline > 1 {
 				n = 400_000
@@ -222,9 +222,9 @@ func TestCeiling(t *testing.T) {
 					}
 					var rps float64
 					if client == clientRaw {
-						rps, err = rawRESP(srv.Addr(), c, 64, pipeline, n)
+						rps, err = rawRESP(srv.Addr(), c, ceilingGoroutines, pipeline, n)
 					} else {
-						rps, err = redisBenchmark(bin, srv.Port(), c, 64, pipeline, n)
+						rps, err = redisBenchmark(bin, srv.Port(), c, ceilingGoroutines, pipeline, n)
 					}
 					if err != nil {
 						t.Fatalf("%s %s %s pipeline %d: %v", client, c.script, w, pipeline, err)
@@ -238,6 +238,13 @@ func TestCeiling(t *testing.T) {
 	}
 	writeTSV(t, "ceiling.tsv", []string{"script", "client", "workload", "pipeline", "rps"}, rows)
 }
+
+// TestCeiling's connections, and its commands to a pipeline when it
+// pipelines; BenchmarkRedis's ceiling cells send the same.
+const (
+	ceilingGoroutines = 64
+	ceilingPipeline   = 16
+)
 
 // The clients of TestCeiling, as ceiling.tsv names them.
 const (
@@ -279,7 +286,7 @@ func (c ceilingCommand) hasNUL() bool {
 // one valid tag whatever number replaces the placeholder. It fails the
 // test unless sluice's other Redis stores send the same command but for
 // their keys' prefix, so that the ceiling is theirs too.
-func sluiceCommands(t *testing.T, srv *redistest.Server) []ceilingCommand {
+func sluiceCommands(t testing.TB, srv *redistest.Server) []ceilingCommand {
 	t.Helper()
 	proxy := startCountingProxy(t, srv.Addr())
 	stores := []func(string, Limit) (Contender, error){newRueidisStore, newRedisStore}
@@ -311,7 +318,7 @@ func sluiceCommands(t *testing.T, srv *redistest.Server) []ceilingCommand {
 // as the proxy c talks through saw it, after checking that it was the
 // decision's one script call (EVAL or EVALSHA), of one key, c's key under
 // its prefix with key as its hash tag, and one argument.
-func captureEVALSHA(t *testing.T, proxy *countingProxy, c Contender, key string) [][]byte {
+func captureEVALSHA(t testing.TB, proxy *countingProxy, c Contender, key string) [][]byte {
 	t.Helper()
 	ctx := context.Background()
 	// The first decision loads the script (EVALSHA, NOSCRIPT, EVAL); the

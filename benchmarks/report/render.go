@@ -88,7 +88,7 @@ func render(s *resultSet, img string) (string, map[string][]byte) {
 // was met.
 func headline(b *strings.Builder, s *resultSet) {
 	b.WriteString("### The headline goals\n\n")
-	b.WriteString("A goal is met if the median over the rounds meets it. Beside each median, in brackets, is its range: the lowest and the highest of the rounds' own figures. Over-grant and the server's ceiling are measured once, after the rounds.\n\n")
+	b.WriteString("A goal is met if the median over the rounds meets it. Beside each median, in brackets, is its range: the lowest and the highest of the rounds' own figures. Over-grant and the server's ceiling table are measured once, after the rounds; the ceiling for sluice's own script that the rueidisstore goal divides by is measured in each round too, beside the contenders, and each round's share is against its own.\n\n")
 	b.WriteString("| goal | measured | met |\n|---|---|---|\n")
 	hot := "Redis/hot/g=64/"
 	r := s.ratios(hot+bm.NameRueidisStore, hot+bm.NameRedisRate, "decisions/s")
@@ -407,6 +407,49 @@ var ceilingScripts = []struct {
 	{bm.NameRefScript, "reference token bucket", []string{bm.NameRefScript}},
 }
 
+// ceiling is the pipelined ceiling a contender is held to: each round's,
+// their median, and where it comes from.
+type ceiling struct {
+	rounds []float64
+	median float64
+	how    string
+}
+
+// ceilingOf returns the ceiling a contender sending script's command on
+// workload at 64 goroutines is held to. For sluice's command, each round
+// measured it beside the contenders (bm.CeilingCell), so that a share
+// divides two figures of the same minutes: the machine's speed drifts
+// between rounds and after them, when TestCeiling measures it once.
+// Each round's figure is raised as pipelinedCeiling raises raw-resp's.
+// Without those cells, it is TestCeiling's, the same in every round.
+func (s *resultSet) ceilingOf(script, workload string) ceiling {
+	c := ceiling{rounds: make([]float64, len(s.rounds))}
+	cell := "Redis/" + workload + "/g=64/" + bm.CeilingCell
+	if script == bm.NameRueidisStore && len(s.values(cell, "EVALSHA/s")) > 0 {
+		raise, how := 1.0, clientRaw+" in each round"
+		refRB, ok1 := s.ceilingRPS(bm.NameRefScript, clientRedisBenchmark, workload, 16)
+		refRaw, ok2 := s.ceilingRPS(bm.NameRefScript, clientRaw, workload, 16)
+		if ok1 && ok2 && refRaw > 0 && refRB > refRaw {
+			raise = refRB / refRaw
+			how += fmt.Sprintf(" × %.2f", raise)
+		}
+		var measured []float64
+		for i, round := range s.rounds {
+			if v, ok := round[cell]["EVALSHA/s"]; ok {
+				c.rounds[i] = v * raise
+				measured = append(measured, c.rounds[i])
+			}
+		}
+		c.median, c.how = median(measured), how
+		return c
+	}
+	c.median, c.how = s.pipelinedCeiling(script, workload)
+	for i := range c.rounds {
+		c.rounds[i] = c.median
+	}
+	return c
+}
+
 // pipelinedCeiling returns the ceiling a client sending script's command
 // on workload is held to, and where it comes from: the highest EVALSHA/s
 // measured 16 to a pipeline, and, if redis-benchmark could not send the
@@ -433,14 +476,15 @@ func (s *resultSet) pipelinedCeiling(script, workload string) (float64, string) 
 	return v, how
 }
 
-// shares returns name's decisions/s divided by ceiling, round by round.
-func (s *resultSet) shares(name string, ceiling float64) []float64 {
-	if ceiling <= 0 {
-		return nil
-	}
+// shares returns name's decisions/s divided by c, round by round, each
+// round's by that round's ceiling.
+func (s *resultSet) shares(name string, c ceiling) []float64 {
 	var out []float64
-	for _, v := range s.values(name, "decisions/s") {
-		out = append(out, v/ceiling)
+	for i, round := range s.rounds {
+		v, ok := round[name]["decisions/s"]
+		if ok && c.rounds[i] > 0 {
+			out = append(out, v/c.rounds[i])
+		}
 	}
 	return out
 }
@@ -461,13 +505,13 @@ func shareText(r []float64) string {
 // server's pipelined ceiling for sluice's own script, on the hot key at
 // 64 goroutines.
 func ceilingGoal(b *strings.Builder, s *resultSet) {
-	v, how := s.pipelinedCeiling(bm.NameRueidisStore, "hot")
-	r := s.shares("Redis/hot/g=64/"+bm.NameRueidisStore, v)
+	c := s.ceilingOf(bm.NameRueidisStore, "hot")
+	r := s.shares("Redis/hot/g=64/"+bm.NameRueidisStore, c)
 	measured := "not measured"
 	if len(r) > 0 {
-		measured = fmt.Sprintf("%s of %s EVALSHA/s (%s; see the server's ceiling)", shareText(r), thousands(v), how)
+		measured = fmt.Sprintf("%s of %s EVALSHA/s (%s; see the server's ceiling)", shareText(r), thousands(c.median), c.how)
 		if bound, cpu, ok := s.cpuBound("Redis/hot/g=64/" + bm.NameRueidisStore); ok {
-			measured += fmt.Sprintf("; the CPU it took per decision, %.1f µs in the client and the server together, bounds it at %.0f%% on %s", cpu, 100*bound/v, plural(s.cores(), "core"))
+			measured += fmt.Sprintf("; the CPU it took per decision, %.1f µs in the client and the server together, bounds it at %.0f%% on %s", cpu, 100*bound/c.median, plural(s.cores(), "core"))
 		}
 	}
 	goalRow(b, fmt.Sprintf("rueidisstore ≥ %.0f%% of redis-benchmark's pipelined ceiling for sluice's own script, hot key, 64 goroutines", 100*goalCeiling),
@@ -514,26 +558,26 @@ func ceilingTable(b *strings.Builder, s *resultSet) {
 		fmt.Fprintf(b, "sluice's script ÷ the reference script, both sent by raw-resp 16 to a pipeline: %s.", strings.Join(scripts, ", "))
 	}
 	b.WriteString("\n\n")
-	b.WriteString("How close each contender comes at 64 goroutines to the pipelined ceiling of the script it sends: the highest figure above, and where redis-benchmark could not send a script, raw-resp's raised by redis-benchmark ÷ raw-resp on the reference script if that is above 1 (\"raw-resp × that ratio\"), as an estimate of redis-benchmark's. A share is the contender's decisions/s in each round divided by the ceiling: its median and range over the rounds.\n\n")
+	b.WriteString("How close each contender comes at 64 goroutines to the pipelined ceiling of the script it sends: the highest figure above, and where redis-benchmark could not send a script, raw-resp's raised by redis-benchmark ÷ raw-resp on the reference script if that is above 1 (\"raw-resp × that ratio\"), as an estimate of redis-benchmark's. A share is the contender's decisions/s in each round divided by the ceiling: its median and range over the rounds. For sluice's script the ceiling is raw-resp's in each round (\"raw-resp in each round\"), measured beside the contenders at 64 goroutines and raised in the same way, and each round's share divides by its own round's: the machine's speed drifts from minute to minute, and a ceiling measured once, after the rounds, would make that drift a share.\n\n")
 	fmt.Fprintf(b, "The client and the server share the machine's %s: the last column divides them by the CPU time both took per decision (client and server CPU µs/decision, in the tables above), the most decisions a second they could make if neither ever waited, as a share of the ceiling.\n\n", plural(s.cores(), "core"))
 	b.WriteString("| contender, 64 goroutines | workload | decisions/s | its script's pipelined ceiling | share | bound by the CPU |\n|---|---|---:|---:|---:|---:|\n")
 	for _, sc := range ceilingScripts {
 		for _, w := range []string{"hot", "users"} {
-			v, how := s.pipelinedCeiling(sc.script, w)
-			if v == 0 {
+			c := s.ceilingOf(sc.script, w)
+			if c.median == 0 {
 				continue
 			}
-			for _, c := range sc.senders {
-				name := "Redis/" + w + "/g=64/" + c
+			for _, sender := range sc.senders {
+				name := "Redis/" + w + "/g=64/" + sender
 				d, ok := s.med(name, "decisions/s")
 				if !ok {
 					continue
 				}
 				limit := "–"
 				if bound, _, ok := s.cpuBound(name); ok {
-					limit = fmt.Sprintf("%.0f%%", 100*bound/v)
+					limit = fmt.Sprintf("%.0f%%", 100*bound/c.median)
 				}
-				fmt.Fprintf(b, "| %s | %s | %s | %s (%s) | %s | %s |\n", label(c), w, thousands(d), thousands(v), how, shareText(s.shares(name, v)), limit)
+				fmt.Fprintf(b, "| %s | %s | %s | %s (%s) | %s | %s |\n", label(sender), w, thousands(d), thousands(c.median), c.how, shareText(s.shares(name, c)), limit)
 			}
 		}
 	}

@@ -162,6 +162,52 @@ func TestChainGoal(t *testing.T) {
 	}
 }
 
+// TestCeilingPerRound: where the rounds measured the server's ceiling for
+// sluice's command beside the contenders, each round's share divides by
+// its own round's ceiling, raised as TestCeiling's raw-resp figure is;
+// TestCeiling's once-measured figure is then not used.
+func TestCeilingPerRound(t *testing.T) {
+	cell := "Redis/hot/g=64/" + bm.CeilingCell
+	own := "Redis/hot/g=64/" + bm.NameRueidisStore
+	round := func(ceiling, decisions float64) map[string]metrics {
+		return map[string]metrics{
+			cell: {"EVALSHA/s": ceiling},
+			own:  {"decisions/s": decisions, "client-µs/op": 4.5, "server-µs/op": 5},
+		}
+	}
+	s := &resultSet{
+		// The machine slowed down and sped up: the share stays about the
+		// same in each round.
+		rounds: []map[string]metrics{round(200_000, 200_000), round(220_000, 210_000), round(180_000, 190_000)},
+		ceiling: map[string]float64{
+			// Measured once, after the rounds, on a fast minute.
+			bm.NameRueidisStore + "/" + clientRaw + "/hot/16":         250_000,
+			bm.NameRefScript + "/" + clientRaw + "/hot/16":            203_531,
+			bm.NameRefScript + "/" + clientRedisBenchmark + "/hot/16": 213_447,
+		},
+		env: []string{"CPU: a test CPU, 2 cores available to the run, GOMAXPROCS 2"},
+	}
+	var b strings.Builder
+	ceilingGoal(&b, s)
+	// Raised by 213,447 ÷ 203,531: 209,744, 230,718 and 188,770, of which
+	// the rounds' decisions are 95%, 91% and 101%. 9.5 µs of CPU a
+	// decision on 2 cores: 210,526 a second, 100% of the median ceiling.
+	want := "| 95% (91–101%) of 209,744 EVALSHA/s (raw-resp in each round × 1.05; see the server's ceiling); the CPU it took per decision, 9.5 µs in the client and the server together, bounds it at 100% on 2 cores | yes |"
+	if got := strings.TrimSpace(b.String()); !strings.HasSuffix(got, want) {
+		t.Errorf("%q, want it to end %q", got, want)
+	}
+	// Without the cells, TestCeiling's 250,000, raised to 262,180.
+	for _, r := range s.rounds {
+		delete(r, cell)
+	}
+	b.Reset()
+	ceilingGoal(&b, s)
+	want = "| 76% (72–80%) of 262,180 EVALSHA/s (raw-resp × 1.05; see the server's ceiling)"
+	if got := b.String(); !strings.Contains(got, want) {
+		t.Errorf("%q, want it to hold %q", got, want)
+	}
+}
+
 // TestRedisStoreGoal: redisstore meets its goal only with both ratios
 // above their bounds in all four cells, and few enough allocations.
 func TestRedisStoreGoal(t *testing.T) {
