@@ -1,0 +1,74 @@
+package memstore
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+)
+
+// BenchmarkContract takes a decision on one hot key apart, serially, under
+// the in-memory limit of make bench-compare (10,000 a second, a burst of
+// 10,000, so that the key is denied):
+//
+//   - limiter: core.Limiter.Allow, what users call;
+//   - apply: Store.Apply, called on the *Store itself;
+//   - decide: the store's locked decision alone, given a request already
+//     checked and the clock read;
+//   - clock: the clock read alone.
+//
+// limiter less apply is the Limiter; apply less decide and clock is what
+// the core.Store contract costs a call (the request checked, the Request
+// and the Decision passed by value); decide is finding the key and
+// running the algorithm. docs/benchmarks.md explains how to read them.
+//
+//	go test -run '^$' -bench BenchmarkContract -count 6 ./stores/memstore
+func BenchmarkContract(b *testing.B) {
+	s, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	limit := core.PerSecond(10_000).WithBurst(10_000)
+	lim, err := core.NewLimiter(s, algorithms.TokenBucket, limit)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 20_000 { // drain the burst: every measured decision is a denial
+		lim.Allow(ctx, "hot")
+	}
+	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+	b.Run("limiter", func(b *testing.B) {
+		for b.Loop() {
+			lim.Allow(ctx, "hot")
+		}
+	})
+	b.Run("apply", func(b *testing.B) {
+		for b.Loop() {
+			s.Apply(ctx, core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1})
+		}
+	})
+	b.Run("decide", func(b *testing.B) {
+		var d core.Decision
+		clock := s.now()
+		for b.Loop() {
+			if err := s.decide(&req, clock/1e3, clock, &d); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if d.Allowed {
+			b.Fatal("admitted: the benchmark measures denials")
+		}
+	})
+	b.Run("clock", func(b *testing.B) {
+		var sum int64
+		for b.Loop() {
+			sum += s.now()
+		}
+		if sum == 0 {
+			b.Fatal("the clock read zero")
+		}
+	})
+}
