@@ -9,10 +9,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -325,15 +325,15 @@ func BenchmarkDistinct1M(b *testing.B) {
 	}
 }
 
-// processCPU returns the CPU time, in µs, this process has used, user and
-// system: the contenders' clients, their goroutines and the runtime's.
+// processCPU returns the CPU time, in µs, this process has used: the
+// contenders' clients, their goroutines and the runtime's.
 func processCPU(tb testing.TB) float64 {
 	tb.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := cputime.Process()
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e3
+	return float64(d.Nanoseconds()) / 1e3
 }
 
 // serverCPU reads the CPU time, in µs, the Redis server has used: running
