@@ -14,11 +14,15 @@
 // is given the same [Limit] and answers one question: may this key make one
 // request now?
 //
-// The benchmarks and tests that use them start their own redis-server:
+// The benchmarks and tests (the Redis ones start their own redis-server):
 //
-//	BenchmarkRedis          hot key and 10,000 users, 1 to 256 goroutines
+//	BenchmarkRedis          hot key and 10,000 users, 1 to 256 goroutines,
+//	                        and the server's ceiling for sluice's script at 64
+//	                        in every round ([CeilingCell])
 //	BenchmarkMemory         hot key, 10,000 users and 100,000 random keys
 //	BenchmarkDistinct1M     a million keys never seen before
+//	BenchmarkDirect         memstore and go-limiter called directly, hot key
+//	                        (not run by bench-compare)
 //	TestOverGrant           64 goroutines against 10/s, burst 10, for 3 s
 //	TestCommandsPerDecision the commands each client sends, through a proxy
 //	TestCeiling             the server's EVALSHA ceiling for sluice's script
