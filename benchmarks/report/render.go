@@ -426,11 +426,8 @@ func (s *resultSet) ceilingOf(script, workload string) ceiling {
 	c := ceiling{rounds: make([]float64, len(s.rounds))}
 	cell := "Redis/" + workload + "/g=64/" + bm.CeilingCell
 	if script == bm.NameRueidisStore && len(s.values(cell, "EVALSHA/s")) > 0 {
-		raise, how := 1.0, clientRaw+" in each round"
-		refRB, ok1 := s.ceilingRPS(bm.NameRefScript, clientRedisBenchmark, workload, 16)
-		refRaw, ok2 := s.ceilingRPS(bm.NameRefScript, clientRaw, workload, 16)
-		if ok1 && ok2 && refRaw > 0 && refRB > refRaw {
-			raise = refRB / refRaw
+		raise, how := s.rawRaise(workload), clientRaw+" in each round"
+		if raise > 1 {
 			how += fmt.Sprintf(" × %.2f", raise)
 		}
 		var measured []float64
@@ -468,12 +465,23 @@ func (s *resultSet) pipelinedCeiling(script, workload string) (float64, string) 
 	if _, byRB := s.ceilingRPS(script, clientRedisBenchmark, workload, 16); !ok || byRB {
 		return v, how
 	}
-	refRB, ok1 := s.ceilingRPS(bm.NameRefScript, clientRedisBenchmark, workload, 16)
-	refRaw, ok2 := s.ceilingRPS(bm.NameRefScript, clientRaw, workload, 16)
-	if ok1 && ok2 && refRaw > 0 && refRB > refRaw && raw*refRB/refRaw > v {
-		v, how = raw*refRB/refRaw, fmt.Sprintf("%s × %.2f", clientRaw, refRB/refRaw)
+	if raise := s.rawRaise(workload); raise > 1 && raw*raise > v {
+		v, how = raw*raise, fmt.Sprintf("%s × %.2f", clientRaw, raise)
 	}
 	return v, how
+}
+
+// rawRaise returns how much faster redis-benchmark was than raw-resp on
+// the reference script on workload, 16 to a pipeline, if it was: the
+// factor raw-resp's figures are raised by, never lowered, as an estimate
+// of redis-benchmark's. It is 1 otherwise.
+func (s *resultSet) rawRaise(workload string) float64 {
+	rb, ok1 := s.ceilingRPS(bm.NameRefScript, clientRedisBenchmark, workload, 16)
+	raw, ok2 := s.ceilingRPS(bm.NameRefScript, clientRaw, workload, 16)
+	if !ok1 || !ok2 || raw <= 0 || rb <= raw {
+		return 1
+	}
+	return rb / raw
 }
 
 // shares returns name's decisions/s divided by c, round by round, each
