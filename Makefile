@@ -7,20 +7,11 @@ COUNT ?= 6
 
 .PHONY: test bench bench-compare fuzz lint sim
 
-## test: every test of every package, with the race detector, in random order.
-## policy's fault tests time real outages against deadlines of a few
-## milliseconds, so they run alone, after the other packages. memstore's key
-## flood runs once more without the race detector, whose shadow memory would
-## count in the RSS it bounds (R-22).
+## test: every test of every module, with the race detector, in random
+## order; every module runs even when one fails, and one summary of what
+## passed, failed and was skipped ends it (see .ci/test for the runs).
 test:
-	$(GO) test -race -shuffle=on $$($(GO) list ./... | grep -v '/policy$$')
-	$(GO) test -count=1 -run '^TestKeyFlood$$' ./stores/memstore
-	$(GO) test -race -shuffle=on ./policy
-	cd contrib/grpclimit && $(GO) test -race -shuffle=on ./...
-	cd examples/telemetry && $(GO) test -race -shuffle=on ./...
-	cd benchmarks && $(GO) test -race -shuffle=on -short ./...
-	cd serve && $(GO) test -race -shuffle=on ./...
-	cd serve/compare && $(GO) test -race -shuffle=on ./...
+	GO=$(GO) ./.ci/test
 
 ## bench: every benchmark, COUNT times, into bench.txt
 bench:

@@ -309,7 +309,7 @@ func TestBreakerBatchDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		f.set(nil, true)
-		b := newBreaker(t, f, WithMode(FailClosed), WithTimeout(5*time.Millisecond))
+		b := settled(newBreaker(t, f, WithMode(FailClosed), WithTimeout(5*time.Millisecond)))
 		reqs := batch("u", "t", core.PerMinute(40))
 		out := make([]core.Decision, len(reqs))
 		start := time.Now()

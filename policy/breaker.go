@@ -86,6 +86,10 @@ type Stats struct {
 	// call or during it: each returned the context's error, and the
 	// circuit counted it neither as a success nor as a failure.
 	Gone uint64
+	// Excused counts the calls that timed out before this process had
+	// run for their deadline (it stalled beyond a second): each was
+	// answered by the mode, and the circuit did not count it.
+	Excused uint64
 	// Changes counts the changes of state.
 	Changes uint64
 }
@@ -102,7 +106,8 @@ var (
 // limiters that use one Redis, giving each the mode it needs with
 // [Breaker.WithMode].
 //
-// Each call to the store runs under a per-call deadline ([WithTimeout]).
+// Each call to the store runs under a per-call deadline ([WithTimeout]),
+// kept on the process clock and adapted to the store's recent latency.
 // A call that fails as the store's failure (see [IsStoreFailure]) is
 // counted, and answered by the mode with a nil error; once failures trip
 // the circuit ([WithTrip]) it opens, and for [WithOpenTimeout] no call
@@ -153,21 +158,24 @@ var (
 // error wraps the context's), and any other error of the store, such as
 // a malformed reply. A denial is a success.
 //
-// A Breaker is safe for concurrent use. Beyond the goroutines of calls
-// made while the store is not steady it starts none; the degrade mode's
-// local store, made on first use, runs
-// one sweeper until the circuit closes again or the Breaker is closed.
+// A Breaker is safe for concurrent use. It runs one goroutine of its
+// own, the stall meter behind its process clock (see [WithTimeout]),
+// which rests while no calls are made and ends at Close; beyond it, and
+// the goroutines of calls made while the store is not steady, it starts
+// none; the degrade mode's local store, made on first use, runs one
+// sweeper until the circuit closes again or the Breaker is closed.
 type Breaker struct {
 	remote    core.Store
 	cfg       config
 	cb        *gobreaker.CircuitBreaker[struct{}]
 	base      time.Time  // the origin of the monotonic instants below
-	deadlines *deadlines // inline calls' contexts
+	meter     *meter     // the process clock
+	deadlines *deadlines // calls' deadlines, on the process clock
 
 	state       atomic.Uint32 // State, as of the last change
 	openUntil   atomic.Int64  // ns after base at which an open circuit lets probes through
-	closedAt    atomic.Int64  // ns after base at which the circuit last closed (0: NewBreaker)
-	runStart    int64         // ns after base of the current run of failures' first; under gobreaker's lock
+	closedAt    atomic.Int64  // the process clock when the circuit last closed, or NewBreaker ran
+	runStart    int64         // the process clock at the current run of failures' first; under gobreaker's lock
 	steadyAfter atomic.Int64  // ns after base from which calls may run inline (see steady)
 	ramp        atomic.Int64  // the slow start's cap on calls in flight; 0: none
 	inflight    atomic.Int64  // calls in flight to the store
@@ -176,6 +184,7 @@ type Breaker struct {
 	failures    atomic.Uint64
 	rejected    atomic.Uint64
 	gone        atomic.Uint64
+	excused     atomic.Uint64
 	notes       notifier
 
 	localMu    sync.Mutex // serialises making and discarding the local store
@@ -216,10 +225,17 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{remote: remote, cfg: cfg, base: time.Now()}
-	b.deadlines = newDeadlines(cfg.timeout, b.base)
+	ceiling := cfg.maxTimeout
+	if ceiling == 0 {
+		ceiling = max(DefaultMaxTimeout, cfg.timeout)
+	}
+	b.deadlines = newDeadlines(cfg.timeout, ceiling)
+	b.meter = startMeter(b.base, &b.calls, b.deadlines.adapt)
+	b.deadlines.m = b.meter
+	b.closedAt.Store(b.meter.at(0))
+	b.deadlines.warmUntil.Store(b.meter.at(0) + int64(cfg.window/10))
 	b.notes.fn = cfg.onChange
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
-	run := int64(runSpan * cfg.timeout)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         cfg.name,
 		MaxRequests:  uint32(cfg.probes),
@@ -229,14 +245,14 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		// gobreaker calls ReadyToTrip, under its lock, on each failure
 		// while the circuit is closed: the trip conditions of WithTrip.
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			now := b.now()
+			now := b.procNow()
 			if c.ConsecutiveFailures <= 1 {
 				b.runStart = now // a success ended the last run
 			}
 			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
 				return false
 			}
-			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= run ||
+			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= runSpan*b.deadlines.timeout.Load() ||
 				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
 		},
 		OnStateChange: b.onStateChange,
@@ -256,7 +272,9 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	}
 	b.state.Store(uint32(s))
 	if s == Closed {
-		b.closedAt.Store(int64(at.Sub(b.base)))
+		closed := b.meter.at(int64(at.Sub(b.base)))
+		b.closedAt.Store(closed)
+		b.deadlines.warmUntil.Store(closed + int64(b.cfg.window/10))
 		b.steadyAfter.Store(int64(at.Sub(b.base) + b.cfg.window))
 		b.ramp.Store(int64(b.cfg.probes))
 		b.localStale.Store(true)
@@ -364,6 +382,7 @@ const (
 	answered                // the store decided
 	excluded                // not the store's failure: the error is the caller's
 	gone                    // the caller's context ended: the error is the caller's
+	excused                 // timed out while the process stalled: the mode answers, uncounted
 	failed                  // the store's failure: the mode answers
 )
 
@@ -400,6 +419,9 @@ func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Deci
 	case failed:
 		b.failures.Add(1)
 		return b.answer(reqs, out, mode), false
+	case excused:
+		b.excused.Add(1)
+		return b.answer(reqs, out, mode), false
 	case gone:
 		b.gone.Add(1)
 		return err, false
@@ -413,24 +435,22 @@ func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Deci
 func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decision, inline func(context.Context) error) (error, outcome) {
 	b.calls.Add(1)
 	start := b.now() // the monotonic clock alone: half the cost of time.Now
-	var deadline time.Time
+	b.meter.awake(start)
+	t := b.deadlines.at(start)
 	var err error
 	if b.steady(start) {
-		deadline, err = b.callInline(ctx, start, inline)
+		err = b.callInline(ctx, t, inline)
 	} else {
-		deadline = b.base.Add(time.Duration(start) + b.cfg.timeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-			deadline = d
-		}
-		err = b.callDetached(ctx, reqs, out, deadline)
+		err = b.callDetached(ctx, reqs, out, t)
 	}
 	if err == nil {
+		b.deadlines.observe(b.meter.at(b.now()) - b.meter.at(start))
 		return nil, answered
 	}
 	// A client may report a timeout as soon as the deadline passes, before
-	// the context's timer has fired: go by the deadline too.
-	late := !time.Now().Before(deadline)
-	switch cerr := callerEnded(ctx, deadline); {
+	// the context's cancellation has reached it: go by the deadline too.
+	late := t.expired()
+	switch cerr := callerEnded(ctx, t); {
 	case cerr != nil:
 		// The caller gave up, or its own deadline passed: not the store's
 		// fault, whatever the error says.
@@ -440,6 +460,10 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		return err, gone
 	case isRequestError(err):
 		return err, excluded
+	case t.ctx.pd.ended() == bounded:
+		// The process stalled for longer than stallBound: the store did
+		// not have its time.
+		return err, excused
 	case late || IsStoreFailure(err):
 		if !timedOut(err, late) || b.timingOut() {
 			b.unsteady()
@@ -503,15 +527,13 @@ func (b *Breaker) unsteady() {
 	b.steadyAfter.Store(b.now() + int64(b.cfg.window))
 }
 
-// callInline runs inline, begun at now (ns after b.base), under a context that ends at the
-// per-call deadline (see deadlines), or the caller's if that is sooner,
-// and returns the deadline.
-func (b *Breaker) callInline(ctx context.Context, now int64, inline func(context.Context) error) (time.Time, error) {
-	t := b.deadlines.at(now)
-	if d, ok := ctx.Deadline(); ok && !d.After(t.deadline) {
-		return d, inline(ctx)
+// callInline runs inline under a context that ends at the tick's
+// deadline, or the caller's if that is sooner.
+func (b *Breaker) callInline(ctx context.Context, t *tick, inline func(context.Context) error) error {
+	if d, ok := ctx.Deadline(); ok && !d.After(t.earliest) {
+		return inline(ctx)
 	}
-	return t.deadline, inline(&callContext{Context: ctx, tick: t})
+	return inline(&callContext{Context: ctx, tick: t})
 }
 
 // callGrace is how many per-call deadlines a detached call may run after
@@ -531,14 +553,15 @@ type detached struct {
 }
 
 // callDetached calls the store on a goroutine of its own, under a context
-// of callGrace deadlines, and waits for its answer until deadline, or
-// until ctx ends; it copies the decisions to out only if it has them in
-// time. The caller thus returns by the deadline even when the client does
-// not, and a call the client holds longer goes on without its caller,
-// until the client returns it: by the grace, by the client's own
-// timeouts, or at its Close. The call may outlive its caller, so it works
-// on its own copies of the requests, and writes its own decisions.
-func (b *Breaker) callDetached(ctx context.Context, reqs []core.Request, out []core.Decision, deadline time.Time) error {
+// that ends with ctx or after callGrace deadlines of the process's time,
+// and waits for its answer until the tick's deadline, or until ctx ends;
+// it copies the decisions to out only if it has them in time. The caller
+// thus returns by the deadline even when the client does not, and a call
+// the client holds longer goes on without its caller, until the client
+// returns it: by the grace, by the client's own timeouts, or at its
+// Close. The call may outlive its caller, so it works on its own copies
+// of the requests, and writes its own decisions.
+func (b *Breaker) callDetached(ctx context.Context, reqs []core.Request, out []core.Decision, t *tick) error {
 	ch := make(chan detached, 1)
 	var one core.Request
 	var rs []core.Request
@@ -547,9 +570,9 @@ func (b *Breaker) callDetached(ctx context.Context, reqs []core.Request, out []c
 	} else {
 		rs = append(rs, reqs...)
 	}
-	cctx, cancel := context.WithTimeout(ctx, callGrace*b.cfg.timeout)
+	cctx := b.meter.context(ctx, callGrace*t.timeout, t.start)
 	go func() {
-		defer cancel()
+		defer cctx.stop()
 		var r detached
 		if rs == nil {
 			r.d, r.err = b.remote.Apply(cctx, one)
@@ -569,18 +592,16 @@ func (b *Breaker) callDetached(ctx context.Context, reqs []core.Request, out []c
 		}
 		return r.err
 	}
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
 	select {
 	case r := <-ch:
 		return take(r)
-	case <-t.C:
+	case <-t.ctx.Done():
 		select {
 		case r := <-ch: // it answered as the deadline passed
 			return take(r)
 		default:
 		}
-		return fmt.Errorf("policy: the store did not answer within %v: %w", b.cfg.timeout, context.DeadlineExceeded)
+		return fmt.Errorf("policy: the store did not answer within %v: %w", t.timeout, context.DeadlineExceeded)
 	case <-ctx.Done():
 		return fmt.Errorf("policy: the store did not answer: %w", ctx.Err())
 	}
@@ -596,7 +617,7 @@ const maxRamp = 1024
 func (b *Breaker) admit() bool {
 	n := b.inflight.Add(1)
 	if c := b.ramp.Load(); c > 0 && n > c {
-		if b.now()-b.closedAt.Load() < int64(b.cfg.window) {
+		if b.procNow()-b.closedAt.Load() < int64(b.cfg.window) {
 			b.inflight.Add(-1)
 			return false
 		}
@@ -622,20 +643,23 @@ func (b *Breaker) release(answered bool) {
 }
 
 // callerEnded returns the caller's context's error if it ended the call:
-// it was cancelled, or its deadline, no later than the breaker's (the
-// call's deadline), has passed.
-func callerEnded(ctx context.Context, deadline time.Time) error {
+// it was cancelled, or its own deadline passed before the process had
+// run for the call's.
+func callerEnded(ctx context.Context, t *tick) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if d, ok := ctx.Deadline(); ok && !d.After(deadline) && !time.Now().Before(d) {
+	if d, ok := ctx.Deadline(); ok && !t.expired() && !time.Now().Before(d) {
 		return context.DeadlineExceeded
 	}
 	return nil
 }
 
-// now returns the monotonic instant, in ns after b.base.
+// now returns the wall clock's monotonic instant, in ns after b.base.
 func (b *Breaker) now() int64 { return int64(time.Since(b.base)) }
+
+// procNow returns the process clock (see meter).
+func (b *Breaker) procNow() int64 { return b.meter.at(b.now()) }
 
 // open reports whether the circuit is open and its open timeout has not
 // passed, so that a call need not ask gobreaker (and take its lock).
@@ -686,7 +710,7 @@ func (b *Breaker) retryAfter() time.Duration {
 			return d
 		}
 	}
-	return b.cfg.timeout
+	return time.Duration(b.deadlines.timeout.Load())
 }
 
 // degrade decides reqs together on the local store, each under the
@@ -798,6 +822,7 @@ func (b *Breaker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
 		b.deadlines.stop()
+		b.meter.close()
 		b.localMu.Lock()
 		s := b.local.Swap(nil)
 		b.localMu.Unlock()
@@ -851,6 +876,7 @@ func (b *Breaker) Stats() Stats {
 		Failures: b.failures.Load(),
 		Rejected: b.rejected.Load(),
 		Gone:     b.gone.Load(),
+		Excused:  b.excused.Load(),
 		Changes:  b.changes.Load(),
 	}
 }

@@ -427,7 +427,7 @@ func TestPerCallDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		f.set(nil, true)
-		b := newBreaker(t, f, WithTimeout(7*time.Millisecond), WithMode(FailClosed))
+		b := settled(newBreaker(t, f, WithTimeout(7*time.Millisecond), WithMode(FailClosed)))
 		start := time.Now()
 		d, err := b.Apply(context.Background(), req("k"))
 		if took := time.Since(start); took != 7*time.Millisecond {

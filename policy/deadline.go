@@ -2,84 +2,190 @@ package policy
 
 import (
 	"context"
+	"math/bits"
 	"sync/atomic"
 	"time"
 )
 
-// deadlines gives the breaker's inline calls their contexts, each ending
-// at the per-call deadline, without a timer for each call.
+// deadlines gives the breaker's calls their deadlines: on the process
+// clock (see meter), as long as the store's recent latency asks for, and
+// without a timer for each call.
 //
-// context.WithDeadline costs four allocations and a timer added to and
-// removed from the runtime's heap on every call, more than the rest of
-// the breaker. Calls that start within one tick (a sixteenth of the
-// timeout) instead share one context that ends a timeout after the tick
-// began, and each call wraps it with the caller's values, one allocation.
-// Each call thus returns by the per-call deadline, and has at least
-// fifteen sixteenths of it.
+// The per-call deadline adapts to the latency the store shows while it
+// answers: three times the 99.9th percentile of the process time that
+// answered calls took, recently, kept between the floor ([WithTimeout])
+// and the ceiling ([WithMaxTimeout]). A host that gets busy slows every
+// reply a little, its own process's and Redis's alike, and the deadline
+// follows; a store that stops answering adds no answered calls, so the
+// deadline stays where healthy replies put it, and the trip rule, which
+// counts in deadlines, opens the circuit as soon as ever.
+//
+// For a tenth of the window after [NewBreaker], and after the circuit
+// closes, every call gets the ceiling: a cold client opens its
+// connections and loads its scripts on its first calls, which a deadline
+// made for a warm client's would cut off, though the store is healthy.
+//
+// A deadline of its own would cost each call a timer added to and removed
+// from the runtime's heap, more than the rest of the breaker. Calls that
+// start within one tick (a sixteenth of the deadline) instead share one
+// that ends once the process has run for the deadline after the tick
+// began, and each inline call wraps it with the caller's values, one
+// allocation. Each call thus has at least fifteen sixteenths of the
+// deadline of the process's time.
 type deadlines struct {
-	timeout, tick time.Duration
-	base          time.Time // the origin of the instants below
-	cur           atomic.Pointer[tick]
+	floor, ceiling int64 // ns
+	m              *meter
+	timeout        atomic.Int64 // the per-call deadline now, ns
+	warmUntil      atomic.Int64 // the process clock until which calls get the ceiling
+	cur            atomic.Pointer[tick]
+	lat            [latBuckets]atomic.Uint64 // answered calls' latencies (see latBucket)
+	adapts         int                       // adapt's calls, counted by the meter's goroutine
 }
 
-// tick is the context shared by the calls that start within one tick.
+// Adapting the deadline: the meter's goroutine calls adapt every
+// adaptBeats readings (10 ms), which halves the counts every decayAdapts
+// calls (100 ms), so that the latencies weighed are mostly those of the
+// last few tenths of a second.
+const (
+	adaptBeats   = 10
+	decayAdapts  = 10
+	adaptFactor  = 3
+	adaptPerMill = 999 // the quantile weighed, in thousandths
+)
+
+// tick is the deadline shared by the calls that start within one tick.
 type tick struct {
-	start    int64 // ns after base at which the tick began
-	deadline time.Time
-	ctx      context.Context // ends at deadline
-	cancel   context.CancelFunc
+	start    int64           // the wall instant at which the tick began
+	timeout  time.Duration   // the per-call deadline then
+	earliest time.Time       // the soonest the deadline can end: a timeout after start
+	ctx      *processContext // ends with the deadline
 }
 
-func newDeadlines(timeout time.Duration, base time.Time) *deadlines {
-	return &deadlines{timeout: timeout, tick: max(timeout/16, 1), base: base}
+func newDeadlines(floor, ceiling time.Duration) *deadlines {
+	d := &deadlines{floor: int64(floor), ceiling: int64(ceiling)}
+	d.timeout.Store(int64(floor))
+	return d
 }
 
-// at returns the tick of a call starting at now (ns after base), making a new one if the
-// current tick has passed. Racing callers may each make one; the last
-// stored serves the calls after it, and each caller uses its own.
+// at returns the tick of a call starting at the wall instant now, making
+// a new one if the current tick has passed. Racing callers may each make
+// one; the last stored serves the calls after it, and each caller uses
+// its own.
 func (d *deadlines) at(now int64) *tick {
-	if t := d.cur.Load(); t != nil && now-t.start < int64(d.tick) {
+	if t := d.cur.Load(); t != nil && now-t.start < int64(t.timeout/16) {
 		return t
 	}
-	deadline := d.base.Add(time.Duration(now) + d.timeout)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	t := &tick{start: now, deadline: deadline, ctx: ctx, cancel: cancel}
+	timeout := time.Duration(d.timeout.Load())
+	if d.m.at(now) < d.warmUntil.Load() {
+		timeout = time.Duration(d.ceiling)
+	}
+	t := &tick{
+		start:    now,
+		timeout:  timeout,
+		earliest: d.m.base.Add(time.Duration(now) + timeout),
+		ctx:      d.m.context(context.Background(), timeout, now),
+	}
 	d.cur.Store(t)
 	return t
 }
 
-// stop ends the current tick's context, and with it its timer.
+// stop ends the current tick's deadline, and with it its timer.
 func (d *deadlines) stop() {
 	if t := d.cur.Swap(nil); t != nil {
-		t.cancel()
+		t.ctx.stop()
 	}
 }
 
+// observe counts an answered call that took took of the process's time.
+func (d *deadlines) observe(took int64) { d.lat[latBucket(took)].Add(1) }
+
+// adapt sets the per-call deadline from the latencies observed; the
+// meter's goroutine calls it every adaptBeats readings.
+func (d *deadlines) adapt() {
+	var counts [latBuckets]uint64
+	var total uint64
+	for i := range d.lat {
+		counts[i] = d.lat[i].Load()
+		total += counts[i]
+	}
+	if d.adapts++; d.adapts%decayAdapts == 0 {
+		for i := range d.lat {
+			if c := counts[i]; c > 0 {
+				d.lat[i].Add(^(c - c/2 - 1)) // less half: calls counted meanwhile stay whole
+			}
+		}
+	}
+	if total == 0 {
+		return
+	}
+	want := total * adaptPerMill / 1000
+	var seen uint64
+	for i, c := range counts {
+		if seen += c; seen > want {
+			d.timeout.Store(min(max(adaptFactor*latBound(i), d.floor), d.ceiling))
+			return
+		}
+	}
+}
+
+// latBuckets buckets latencies up to about a second, in units of 1024 ns:
+// one a unit below 4, then four an octave.
+const latBuckets = 80
+
+// latBucket returns the bucket of a latency of ns.
+func latBucket(ns int64) int {
+	v := uint64(max(ns, 0)) >> 10
+	if v < 4 {
+		return int(v)
+	}
+	n := bits.Len64(v) // 3 or more
+	return min(4*(n-2)+int(v>>(n-3))&3, latBuckets-1)
+}
+
+// latBound returns the upper bound of bucket i, in ns.
+func latBound(i int) int64 {
+	if i < 4 {
+		return int64(i+1) << 10
+	}
+	n, sub := i/4+2, int64(i%4)
+	return (5 + sub) << (n - 3) << 10
+}
+
+// expired reports whether the tick's deadline ended because the process
+// ran for the timeout without an answer: time the store had.
+func (t *tick) expired() bool { return t.ctx.pd.ended() == ranOut }
+
 // callContext is an inline call's context: the caller's values, and the
-// deadline of the tick the call started in. It does not end when the
+// tick's deadline on the process clock. It does not end when the
 // caller's context is cancelled: propagating that would cost what the
 // tick saves (package context merges two contexts with a timer or a
 // registration, three or four allocations), for calls that in the steady
 // state last one round trip. The call runs at most until the deadline,
 // and the breaker then reports the caller's cancellation (see
-// callerEnded). A caller's context ending no later than the deadline is
-// used as it is, without a callContext.
+// callerEnded). A caller's context ending no later than the tick's
+// earliest end is used as it is, without a callContext.
+//
+// It reports no Deadline: no instant on the wall clock is its end. A
+// client that sets its socket's deadline from the context's (rueidis does
+// for a lone call) would cut a reply short across a stall of the process;
+// without one, both clients wait on Done.
 type callContext struct {
 	context.Context // the caller's, for its values
 	tick            *tick
 }
 
-// Deadline returns the tick's deadline.
-func (c *callContext) Deadline() (time.Time, bool) { return c.tick.deadline, true }
+// Deadline reports none (see callContext).
+func (c *callContext) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-// Done is closed at the tick's deadline.
+// Done is closed when the tick's deadline ends.
 func (c *callContext) Done() <-chan struct{} { return c.tick.ctx.Done() }
 
 // Err returns context.DeadlineExceeded once the tick's deadline has
-// passed, else nil.
+// ended, else nil.
 func (c *callContext) Err() error { return c.tick.ctx.Err() }
 
 // AfterFunc runs f once the context ends. Package context finds it, so a
 // context derived from a callContext registers with the tick's context
-// instead of starting a goroutine to wait for it.
-func (c *callContext) AfterFunc(f func()) func() bool { return context.AfterFunc(c.tick.ctx, f) }
+// instead of starting a goroutine to wait for it, and ends with
+// context.DeadlineExceeded.
+func (c *callContext) AfterFunc(f func()) func() bool { return c.tick.ctx.AfterFunc(f) }

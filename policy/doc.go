@@ -8,8 +8,13 @@
 // A [Breaker] is a store decorator, a [core.Store] in front of a remote
 // store (Redis, through package redisstore or rueidisstore), built on
 // sony/gobreaker's two-step circuit breaker. Every call to the store runs
-// under a short per-call deadline ([DefaultTimeout], 8 ms), so a slow
-// Redis counts as a failing one. A call that fails as the store's failure
+// under a short per-call deadline, so a slow Redis counts as a failing
+// one. The deadline is kept on the process clock, which stops while the
+// process does not run (frozen at its CPU quota, waiting for a core,
+// paused by the collector), and it follows the store: three times the
+// 99.9th percentile of recent answers, between [DefaultTimeout] (8 ms)
+// and [DefaultMaxTimeout] (100 ms). A busy host is thus not taken for a
+// sick store (see [WithTimeout]). A call that fails as the store's failure
 // ([IsStoreFailure]: a timeout, a refused or broken connection, a Redis
 // error such as LOADING, BUSY, READONLY or OOM) is answered by the
 // breaker's [Mode] instead of returning an error; once failures make up

@@ -11,15 +11,20 @@ import (
 
 // Defaults for a [Breaker]'s options.
 const (
-	// DefaultTimeout is the per-call deadline: a call to the store that
-	// has not answered within it counts as a failure. 8 ms is several
-	// times a healthy Redis's round trip on a local network (a fraction
-	// of a millisecond at the median, one or two at the 99.9th
-	// percentile), so a slow Redis is cut off before it holds callers
-	// long, and on a quiet host it absorbs 5 ms of added latency without
-	// tripping. A loaded host, or a Redis farther away, needs more; see
-	// docs/outages.md.
+	// DefaultTimeout is the per-call deadline's floor: a call to the
+	// store that has not answered within it, of this process's time (see
+	// [WithTimeout]), counts as a failure, unless the store's recent
+	// latency has raised the deadline. 8 ms is several times a healthy
+	// Redis's round trip on a local network (a fraction of a millisecond
+	// at the median, one or two at the 99.9th percentile), so a slow
+	// Redis is cut off before it holds callers long.
 	DefaultTimeout = 8 * time.Millisecond
+	// DefaultMaxTimeout is the per-call deadline's ceiling: the most the
+	// store's latency raises it to (see [WithMaxTimeout]). A busy host
+	// slows a local Redis's replies to 10 to 20 ms at the 99.9th
+	// percentile; 100 ms leaves room for a host busier than that, and
+	// is still far below a caller's patience.
+	DefaultMaxTimeout = 100 * time.Millisecond
 	// DefaultOpenTimeout is how long the circuit stays open before it lets
 	// probes through.
 	DefaultOpenTimeout = time.Second
@@ -75,6 +80,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	name        string
 	timeout     time.Duration
+	maxTimeout  time.Duration
 	openTimeout time.Duration
 	probes      int
 	minFailures int
@@ -108,6 +114,8 @@ func (c *config) validate() error {
 	switch {
 	case c.timeout <= 0 || c.timeout > maxTimeout:
 		return bad("WithTimeout(%v): the per-call deadline must be above 0 and at most %v", c.timeout, maxTimeout)
+	case c.maxTimeout != 0 && (c.maxTimeout < c.timeout || c.maxTimeout > maxTimeout):
+		return bad("WithMaxTimeout(%v): the per-call deadline's ceiling must be at least WithTimeout's %v and at most %v", c.maxTimeout, c.timeout, maxTimeout)
 	case c.openTimeout <= 0 || c.openTimeout > maxOpenTimeout:
 		return bad("WithOpenTimeout(%v): must be above 0 and at most %v", c.openTimeout, maxOpenTimeout)
 	case c.probes < 1 || c.probes > maxProbes:
@@ -180,16 +188,30 @@ func WithName(name string) BreakerOption {
 	return optionFunc(func(c *config) { c.name = name })
 }
 
-// WithTimeout sets the per-call deadline: each call to the store runs
-// under a context that ends at most d after the call began, and at least
-// fifteen sixteenths of d (calls that start within a sixteenth of d share
-// one deadline), or when the caller's context ends, if that is sooner; a
-// call that has not answered by then is a failure.
-// d must be above 0 and at most a minute. The default is
-// [DefaultTimeout], 8 ms. Set it above your Redis's latency at its worst
-// healthy moment; docs/outages.md explains the choice.
+// WithTimeout sets the per-call deadline's floor. Each call to the store
+// runs until the store answers, or until this process has run for the
+// deadline since the call began, or the caller's context ends, if that
+// is sooner; a call that has not answered by then is a failure. The
+// deadline is kept on the process clock: the time the process was not
+// running (frozen at its CPU quota, waiting for a core, paused by the
+// collector) does not count, so a stall of the process is not taken for
+// the store's slowness. And it adapts to the store: three times the
+// 99.9th percentile of the time recent answers took, never below d and
+// never above the ceiling ([WithMaxTimeout]). Calls that start within a
+// sixteenth of the deadline share one, so each has at least fifteen
+// sixteenths of it. d must be above 0 and at most a minute. The default
+// is [DefaultTimeout], 8 ms; docs/outages.md explains the choice.
 func WithTimeout(d time.Duration) BreakerOption {
 	return optionFunc(func(c *config) { c.timeout = d })
+}
+
+// WithMaxTimeout sets the per-call deadline's ceiling: however slow the
+// store's recent answers, a call waits for it no longer than d of the
+// process's time (see [WithTimeout]). d must be at least the floor, and
+// at most a minute. The default is [DefaultMaxTimeout], 100 ms, or the
+// floor if that is longer; set it to the floor for a fixed deadline.
+func WithMaxTimeout(d time.Duration) BreakerOption {
+	return optionFunc(func(c *config) { c.maxTimeout = d })
 }
 
 // WithOpenTimeout sets how long the circuit stays open after it trips (or

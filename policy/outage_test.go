@@ -182,19 +182,13 @@ func (r *rig) start(t *testing.T, store core.Store, warm time.Duration) {
 	time.Sleep(200 * time.Millisecond)
 	target.Store(&store)
 	time.Sleep(warm)
-	// A stall of the whole process (the test machine is shared) fails the
-	// calls in flight together; on a circuit that has seen few calls
-	// yet, that trips it. Wait until it has closed again: the scenario
-	// starts from a closed circuit with a warm client.
+	// The scenario starts from a closed circuit with a warm client. A
+	// circuit that changed state on a healthy Redis is waited for, and
+	// logged, up to three times: the breaker's failure, which fails the
+	// test if it persists.
 	for try := 0; len(r.ch.list()) != 0 || r.b.State() != Closed; try++ {
 		if try == 3 {
 			r.load.Stop()
-			// A process stalled for a run of failures that opens the
-			// circuit on its own (4 deadlines) says the machine, not the
-			// breaker, is at fault: the scenario cannot run here now.
-			if stall := longestStall(r.load.stalls); stall >= 4*DefaultTimeout {
-				t.Skipf("the circuit keeps changing state before the fault while the process stalls for up to %v: the machine is too loaded for this test: %s; %+v", stall, describeChanges(r), r.b.Stats())
-			}
 			t.Fatalf("the circuit keeps changing state before the fault: %s; %+v; store errors: %v", describeChanges(r), r.b.Stats(), r.rec.errorTexts(""))
 		}
 		t.Logf("the circuit changed state before the fault (%s; %+v); waiting for it to close", describeChanges(r), r.b.Stats())
@@ -443,7 +437,7 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 		t.Errorf("%d decisions allowed while Redis was down, %d of them by the mode (%v): the rest claim a store that was not there", allowedDown, byMode, want)
 	}
 	quiet := r.checkOpenQuiet(t, DefaultProbes)
-	detection := checkBounded(t, r.load, DefaultTimeout, between(samples, r.since(killed), r.since(opened)))
+	detection := checkBounded(t, r.load, r.b.timeoutNow(), between(samples, r.since(killed), r.since(opened)))
 	t.Logf("opened %v after the kill, %d calls sent meanwhile; decisions meanwhile: %v; while open: %v; while down: %d decisions, %d allowed, all by the mode", toOpen.Round(time.Millisecond), sent, detection, lat, len(down), allowedDown)
 	t.Logf("%s", quiet)
 	if mode == Degrade {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -52,6 +53,9 @@ func Dial(ctx context.Context, dst string, dialer *net.Dialer, tlsConfig *tls.Co
 		conn, err = dialer.DialContext(ctx, "tcp", dst)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ended(ctx, err)
+		}
 		return nil, err
 	}
 	if err := probe(ctx, conn); err != nil {
@@ -61,14 +65,38 @@ func Dial(ctx context.Context, dst string, dialer *net.Dialer, tlsConfig *tls.Co
 	return conn, nil
 }
 
-// probe sends PING on conn and reads the reply's line, by ctx's deadline.
-// It reads a byte at a time, so that nothing after the line is taken from
-// the connection before rueidis reads it.
+// probe sends PING on conn and reads the reply's line, by ctx's deadline,
+// or until ctx ends (a context may end without a deadline: a breaker's
+// ends on the process's clock). It reads a byte at a time, so that
+// nothing after the line is taken from the connection before rueidis
+// reads it.
 func probe(ctx context.Context, conn net.Conn) error {
 	d, _ := ctx.Deadline()
 	if err := conn.SetDeadline(d); err != nil {
 		return err
 	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	err := ping(conn)
+	if !stop() {
+		// ctx ended, and its function set a deadline in the past.
+		return ended(ctx, err)
+	}
+	if err != nil {
+		return err
+	}
+	return conn.SetDeadline(time.Time{})
+}
+
+// ended is the error of a dial whose context ended before the server
+// answered: a timeout, whatever ended the context, since the calls that
+// rueidis holds for the dial get it too, and for them the server did not
+// answer in the time the dial had.
+func ended(ctx context.Context, err error) error {
+	return fmt.Errorf("the dial's context ended (%v; %v): %w", ctx.Err(), err, os.ErrDeadlineExceeded)
+}
+
+// ping sends PING on conn and reads the reply's line.
+func ping(conn net.Conn) error {
 	// A multibulk request, not the inline "PING\r\n": proxies that speak
 	// RESP (Envoy's, twemproxy) may take only that.
 	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
@@ -83,5 +111,5 @@ func probe(ctx context.Context, conn net.Conn) error {
 			return err
 		}
 	}
-	return conn.SetDeadline(time.Time{})
+	return nil
 }

@@ -3,6 +3,7 @@ package rueidisstore
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -88,8 +89,8 @@ func (s *Store) decide(ctx context.Context, c *call) (string, error) {
 // found Redis without their script (a missing script ran nothing).
 //
 // A batch is not any one caller's: it runs on the values of its first
-// caller's context, until the last of its callers' deadlines (no deadline
-// if one of them has none), as no caller waits for it longer.
+// caller's context until every caller's context has ended (see
+// batchContext), as no caller waits for it longer.
 func (s *Store) send(batch []*callqueue.Call) {
 	if len(batch) == 1 {
 		// A lone call is its caller's own, as if unqueued.
@@ -98,23 +99,8 @@ func (s *Store) send(batch []*callqueue.Call) {
 		c.res = s.evalsha(c.Ctx, c.script, keys, args)
 		return
 	}
-	ctx := context.WithoutCancel(batch[0].Ctx)
-	var last time.Time
-	for _, c := range batch {
-		d, ok := c.Ctx.Deadline()
-		if !ok {
-			last = time.Time{}
-			break
-		}
-		if d.After(last) {
-			last = d
-		}
-	}
-	if !last.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, last)
-		defer cancel()
-	}
+	ctx, stop := batchContext(batch)
+	defer stop()
 	var runs [][]*call
 	n := 0 // the requests of the last run
 	for _, qc := range batch {
@@ -211,5 +197,56 @@ func split(run []*call, res rueidis.RedisResult) {
 			continue
 		}
 		c.reply, reply = redisscript.Cut(reply, c.size())
+	}
+}
+
+// batchContext returns the context of a batch of calls: the values of its
+// first caller's context, ending once every caller's has ended. Contexts
+// that end at a deadline end the batch at the last of them, without
+// registering with each; a context that ends without one (a breaker's
+// ends on the process's clock) is watched. A caller whose context never
+// ends leaves the batch unbounded but for the client's own timeouts. stop
+// releases what the context holds.
+func batchContext(batch []*callqueue.Call) (ctx context.Context, stop func()) {
+	ctx = context.WithoutCancel(batch[0].Ctx)
+	var last time.Time
+	var watched []context.Context
+	for _, c := range batch {
+		if d, ok := c.Ctx.Deadline(); ok {
+			if d.After(last) {
+				last = d
+			}
+			continue
+		}
+		if c.Ctx.Done() == nil {
+			return ctx, func() {}
+		}
+		watched = append(watched, c.Ctx)
+	}
+	if len(watched) == 0 {
+		return context.WithDeadline(ctx, last)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var left atomic.Int64
+	left.Store(int64(len(watched)))
+	end := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
+	stops := make([]func() bool, 0, len(watched)+1)
+	if !last.IsZero() {
+		left.Add(1)
+		t := time.AfterFunc(time.Until(last), end)
+		stops = append(stops, t.Stop)
+	}
+	for _, c := range watched {
+		stops = append(stops, context.AfterFunc(c, end))
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
 	}
 }
