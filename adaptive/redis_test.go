@@ -411,6 +411,7 @@ func TestSharedOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer breaker.Close() // its stall meter's goroutine ends with it
 	var changes []adaptive.Change
 	law := adaptive.AIMD(adaptive.LatencyAbove(0.99, 40*time.Millisecond), adaptive.Increase(10))
 	ctrl, err := adaptive.New(core.PerSecond(100), law, adaptive.WithInterval(100*time.Millisecond), adaptive.WithShared(breaker, "outage"),

@@ -236,6 +236,7 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 	b.deadlines.warmUntil.Store(b.meter.at(0) + int64(cfg.window/10))
 	b.notes.fn = cfg.onChange
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
+	run := int64(runSpan * cfg.timeout)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         cfg.name,
 		MaxRequests:  uint32(cfg.probes),
@@ -252,7 +253,7 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
 				return false
 			}
-			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= runSpan*b.deadlines.timeout.Load() ||
+			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= run ||
 				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
 		},
 		OnStateChange: b.onStateChange,
@@ -444,7 +445,7 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		err = b.callDetached(ctx, reqs, out, t)
 	}
 	if err == nil {
-		b.deadlines.observe(b.meter.at(b.now()) - b.meter.at(start))
+		b.deadlines.observe(t, b.meter.at(b.now())-b.meter.at(start))
 		return nil, answered
 	}
 	// A client may report a timeout as soon as the deadline passes, before

@@ -290,7 +290,7 @@ func TestBusyHost(t *testing.T) {
 				if end != nil {
 					end()
 				}
-				t.Logf("%s: %v; circuit changes %d; %+v", p.name, results[i], changes.Load()-before, b.Stats())
+				t.Logf("%s: %v; deadline %v; circuit changes %d; %+v", p.name, results[i], b.timeoutNow(), changes.Load()-before, b.Stats())
 			}
 			close(stop)
 			wg.Wait()
@@ -309,5 +309,118 @@ func TestBusyHost(t *testing.T) {
 				changeLog.Unlock()
 			}
 		})
+	}
+}
+
+// TestFaultsWhileFrozen injects real faults while the process is frozen
+// 30 ms of every 230 ms, under the busy-host load through the docs'
+// chain: a blackhole, a kill and a restart, and an OOM. Each must still
+// open the circuit within 100 ms (or, where the deadline has risen, within
+// it and the floors a run of failures spans), the
+// freezes included, and the circuit must close within the open timeout
+// and 1.5 s of the repair.
+func TestFaultsWhileFrozen(t *testing.T) {
+	exclusive(t)
+	for _, cl := range clients {
+		for _, fault := range []string{"blackhole", "kill", "OOM"} {
+			t.Run(cl.name+"/"+fault, func(t *testing.T) {
+				srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
+				proxy := redistest.NewProxy(t, srv.Addr())
+				changes := make(chan Change, 64)
+				// Only the blackhole goes through the proxy, which in
+				// this process is as frozen as the rest, and slow to drain
+				// the burst that follows each freeze.
+				addr := srv.Addr()
+				if fault == "blackhole" {
+					addr = proxy.Addr()
+				}
+				remote := cl.store(t, addr, nil)
+				chain, b := docsChain(t, remote, func(c Change) {
+					select {
+					case changes <- c:
+					default:
+					}
+				})
+				var cur atomic.Pointer[tally]
+				cur.Store(&tally{})
+				stop := make(chan struct{})
+				wg := openLoop(chain, b, &cur, stop)
+				defer func() { close(stop); wg.Wait() }()
+				startFreezer(t)
+				time.Sleep(time.Second)
+				if n := b.BreakerChanges(); n != 0 {
+					t.Fatalf("the circuit changed state %d times before the fault: %+v", n, b.Stats())
+				}
+				var inject, repair func()
+				switch fault {
+				case "blackhole":
+					inject, repair = proxy.Blackhole, proxy.Pass
+				case "kill":
+					inject = func() {
+						if err := srv.Kill(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					repair = func() {
+						if err := srv.Restart(); err != nil {
+							t.Fatal(err)
+						}
+						if _, err := srv.Do("CONFIG", "SET", "maxmemory-policy", "noeviction"); err != nil {
+							t.Fatal(err)
+						}
+					}
+				case "OOM":
+					inject = func() {
+						if _, err := srv.Do("CONFIG", "SET", "maxmemory", "1"); err != nil {
+							t.Fatal(err)
+						}
+					}
+					repair = func() {
+						if _, err := srv.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				deadline, p0 := b.timeoutNow(), b.procNow()
+				at := time.Now()
+				inject()
+				opened := waitChange(t, changes, Open, 5*time.Second)
+				took, ran := opened.Sub(at), time.Duration(b.procNow()-p0)
+				frozen := max(time.Since(at)-ran, 0)
+				// The first failure comes a deadline after the fault, and a
+				// run of failures spans runSpan floors; the deadline in
+				// force may have been set as high as twice the one read.
+				bound := max(tripBound, 2*deadline+(runSpan+1)*DefaultTimeout+slack)
+				t.Logf("%s: opened %v after the fault (deadline %v; the process was stalled %v meanwhile, the freezes included)", fault, took.Round(time.Millisecond), deadline, frozen.Round(time.Millisecond))
+				if took > bound+(frozen-min(frozen, 30*time.Millisecond)) {
+					t.Errorf("the circuit opened %v after the fault, want within %v, plus the stalls beyond one freeze", took, bound)
+				}
+				time.Sleep(500 * time.Millisecond)
+				at = time.Now()
+				repair()
+				closed := waitChange(t, changes, Closed, 10*time.Second)
+				t.Logf("%s: closed %v after the repair; %+v", fault, closed.Sub(at).Round(time.Millisecond), b.Stats())
+				if took := closed.Sub(at); took > DefaultOpenTimeout+1500*time.Millisecond {
+					t.Errorf("the circuit closed %v after the repair, want within %v", took, DefaultOpenTimeout+1500*time.Millisecond)
+				}
+			})
+		}
+	}
+}
+
+// waitChange returns when the circuit changed to want, from changes,
+// failing t if it does not within limit.
+func waitChange(t *testing.T, changes <-chan Change, want State, limit time.Duration) time.Time {
+	t.Helper()
+	timeout := time.After(limit)
+	for {
+		select {
+		case c := <-changes:
+			if c.To == want {
+				return c.At
+			}
+		case <-timeout:
+			t.Fatalf("the circuit did not change to %v within %v", want, limit)
+		}
 	}
 }

@@ -23,7 +23,8 @@ import (
 // For a tenth of the window after [NewBreaker], and after the circuit
 // closes, every call gets the ceiling: a cold client opens its
 // connections and loads its scripts on its first calls, which a deadline
-// made for a warm client's would cut off, though the store is healthy.
+// made for a warm client's would cut off, though the store is healthy;
+// their latencies, a cold client's, do not count towards the deadline.
 //
 // A deadline of its own would cost each call a timer added to and removed
 // from the runtime's heap, more than the rest of the breaker. Calls that
@@ -57,6 +58,7 @@ const (
 type tick struct {
 	start    int64           // the wall instant at which the tick began
 	timeout  time.Duration   // the per-call deadline then
+	warming  bool            // the ceiling, while a cold client connects: not the store's latency
 	earliest time.Time       // the soonest the deadline can end: a timeout after start
 	ctx      *processContext // ends with the deadline
 }
@@ -76,12 +78,14 @@ func (d *deadlines) at(now int64) *tick {
 		return t
 	}
 	timeout := time.Duration(d.timeout.Load())
-	if d.m.at(now) < d.warmUntil.Load() {
+	warming := d.m.at(now) < d.warmUntil.Load()
+	if warming {
 		timeout = time.Duration(d.ceiling)
 	}
 	t := &tick{
 		start:    now,
 		timeout:  timeout,
+		warming:  warming,
 		earliest: d.m.base.Add(time.Duration(now) + timeout),
 		ctx:      d.m.context(context.Background(), timeout, now),
 	}
@@ -96,8 +100,13 @@ func (d *deadlines) stop() {
 	}
 }
 
-// observe counts an answered call that took took of the process's time.
-func (d *deadlines) observe(took int64) { d.lat[latBucket(took)].Add(1) }
+// observe counts an answered call of tick t that took took of the
+// process's time, unless a cold client made it (the tick is warming).
+func (d *deadlines) observe(t *tick, took int64) {
+	if !t.warming {
+		d.lat[latBucket(took)].Add(1)
+	}
+}
 
 // adapt sets the per-call deadline from the latencies observed; the
 // meter's goroutine calls it every adaptBeats readings.

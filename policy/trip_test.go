@@ -48,10 +48,10 @@ func TestFastTrip(t *testing.T) {
 				}
 				took := opened.Sub(holed)
 				stalled := l.stalled(holed, opened)
-				// The run spans runSpan deadlines from the first failure,
-				// a deadline after the blackhole: as the deadline adapts
-				// to a loaded machine's latency, so does the bound.
-				bound := max(tripBound, (runSpan+2)*deadline+slack)
+				// The run spans runSpan floors from the first failure, a
+				// deadline after the blackhole: as the deadline adapts to
+				// a loaded machine's latency, so does the bound.
+				bound := max(tripBound, deadline+(runSpan+1)*DefaultTimeout+slack)
 				t.Logf("%d goroutines, %d calls: opened %v after the blackhole (deadline %v, process stalls %v)", n, l.calls.Load(), took.Round(time.Millisecond), deadline, stalled)
 				if took > bound+stalled {
 					t.Errorf("the circuit opened %v after the blackhole, want within %v (+ %v the process stalled)", took, bound, stalled)
@@ -100,10 +100,12 @@ func TestStallDoesNotTrip(t *testing.T) {
 					t.Fatalf("calls fail within the %v deadline without a fault (%+v)", b.timeoutNow(), b.Stats())
 				}
 			}
+			// A stall of the deadline and n floors fails calls over n
+			// floors: the run of WithTrip spans runSpan floors.
 			var deadline time.Duration // the breaker's per-call deadline as the stall began
 			stall := func(n time.Duration) {
 				deadline = b.timeoutNow()
-				d := n * deadline
+				d := deadline + n*DefaultTimeout
 				proxy.Blackhole()
 				time.Sleep(d)
 				proxy.Pass()
@@ -119,19 +121,19 @@ func TestStallDoesNotTrip(t *testing.T) {
 				stalled := canary.Stop()
 				after = b.Stats()
 				if s := b.State(); s != Closed || after.Changes != before.Changes {
-					t.Fatalf("a stall of two deadlines changed the circuit: %v, %d changes (%+v); the process stalled for %v at most", s, after.Changes-before.Changes, after, stalled)
+					t.Fatalf("a stall of the deadline and two floors changed the circuit: %v, %d changes (%+v); the process stalled for %v at most", s, after.Changes-before.Changes, after, stalled)
 				}
 				if after.Failures != before.Failures {
 					break
 				}
 				if try == 2 {
-					t.Fatalf("no call failed during three stalls of two deadlines: the test proves nothing (%+v)", after)
+					t.Fatalf("no call failed during three stalls of the deadline and two floors: the test proves nothing (%+v)", after)
 				}
 			}
-			t.Logf("a stall of %v (two deadlines) failed %d calls; the circuit stayed closed", 2*deadline, after.Failures-before.Failures)
+			t.Logf("a stall of %v (the deadline and two floors) failed %d calls; the circuit stayed closed", deadline+2*DefaultTimeout, after.Failures-before.Failures)
 			stall(10)
-			if _, ok := waitState(b, Open, 20*deadline); !ok {
-				t.Errorf("a stall of ten deadlines did not open the circuit (%+v)", b.Stats())
+			if _, ok := waitState(b, Open, 20*DefaultTimeout); !ok {
+				t.Errorf("a stall of the deadline and ten floors did not open the circuit (%+v)", b.Stats())
 			}
 		})
 	}

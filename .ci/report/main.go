@@ -88,8 +88,8 @@ func follow(name, path string, in io.Reader, out io.Writer) error {
 		switch {
 		case e.Action == "output" && e.Test != "":
 			outputs[id] = append(outputs[id], e.Output)
-		case e.Action == "output" && isSummaryLine(e.Output):
-			fmt.Fprint(out, e.Output)
+		case e.Action == "output" && e.Output != "PASS\n":
+			fmt.Fprint(out, e.Output) // the package's result, or what its TestMain printed
 		case e.Action == "fail" && e.Test != "":
 			fmt.Fprint(out, strings.Join(outputs[id], ""))
 			delete(outputs, id)
@@ -98,17 +98,6 @@ func follow(name, path string, in io.Reader, out io.Writer) error {
 		}
 	}
 	return sc.Err()
-}
-
-// isSummaryLine reports whether a package's output line is one that
-// `go test` prints without -v: its result, or a build or panic report.
-func isSummaryLine(s string) bool {
-	for _, p := range []string{"ok  \t", "FAIL\t", "?   \t", "FAIL\n", "panic:", "# "} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // counts are one run's results.
