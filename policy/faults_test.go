@@ -120,7 +120,7 @@ func TestBlackhole(t *testing.T) {
 			proxy.Pass()
 			passed := time.Now()
 			closed, samples := r.recovered(t, "the proxy passing again")
-			lat := checkBounded(t, r.load, r.b.timeoutNow(), between(samples, r.since(holed), r.since(passed)))
+			lat := checkBounded(t, r.load, r.b.maxDeadline(), between(samples, r.since(holed), r.since(passed)))
 			checkMode(t, FailOpen, between(samples, r.since(opened), r.since(passed)))
 			t.Logf("opened %v after the blackhole; decisions during it: %v", opened.Sub(holed).Round(time.Millisecond), lat)
 			t.Logf("%s; closed %v after the proxy passed again", r.checkOpenQuiet(t, DefaultProbes), closed.Sub(passed).Round(time.Millisecond))
@@ -155,7 +155,7 @@ func TestLatency(t *testing.T) {
 				t.Fatalf("the circuit did not open within 5 s of a 200 ms delay: %s", describeChanges(r))
 			}
 			r.checkNoPanicsNoErrors(t, samples)
-			lat := checkBounded(t, r.load, r.b.timeoutNow(), between(samples, r.since(slowed), r.since(healed)))
+			lat := checkBounded(t, r.load, r.b.maxDeadline(), between(samples, r.since(slowed), r.since(healed)))
 			t.Logf("opened %v after replies slowed by 200 ms; decisions since: %v", opened.Sub(slowed).Round(time.Millisecond), lat)
 			t.Logf("%s", r.checkOpenQuiet(t, DefaultProbes))
 			// Replies delayed before the delay ended still arrive 200 ms
@@ -296,7 +296,7 @@ func faultRun(t *testing.T, r *rig, mode Mode, code string, recovery time.Durati
 	if r.rec.other != 0 {
 		t.Errorf("%d store errors were not classified as failures: %v", r.rec.other, r.rec.errorTexts(""))
 	}
-	lat := checkBounded(t, r.load, r.b.timeoutNow(), between(samples, r.since(broke), r.since(healed)))
+	lat := checkBounded(t, r.load, r.b.maxDeadline(), between(samples, r.since(broke), r.since(healed)))
 	checkMode(t, mode, between(samples, r.since(opened), r.since(healed)))
 	if !closed.IsZero() && closed.Sub(healed) > recovery {
 		t.Errorf("the circuit closed %v after the repair, want within %v: %s", closed.Sub(healed).Round(time.Millisecond), recovery, describeChanges(r))
@@ -728,7 +728,7 @@ func TestCloseNoLeak(t *testing.T) {
 						inFlight = append(inFlight, s)
 					}
 				}
-				lat := checkBounded(t, l, b.timeoutNow(), inFlight)
+				lat := checkBounded(t, l, b.maxDeadline(), inFlight)
 				t.Logf("%d calls under way at Close; the slowest took %v", len(inFlight), lat.mx)
 				if left := leaked(before); len(left) != 0 {
 					t.Errorf("%d goroutines left after Close:\n%s", len(left), strings.Join(left, "\n\n"))
@@ -776,7 +776,7 @@ func TestRedialIntoBlackhole(t *testing.T) {
 			proxy.SetTarget(srv.Addr())
 			back := time.Now()
 			closed, samples := r.recovered(t, "new connections reaching Redis")
-			lat := checkBounded(t, r.load, r.b.timeoutNow(), between(samples, r.since(cut), r.since(back)))
+			lat := checkBounded(t, r.load, r.b.maxDeadline(), between(samples, r.since(cut), r.since(back)))
 			checkMode(t, FailOpen, between(samples, r.since(opened), r.since(back)))
 			t.Logf("%s: opened %v after the connections dropped; decisions until Redis was reachable again: %v; closed %v after it", cl.name,
 				opened.Sub(cut).Round(time.Millisecond), lat, closed.Sub(back).Round(time.Millisecond))

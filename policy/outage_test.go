@@ -437,7 +437,7 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 		t.Errorf("%d decisions allowed while Redis was down, %d of them by the mode (%v): the rest claim a store that was not there", allowedDown, byMode, want)
 	}
 	quiet := r.checkOpenQuiet(t, DefaultProbes)
-	detection := checkBounded(t, r.load, r.b.timeoutNow(), between(samples, r.since(killed), r.since(opened)))
+	detection := checkBounded(t, r.load, r.b.maxDeadline(), between(samples, r.since(killed), r.since(opened)))
 	t.Logf("opened %v after the kill, %d calls sent meanwhile; decisions meanwhile: %v; while open: %v; while down: %d decisions, %d allowed, all by the mode", toOpen.Round(time.Millisecond), sent, detection, lat, len(down), allowedDown)
 	t.Logf("%s", quiet)
 	if mode == Degrade {

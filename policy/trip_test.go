@@ -49,9 +49,11 @@ func TestFastTrip(t *testing.T) {
 				took := opened.Sub(holed)
 				stalled := l.stalled(holed, opened)
 				// The run spans runSpan floors from the first failure, a
-				// deadline after the blackhole: as the deadline adapts to
-				// a loaded machine's latency, so does the bound.
-				bound := max(tripBound, deadline+(runSpan+1)*DefaultTimeout+slack)
+				// deadline after the blackhole (the deadline in force may
+				// have been set as high as twice the one read): as the
+				// deadline adapts to a loaded machine's latency, so does
+				// the bound.
+				bound := max(tripBound, 2*deadline+(runSpan+1)*DefaultTimeout+slack)
 				t.Logf("%d goroutines, %d calls: opened %v after the blackhole (deadline %v, process stalls %v)", n, l.calls.Load(), took.Round(time.Millisecond), deadline, stalled)
 				if took > bound+stalled {
 					t.Errorf("the circuit opened %v after the blackhole, want within %v (+ %v the process stalled)", took, bound, stalled)
@@ -258,3 +260,8 @@ func (h *hammering) stalled(from, to time.Time) time.Duration {
 
 // timeoutNow returns b's per-call deadline as it has adapted.
 func (b *Breaker) timeoutNow() time.Duration { return time.Duration(b.deadlines.timeout.Load()) }
+
+// maxDeadline returns the most b's per-call deadline can be: its
+// ceiling, which a call's latency bound allows for, since the deadline
+// in force when a fault began may have adapted that far.
+func (b *Breaker) maxDeadline() time.Duration { return time.Duration(b.deadlines.ceiling) }

@@ -156,6 +156,7 @@ func TestFaultyOutageClassified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { b.Close() }) // its stall meter ends with it; f's Close is idempotent
 	ctx := context.Background()
 	f.FailNext(1, storetest.ErrOutage)
 	if d, err := b.Apply(ctx, tb); err != nil || d.Source != core.SourceFailClosed {
