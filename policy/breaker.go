@@ -236,7 +236,6 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 	b.deadlines.warmUntil.Store(b.meter.at(0) + int64(cfg.window/10))
 	b.notes.fn = cfg.onChange
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
-	run := int64(runSpan * cfg.timeout)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         cfg.name,
 		MaxRequests:  uint32(cfg.probes),
@@ -253,7 +252,7 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
 				return false
 			}
-			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= run ||
+			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= runSpan*b.deadlines.timeout.Load() ||
 				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
 		},
 		OnStateChange: b.onStateChange,

@@ -57,13 +57,11 @@ const (
 	maxInstances   = 1 << 20
 )
 
-// runSpan is how many per-call deadlines at their floor ([WithTimeout]),
-// on the process clock, a run of failures must span to open the circuit
-// (see [WithTrip]). A call fails a deadline after it began, so a stall
-// of the network fails calls over its length less the deadline: a
-// stall shorter than the deadline and runSpan floors (32 ms by default)
-// never opens the circuit, and a dead store is cut off within the
-// deadline and 32 ms, however far the deadline has adapted.
+// runSpan is how many per-call deadlines, as adapted, on the process
+// clock, a run of failures must span to open the circuit (see
+// [WithTrip]): longer than a stall that fails the calls in flight
+// together, short enough to cut off a dead store within about five
+// deadlines (40 ms at the default floor).
 const runSpan = 4
 
 // ErrInvalidOption reports an option [NewBreaker] cannot use; the error
