@@ -50,6 +50,7 @@ func BenchmarkBreaker(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(func() { br.Close() }) // its stall meter ends with it; mem's Close is idempotent
 		run(b, br)
 	})
 	down := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, refused })
