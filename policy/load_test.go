@@ -45,6 +45,7 @@ func exclusive(t *testing.T) {
 type sample struct {
 	at      time.Duration // when the call began, after the load's t0
 	took    time.Duration
+	ran     time.Duration // took, on the process clock of the load (see startLoad)
 	key     int
 	allowed bool
 	source  core.Source
@@ -80,8 +81,13 @@ const canaryStall = 2 * time.Millisecond
 
 // startLoad starts the goroutines, each calling store with newReq of one
 // of loadKeys keys in turn, pausing loadPause between calls, from t0; pass
-// a zero pause for a burst that opens a client's connections.
-func startLoad(store core.Store, t0 time.Time, pause time.Duration, newReq func(key string) core.Request) *load {
+// a zero pause for a burst that opens a client's connections. Each sample
+// also records its span on clock, a breaker's process clock (see meter),
+// on which the breaker's deadlines run; a nil clock is the wall clock.
+func startLoad(store core.Store, t0 time.Time, pause time.Duration, clock func() int64, newReq func(key string) core.Request) *load {
+	if clock == nil {
+		clock = func() int64 { return time.Now().UnixNano() }
+	}
 	l := &load{t0: t0, stop: make(chan struct{})}
 	keys := make([]string, loadKeys)
 	for i := range keys {
@@ -120,12 +126,12 @@ func startLoad(store core.Store, t0 time.Time, pause time.Duration, newReq func(
 				default:
 				}
 				k := i % loadKeys
-				start := time.Now()
+				start, p0 := time.Now(), clock()
 				d, err := store.Apply(ctx, newReq(keys[k]))
-				took := time.Since(start)
+				took, ran := time.Since(start), time.Duration(clock()-p0)
 				l.calls.Add(1)
 				l.samples[g] = append(l.samples[g], sample{
-					at: start.Sub(t0), took: took, key: k,
+					at: start.Sub(t0), took: took, ran: ran, key: k,
 					allowed: d.Allowed, source: d.Source, err: err,
 				})
 				if errors.Is(err, core.ErrClosed) {

@@ -168,7 +168,7 @@ func newRig(t *testing.T, remote core.Store, opts ...BreakerOption) *rig {
 // closed.
 func (r *rig) start(t *testing.T, store core.Store, warm time.Duration) {
 	t.Helper()
-	burst := startLoad(r.rec.Store, r.t0, 0, r.req)
+	burst := startLoad(r.rec.Store, r.t0, 0, nil, r.req)
 	time.Sleep(200 * time.Millisecond)
 	burst.Stop()
 	// The paced load runs on the client alone first, then through store:
@@ -178,7 +178,7 @@ func (r *rig) start(t *testing.T, store core.Store, warm time.Duration) {
 	target.Store(&direct)
 	r.load = startLoad(stores.Func(func(ctx context.Context, req core.Request) (core.Decision, error) {
 		return (*target.Load()).Apply(ctx, req)
-	}), r.t0, loadPause, r.req)
+	}), r.t0, loadPause, r.b.procNow, r.req)
 	time.Sleep(200 * time.Millisecond)
 	target.Store(&store)
 	time.Sleep(warm)
