@@ -56,7 +56,7 @@ func BenchmarkBreaker(b *testing.B) {
 	down := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, refused })
 	for _, mode := range []Mode{FailOpen, FailClosed, Degrade} {
 		b.Run("open/"+mode.String(), func(b *testing.B) {
-			br, err := NewBreaker(down, WithMode(mode), WithInstances(4), WithOpenTimeout(time.Hour))
+			br, err := NewBreaker(down, WithMode(mode), WithInstances(4), WithOpenTimeout(time.Hour), withLocal(b))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
-	"github.com/sluicehq/sluice/stores/memstore"
 )
 
 // State is the state of a [Breaker]'s circuit.
@@ -162,8 +162,7 @@ var (
 // own, the stall meter behind its process clock (see [WithTimeout]),
 // which rests while no calls are made and ends at Close; beyond it, and
 // the goroutines of calls made while the store is not steady, it starts
-// none; the degrade mode's local store, made on first use, runs one
-// sweeper until the circuit closes again or the Breaker is closed.
+// none.
 type Breaker struct {
 	remote    core.Store
 	cfg       config
@@ -186,10 +185,6 @@ type Breaker struct {
 	gone        atomic.Uint64
 	excused     atomic.Uint64
 	notes       notifier
-
-	localMu    sync.Mutex // serialises making and discarding the local store
-	local      atomic.Pointer[memstore.Store]
-	localStale atomic.Bool // the circuit closed: discard the local store
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -277,7 +272,6 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 		b.deadlines.warmUntil.Store(closed + int64(b.cfg.window/10))
 		b.steadyAfter.Store(int64(at.Sub(b.base) + b.cfg.window))
 		b.ramp.Store(int64(b.cfg.probes))
-		b.localStale.Store(true)
 	}
 	b.changes.Add(1)
 	b.notes.push(Change{Name: b.cfg.name, From: stateOf(from), To: s, At: at})
@@ -411,7 +405,6 @@ func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Deci
 		err, o = b.ask(ctx, reqs, out, inline)
 		return struct{}{}, o.report()
 	})
-	b.settle() // Execute may have changed the circuit's state
 	switch o {
 	case notAsked:
 		b.rejected.Add(1)
@@ -667,16 +660,6 @@ func (b *Breaker) open() bool {
 	return State(b.state.Load()) == Open && b.now() < b.openUntil.Load()
 }
 
-// settle does what a change of state left to do outside gobreaker's lock
-// before the mode may answer: it discards the local store once the
-// circuit has closed. The changes reach the user's function later, at the
-// call's end (see apply).
-func (b *Breaker) settle() {
-	if b.localStale.Load() {
-		b.discardLocal()
-	}
-}
-
 // answer writes the mode's decisions for reqs to out: the whole batch is
 // answered alike. Requests under [core.Inf] are allowed as ever.
 func (b *Breaker) answer(reqs []core.Request, out []core.Decision, mode Mode) error {
@@ -733,87 +716,42 @@ func (b *Breaker) degrade(reqs []core.Request, out []core.Decision) (bool, error
 		}
 		rs[i] = r
 	}
-	// A local store discarded under the call (the circuit closed) fails
-	// with ErrClosed: take the next one.
-	for range 3 {
-		s, err := b.localStore()
-		if err != nil {
-			return false, err
-		}
-		if len(rs) == 1 {
-			out[0], err = s.Apply(context.Background(), rs[0])
-		} else {
-			err = s.ApplyAll(context.Background(), rs, out)
-		}
-		if err == nil {
-			for i := range out {
-				if !rs[i].Limit.IsInf() {
-					out[i].Source = core.SourceDegraded
-				}
-			}
-			return true, nil
-		}
-		if !errors.Is(err, core.ErrClosed) {
-			return false, fmt.Errorf("policy: degrade: %w", err)
-		}
+	local := b.cfg.local
+	var err error
+	if len(rs) == 1 {
+		out[0], err = local.Apply(context.Background(), rs[0])
+	} else {
+		err = local.ApplyAll(context.Background(), rs, out)
 	}
-	return false, nil
-}
-
-// localStore returns the degrade mode's store, making it on first use. It
-// fails with core.ErrClosed once the breaker is closed.
-func (b *Breaker) localStore() (*memstore.Store, error) {
-	if s := b.local.Load(); s != nil {
-		return s, nil
-	}
-	b.localMu.Lock()
-	defer b.localMu.Unlock()
-	if b.closed.Load() {
-		return nil, core.ErrClosed
-	}
-	if s := b.local.Load(); s != nil {
-		return s, nil
-	}
-	s, err := memstore.New(memstore.Config{MaxKeys: b.cfg.localKeys})
 	if err != nil {
-		return nil, fmt.Errorf("policy: degrade: %w", err)
+		return false, fmt.Errorf("policy: degrade: %w", err)
 	}
-	b.local.Store(s)
-	return s, nil
-}
-
-// discardLocal closes the local store, if the circuit closed since it was
-// last discarded; the next degraded decision starts a fresh one.
-func (b *Breaker) discardLocal() {
-	if !b.localStale.CompareAndSwap(true, false) {
-		return
+	for i := range out {
+		if !rs[i].Limit.IsInf() {
+			out[i].Source = core.SourceDegraded
+		}
 	}
-	b.localMu.Lock()
-	s := b.local.Swap(nil)
-	b.localMu.Unlock()
-	if s != nil {
-		s.Close()
-	}
+	return true, nil
 }
 
 // Reset forgets key's state under alg in the remote store and in the
-// degrade mode's local store. It fails with the remote store's error if
+// local store of [WithLocal]. It fails with the remote store's error if
 // that fails (after the local state is forgotten). Reset is not guarded
 // by the circuit: it runs under the caller's context alone.
 func (b *Breaker) Reset(ctx context.Context, key string, alg core.Algorithm) error {
 	if b.closed.Load() {
 		return core.ErrClosed
 	}
-	if s := b.local.Load(); s != nil {
-		if err := s.Reset(ctx, key, alg); err != nil && !errors.Is(err, core.ErrClosed) {
+	if s := b.cfg.local; s != nil {
+		if err := s.Reset(ctx, key, alg); err != nil {
 			return err
 		}
 	}
 	return b.remote.Reset(ctx, key, alg)
 }
 
-// Close closes the local store, then the remote store, and returns the
-// remote's error. It does not wait for calls in flight (their callers
+// Close closes the local store of [WithLocal], then the remote store,
+// and returns the first error. It does not wait for calls in flight (their callers
 // return by the per-call deadline), so it returns promptly even while
 // Redis is down.
 // Later calls fail with [core.ErrClosed]. Close is idempotent: later calls
@@ -823,13 +761,10 @@ func (b *Breaker) Close() error {
 		b.closed.Store(true)
 		b.deadlines.stop()
 		b.meter.close()
-		b.localMu.Lock()
-		s := b.local.Swap(nil)
-		b.localMu.Unlock()
-		if s != nil {
-			s.Close()
+		if s := b.cfg.local; s != nil {
+			b.closeErr = s.Close()
 		}
-		b.closeErr = b.remote.Close()
+		b.closeErr = cmp.Or(b.closeErr, b.remote.Close())
 	})
 	return b.closeErr
 }
@@ -884,10 +819,14 @@ func (b *Breaker) Stats() Stats {
 // WithMode returns a view of the breaker that answers with mode m: it
 // shares the breaker's circuit, store and counts, so one breaker per Redis
 // can serve limiters that each need their own mode. It fails with
-// [ErrInvalidOption] for an unknown mode.
+// [ErrInvalidOption] for an unknown mode, and for [Degrade] on a breaker
+// made without [WithLocal].
 func (b *Breaker) WithMode(m Mode) (*View, error) {
-	if !m.valid() {
+	switch {
+	case !m.valid():
 		return nil, fmt.Errorf("%w: WithMode(%v): unknown mode", ErrInvalidOption, m)
+	case m == Degrade && b.cfg.local == nil:
+		return nil, fmt.Errorf("%w: WithMode(degrade) needs the breaker made with WithLocal: the store to decide on while the circuit is open", ErrInvalidOption)
 	}
 	return &View{b: b, mode: m}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/stores"
+	"github.com/sluicehq/sluice/stores/memstore"
 )
 
 // fake is a remote store whose answers a test sets: every request
@@ -100,12 +101,23 @@ func (f *fake) Close() error {
 
 func newBreaker(t testing.TB, remote core.Store, opts ...BreakerOption) *Breaker {
 	t.Helper()
-	b, err := NewBreaker(remote, opts...)
+	b, err := NewBreaker(remote, append([]BreakerOption{withLocal(t)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// withLocal gives a breaker a memstore of its own for Degrade, as every
+// breaker of newBreaker has, so that any view may degrade.
+func withLocal(t testing.TB) BreakerOption {
+	t.Helper()
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WithLocal(s)
 }
 
 // settled waits until b may trip: a tenth of its window after NewBreaker.
@@ -151,7 +163,7 @@ func TestNewBreakerInvalid(t *testing.T) {
 		{"mode unknown", WithMode(Mode(9))},
 		{"instances 0", WithInstances(0)},
 		{"instances huge", WithInstances(1 << 30)},
-		{"local keys 0", WithLocalKeys(0)},
+		{"degrade without a local store", WithMode(Degrade)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -715,9 +727,11 @@ func TestHookOrderConcurrent(t *testing.T) {
 	t.Logf("%d changes, %+v", len(seen), b.Stats())
 }
 
-// TestDegradeDiscardedOnClose checks that the local state of one outage
-// does not survive the circuit's closing into the next.
-func TestDegradeDiscardedOnClose(t *testing.T) {
+// TestDegradeKeepsLocalState checks that what an instance admitted on its
+// own in one outage still counts in the next, within the limit's period:
+// a circuit that closes and opens again does not hand out a fresh share
+// each time.
+func TestDegradeKeepsLocalState(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
@@ -736,21 +750,22 @@ func TestDegradeDiscardedOnClose(t *testing.T) {
 			}
 			return n
 		}
-		for outage := range 2 {
-			f.set(refused, false)
-			if n := admitted(); n != 50 {
-				t.Errorf("outage %d: %d admitted locally, want the share, 50", outage, n)
-			}
-			if b.State() != Open || b.local.Load() == nil {
-				t.Fatalf("outage %d: state %v, local store made %v", outage, b.State(), b.local.Load() != nil)
-			}
-			f.set(nil, false)
-			time.Sleep(DefaultOpenTimeout + time.Millisecond)
-			b.Apply(ctx, req("k"))
-			time.Sleep(DefaultWindow / 10) // it does not trip again at once
-			if b.State() != Closed || b.local.Load() != nil {
-				t.Errorf("after outage %d: state %v, local store kept %v; want closed and none", outage, b.State(), b.local.Load() != nil)
-			}
+		// 100 a minute between 2 instances: 50 a minute, burst 50.
+		f.set(refused, false)
+		if n := admitted(); n != 50 {
+			t.Errorf("first outage: %d admitted locally, want the share, 50", n)
+		}
+		f.set(nil, false)
+		time.Sleep(DefaultOpenTimeout + time.Millisecond)
+		b.Apply(ctx, req("k"))
+		time.Sleep(DefaultWindow / 10) // it does not trip again at once
+		if b.State() != Closed {
+			t.Fatalf("after the first outage: %v, want closed", b.State())
+		}
+		// 1.1 s later the share has refilled by less than one.
+		f.set(refused, false)
+		if n := admitted(); n != 0 {
+			t.Errorf("second outage, 1.1 s later: %d admitted locally, want 0: the first outage's admissions count", n)
 		}
 	})
 }
@@ -759,7 +774,11 @@ func TestCloseResetUnwrap(t *testing.T) {
 	t.Parallel()
 	f := &fake{}
 	f.set(refused, false)
-	b, err := NewBreaker(f, WithMode(Degrade))
+	local, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBreaker(f, WithMode(Degrade), WithLocal(local))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -768,7 +787,7 @@ func TestCloseResetUnwrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	b.Apply(ctx, req("k")) // makes the local store
+	b.Apply(ctx, req("k")) // decided on the local store
 	if b.Unwrap() != core.Store(f) || v.Unwrap() != core.Store(b) || v.Breaker() != b || v.Mode() != FailOpen {
 		t.Errorf("Unwrap: breaker %v, view %v", b.Unwrap(), v.Unwrap())
 	}
@@ -778,7 +797,6 @@ func TestCloseResetUnwrap(t *testing.T) {
 	if err := b.Reset(ctx, "", algorithms.TokenBucket); !errors.Is(err, core.ErrInvalidKey) {
 		t.Errorf("Reset(\"\") = %v, want core.ErrInvalidKey", err)
 	}
-	local := b.local.Load()
 	for range 2 {
 		if err := b.Close(); err != nil {
 			t.Errorf("Close = %v", err)

@@ -25,10 +25,10 @@
 //   - [FailOpen] allows, marked [core.SourceFailOpen];
 //   - [FailClosed] denies, marked [core.SourceFailClosed], which the HTTP
 //     and gRPC middleware answer with 503 and Unavailable;
-//   - [Degrade] decides on a local in-process store under the limit
-//     divided by the number of instances ([WithInstances]), marked
-//     [core.SourceDegraded]; the local state is discarded when the
-//     circuit closes.
+//   - [Degrade] decides on the local store you give it ([WithLocal], a
+//     memstore of the process's own) under the limit divided by the
+//     number of instances ([WithInstances]), marked
+//     [core.SourceDegraded].
 //
 // A [core.Stack] of several rules reaches a decorator as one batch
 // ([core.Store].ApplyAll), and each decorator of this package keeps it

@@ -22,8 +22,14 @@ func Example() {
 	down := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 		return core.Decision{}, fmt.Errorf("dial tcp 10.0.0.7:6379: %w", syscall.ECONNREFUSED)
 	})
+	// While it is down, each instance decides on a store of its own.
+	local, err := memstore.New(memstore.Config{MaxKeys: 100_000})
+	if err != nil {
+		panic(err)
+	}
 	breaker, err := policy.NewBreaker(down,
 		policy.WithMode(policy.Degrade),
+		policy.WithLocal(local), // the breaker closes it
 		policy.WithInstances(4),
 		policy.WithWindow(100*time.Millisecond),
 		policy.WithOnChange(func(c policy.Change) { fmt.Printf("circuit %s: %s → %s\n", c.Name, c.From, c.To) }),
@@ -77,7 +83,11 @@ func Example_stack() {
 	down := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 		return core.Decision{}, fmt.Errorf("dial tcp 10.0.0.7:6379: %w", syscall.ECONNREFUSED)
 	})
-	breaker, err := policy.NewBreaker(down, policy.WithMode(policy.Degrade), policy.WithInstances(4))
+	local, err := memstore.New(memstore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	breaker, err := policy.NewBreaker(down, policy.WithMode(policy.Degrade), policy.WithLocal(local), policy.WithInstances(4))
 	if err != nil {
 		panic(err)
 	}

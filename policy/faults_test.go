@@ -671,13 +671,13 @@ func leakedNow(before map[string]string) []string {
 func TestCloseNoLeak(t *testing.T) {
 	// The check sees a store left open.
 	before := goroutines()
-	b, err := NewBreaker(&fake{}, WithMode(Degrade))
+	b, err := NewBreaker(&fake{}, WithMode(Degrade), withLocal(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.degrade([]core.Request{{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1}}, make([]core.Decision, 1))
 	if left := leakedNow(before); len(left) == 0 {
-		t.Errorf("the leak check missed the local store's sweeper")
+		t.Errorf("the leak check missed the local store's sweeper, which the breaker's Close stops")
 	}
 	b.Close()
 
@@ -690,7 +690,7 @@ func TestCloseNoLeak(t *testing.T) {
 				proxy := redistest.NewProxy(t, srv.Addr())
 				before := goroutines()
 				remote, closeClient := cl.open(t, proxy.Addr(), nil)
-				b, err := NewBreaker(remote, WithMode(Degrade), WithInstances(2))
+				b, err := NewBreaker(remote, WithMode(Degrade), WithInstances(2), withLocal(t))
 				if err != nil {
 					t.Fatal(err)
 				}

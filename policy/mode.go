@@ -32,12 +32,13 @@ const (
 	// was limited. Choose it where an over-grant is worse than an outage
 	// (logins, payments, costly calls to a third party).
 	FailClosed
-	// Degrade decides on a local in-process store instead, under the
-	// request's limit divided by the number of instances (see
+	// Degrade decides on the local store of [WithLocal] instead, under
+	// the request's limit divided by the number of instances (see
 	// [WithInstances]), marked core.SourceDegraded; a denial is a real
-	// limit decision, answered 429 by the middleware. The local state is
-	// discarded when the circuit closes again, and the store's own state
-	// (which kept counting only the calls that reached it) takes over.
+	// limit decision, answered 429 by the middleware. When the circuit
+	// closes again the store's own state (which kept counting only the
+	// calls that reached it) takes over; the local state is kept, so that
+	// this instance's own admissions still count in the next outage.
 	//
 	// The share of a limit of rate r per period p and burst b among n
 	// instances is rate ⌊r/n⌋ per p and burst ⌊b/n⌋, so that n instances

@@ -39,9 +39,6 @@ const (
 	// DefaultWindow is the span over which failures are counted. It rolls
 	// in tenths: a failure is forgotten between 0.9 and 1 window later.
 	DefaultWindow = time.Second
-	// DefaultLocalKeys bounds the keys the degrade mode's local store
-	// holds (about 120 bytes each).
-	DefaultLocalKeys = 1 << 16
 	// DefaultName is the breaker's name unless [WithName] gives another.
 	DefaultName = "sluice"
 )
@@ -89,7 +86,7 @@ type config struct {
 	window      time.Duration
 	mode        Mode
 	instances   int
-	localKeys   int
+	local       core.Store
 	onChange    func(Change)
 }
 
@@ -104,7 +101,6 @@ func defaultConfig() config {
 		window:      DefaultWindow,
 		mode:        FailOpen,
 		instances:   1,
-		localKeys:   DefaultLocalKeys,
 	}
 }
 
@@ -131,8 +127,8 @@ func (c *config) validate() error {
 		return bad("WithMode(%v): unknown mode", c.mode)
 	case c.instances < 1 || c.instances > maxInstances:
 		return bad("WithInstances(%d): must be 1 to %d", c.instances, maxInstances)
-	case c.localKeys < 1:
-		return bad("WithLocalKeys(%d): must be at least 1", c.localKeys)
+	case c.mode == Degrade && c.local == nil:
+		return bad("WithMode(degrade) needs WithLocal: the store to decide on while the circuit is open")
 	}
 	return nil
 }
@@ -286,11 +282,15 @@ func WithInstances(n int) BreakerOption {
 	return optionFunc(func(c *config) { c.instances = n })
 }
 
-// WithLocalKeys bounds the keys [Degrade]'s local store holds; beyond
-// it, a new key evicts the one closest to expiry. n must be at least 1.
-// The default is [DefaultLocalKeys].
-func WithLocalKeys(n int) BreakerOption {
-	return optionFunc(func(c *config) { c.localKeys = n })
+// WithLocal gives the breaker the store [Degrade] decides on while the
+// remote store cannot, such as a memstore.Store of its own (bound its
+// keys with memstore.Config.MaxKeys). The breaker owns it: its Reset
+// reaches it and its Close closes it. Its state outlives each outage, so
+// that what this instance admitted on its own still counts if the store
+// fails again within the limits' periods. Degrade, in [WithMode] or
+// [Breaker.WithMode], needs it; the other modes never call it.
+func WithLocal(s core.Store) BreakerOption {
+	return optionFunc(func(c *config) { c.local = s })
 }
 
 // WithOnChange sets a function told of every change of the circuit's

@@ -313,7 +313,7 @@ func checkBucket(t *testing.T, what string, l core.Limit, src core.Source, sampl
 			desc = append(desc, "none")
 			continue
 		}
-		bound := bucketBound(l, last-first)
+		bound := bucketBound(l, max(last-first, 0)) // none admitted: no span
 		if admitted > bound {
 			t.Errorf("%s: key %d admitted %d over %v, more than %v allows (%d)", what, k, admitted, last-first, l, bound)
 		}
@@ -441,13 +441,12 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 	t.Logf("opened %v after the kill, %d calls sent meanwhile; decisions meanwhile: %v; while open: %v; while down: %d decisions, %d allowed, all by the mode", toOpen.Round(time.Millisecond), sent, detection, lat, len(down), allowedDown)
 	t.Logf("%s", quiet)
 	if mode == Degrade {
-		// The circuit's closing discards the local state: a fresh local
-		// store answers the calls over the slow start's cap.
-		// The outage's spell ends at the first close after the restart,
-		// and its slow start within 700 ms of it: the load goes on for 5 s
-		// after the restart, and a loaded machine may open the
-		// circuit again meanwhile, for a spell of its own with a fresh
-		// local store.
+		// The local store answers the calls over the slow start's cap,
+		// with what the outage left of each key's share. The outage's
+		// spell ends at the first close after the restart, and its slow
+		// start within 700 ms of it: the load goes on for 5 s after the
+		// restart, and a loaded machine may open the circuit again
+		// meanwhile.
 		share, _ := share(loadLimit, instances, algorithms.TokenBucket)
 		closeAt := r.since(r.firstChange(Closed, restarted))
 		var during, ramp []sample

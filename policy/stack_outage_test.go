@@ -210,10 +210,9 @@ func testStackKillRestart(t *testing.T, cl client) {
 	if errs+mixed+notMode > 0 {
 		t.Errorf("of %d verdicts: %d errors, %d mixing sources, %d not the mode's while open", len(samples), errs, mixed, notMode)
 	}
-	// Degrade: within each rule's local share while Redis was down. The
-	// circuit's closing discards the local state (a fresh local store
-	// answers the calls over the slow start's cap): count up to the
-	// change itself, not to when waitState saw it.
+	// Degrade: within each rule's local share while Redis was down, up to
+	// the circuit's closing itself, not to when waitState saw it (the
+	// local store then answers only the calls over the slow start's cap).
 	var closeAt time.Duration
 	for _, c := range ch.list() {
 		if c.To == Closed {

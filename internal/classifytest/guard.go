@@ -7,6 +7,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/stores/memstore"
 )
 
 // Guard is package policy's breaker in front of remote, in the mode named
@@ -20,7 +21,11 @@ func Guard(t testing.TB, remote core.Store, mode string, timeout time.Duration) 
 		if m.String() != mode {
 			continue
 		}
-		b, err := policy.NewBreaker(remote, policy.WithMode(m), policy.WithTimeout(timeout))
+		local, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := policy.NewBreaker(remote, policy.WithMode(m), policy.WithLocal(local), policy.WithTimeout(timeout))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -282,8 +282,17 @@ func openStore(log *slog.Logger, addr string, cluster bool, client, prefix strin
 		}
 		remote = l
 	}
-	b, err := policy.NewBreaker(remote, policy.WithMode(mode), policy.WithTimeout(timeout), policy.WithInstances(instances), policy.WithName("redis"))
+	// degrade decides on a memstore of this process's own while Redis is
+	// down; the breaker closes it.
+	local, err := memstore.New(memstore.Config{})
 	if err != nil {
+		remote.Close()
+		shut()
+		return nil, nil, err
+	}
+	b, err := policy.NewBreaker(remote, policy.WithMode(mode), policy.WithLocal(local), policy.WithTimeout(timeout), policy.WithInstances(instances), policy.WithName("redis"))
+	if err != nil {
+		local.Close()
 		remote.Close()
 		shut()
 		return nil, nil, err
