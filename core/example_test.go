@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -231,3 +232,34 @@ func Example_fromRedisRate() {
 	// request 11 denied, retry in 100ms
 	// admitted 5
 }
+
+// Chain walks a decorator chain from the outside in, as a decorator does
+// to ask what the stores under it can do.
+func ExampleChain() {
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	counted := &tally{Store: mem}
+	defer counted.Close()
+	for s := range core.Chain(counted) {
+		fmt.Printf("%T\n", s)
+	}
+	// Output:
+	// *core_test.tally
+	// *memstore.Store
+}
+
+// tally is a decorator of a store: it counts the decisions it passes
+// on, and its Unwrap makes the store it decorates visible to [core.Chain].
+type tally struct {
+	core.Store
+	n atomic.Int64
+}
+
+func (c *tally) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	c.n.Add(1)
+	return c.Store.Apply(ctx, req)
+}
+
+func (c *tally) Unwrap() core.Store { return c.Store }

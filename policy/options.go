@@ -136,11 +136,9 @@ func (c *config) validate() error {
 // DeadlineChecker is implemented by a store that can tell whether its
 // client would fail calls before the breaker's per-call deadline for
 // reasons of its own rather than the store's slowness, which the breaker
-// would count as the store's failures. [NewBreaker] looks for it along
-// the chain it wraps, from the outside in, following each store's
-// Unwrap() core.Store, and calls CheckDeadline on every store of the
-// chain that implements it. A store behind a decorator without Unwrap is
-// not asked.
+// would count as the store's failures. [NewBreaker] calls CheckDeadline
+// on every store of the chain it wraps that implements it ([core.Chain]).
+// A store behind a decorator without Unwrap is not asked.
 //
 // redisstore's Store implements it: it fails when the go-redis client's
 // PoolTimeout is shorter than both the deadline and the client's
@@ -154,26 +152,14 @@ type DeadlineChecker interface {
 	CheckDeadline(d time.Duration) error
 }
 
-// maxStores bounds the walk down a chain of decorators, in case one
-// unwraps to itself.
-const maxStores = 64
-
 // checkStores asks each [DeadlineChecker] of the chain from remote inward
 // whether its client allows the per-call deadline d.
 func checkStores(remote core.Store, d time.Duration) error {
-	s := remote
-	for range maxStores {
+	for s := range core.Chain(remote) {
 		if c, ok := s.(DeadlineChecker); ok {
 			if err := c.CheckDeadline(d); err != nil {
 				return fmt.Errorf("%w: WithTimeout(%v): %w", ErrInvalidOption, d, err)
 			}
-		}
-		u, ok := s.(interface{ Unwrap() core.Store })
-		if !ok {
-			return nil
-		}
-		if s = u.Unwrap(); s == nil {
-			return nil
 		}
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 
 // Breaker is implemented by a store with a circuit breaker, such as the
 // breaker of package policy. [New] looks for one in the chain it wraps,
-// from the outside in, following each store's Unwrap() core.Store; if it
+// from the outside in ([core.Chain]); if it
 // finds one, spans carry its state ([BreakerStateKey]) and two observable
 // instruments report it: ratelimit.breaker.state and
 // ratelimit.breaker.changes.
@@ -34,26 +34,12 @@ const (
 	BreakerOpen     = "open"
 )
 
-// maxChain bounds the walk down a chain of decorators, in case one
-// unwraps to itself.
-const maxChain = 64
-
-// unwrapper is the decorator contract's Unwrap.
-type unwrapper interface{ Unwrap() core.Store }
-
 // findBreaker returns the outermost [Breaker] in the chain from s inward,
 // or nil.
 func findBreaker(s core.Store) Breaker {
-	for range maxChain {
-		if b, ok := s.(Breaker); ok {
+	for st := range core.Chain(s) {
+		if b, ok := st.(Breaker); ok {
 			return b
-		}
-		u, ok := s.(unwrapper)
-		if !ok {
-			return nil
-		}
-		if s = u.Unwrap(); s == nil {
-			return nil
 		}
 	}
 	return nil
@@ -61,16 +47,8 @@ func findBreaker(s core.Store) Breaker {
 
 // backend returns the innermost store of the chain from s.
 func backend(s core.Store) core.Store {
-	for range maxChain {
-		u, ok := s.(unwrapper)
-		if !ok {
-			return s
-		}
-		next := u.Unwrap()
-		if next == nil {
-			return s
-		}
-		s = next
+	for st := range core.Chain(s) {
+		s = st
 	}
 	return s
 }

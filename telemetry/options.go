@@ -72,7 +72,7 @@ func WithName(name string) Option {
 // default is derived from the backend, the innermost store of the chain
 // (found through Unwrap): the last element of its type's package path, so
 // "memstore", "redisstore" or "rueidisstore" for sluice's stores, and
-// "func" for a [stores.Func].
+// "func" for a store that is a function, such as a stores.Func.
 func WithStoreName(name string) Option {
 	return optionFunc(func(c *config) { c.store, c.storeSet = name, true })
 }

@@ -26,7 +26,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/stores"
 )
 
 // ScopeName is the instrumentation scope of the decorator's tracer and
@@ -264,10 +263,10 @@ func (s *Store) tracing() bool {
 // storeName names a backend by the last element of its type's package
 // path, skipping a major version suffix ("/v2").
 func storeName(s core.Store) string {
-	if _, ok := s.(stores.Func); ok {
+	t := reflect.TypeOf(s)
+	if t.Kind() == reflect.Func { // a stores.Func, or a function type of your own
 		return "func"
 	}
-	t := reflect.TypeOf(s)
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
