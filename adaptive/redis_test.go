@@ -23,12 +23,15 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/leakcheck"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+// Every test closes what it made: no goroutine of sluice, gobreaker or a
+// Redis client may outlive them.
+func TestMain(m *testing.M) { redistest.Main(m, leakcheck.Check) }
 
 // newRedisStore returns a redisstore on the server at addr, closed with
 // the test.

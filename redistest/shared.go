@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/sluicehq/sluice/internal/leakcheck"
 )
 
 // mainRunning is set by Main; Shared and SharedCluster refuse to start a
@@ -126,16 +124,16 @@ func requireMain(t testing.TB, name string) {
 }
 
 // Main runs the tests of a package that uses [Shared], [SharedCluster],
-// [SharedAddr] or [SharedClusterAddrs] and then stops the shared servers by PID and removes their directories.
-// Call it as the whole of TestMain:
+// [SharedAddr] or [SharedClusterAddrs] and then stops the shared servers
+// by PID and removes their directories. Call it as the whole of TestMain:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 //
-// It exits with m.Run's code, or with 1 if the tests passed but
-// goroutines of sluice, gobreaker or a Redis client outlived them
-// (package leakcheck) or a shared server could not be stopped. It never
-// returns.
-func Main(m *testing.M) {
+// If the tests passed and the servers stopped, it then runs each of
+// checks, such as a check that no goroutine outlived the tests. It exits
+// with m.Run's code, or with 1 if a shared server could not be stopped or
+// a check failed. It never returns.
+func Main(m *testing.M, checks ...func() error) {
 	mainRunning.Store(true)
 	code := m.Run()
 	if err := stopShared(); err != nil {
@@ -144,11 +142,11 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	if code == 0 {
-		// Every test has closed what it made, and the shared servers
-		// are gone: no goroutine of sluice, gobreaker or a Redis client
-		// may be left.
-		if err := leakcheck.Check(); err != nil {
+	for _, check := range checks {
+		if code != 0 {
+			break
+		}
+		if err := check(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}

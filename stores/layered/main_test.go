@@ -9,13 +9,16 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/leakcheck"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+// Every test closes what it made: no goroutine of sluice, gobreaker or a
+// Redis client may outlive them.
+func TestMain(m *testing.M) { redistest.Main(m, leakcheck.Check) }
 
 // prefixes numbers the key prefixes of stores that share a Redis server.
 var prefixes atomic.Int64
