@@ -219,14 +219,15 @@ func openLoop(stores []core.Store, b *Breaker, cur *atomic.Pointer[tally], stop 
 // docsChain is the chain the docs recommend over remote: telemetry in
 // front of a breaker with its default options, in each mode, over a
 // layered store. It returns the three telemetry stores (fail-open,
-// fail-closed, degrade) and the breaker.
+// fail-closed, degrade) and the breaker, whose Degrade decides on a
+// memstore of its own, as docs/outages.md shows.
 func docsChain(t *testing.T, remote core.Store, onChange func(Change)) ([]core.Store, *Breaker) {
 	t.Helper()
 	lay, err := layered.New(remote, layered.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewBreaker(lay, WithOnChange(onChange))
+	b, err := NewBreaker(lay, WithOnChange(onChange), withLocal(t))
 	if err != nil {
 		t.Fatal(err)
 	}

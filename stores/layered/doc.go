@@ -75,10 +75,11 @@
 // between 1 and the configured size: it doubles when a lease is spent
 // before it lapses, and shrinks to what was spent of one that lapsed.
 //
-// When the remote cannot give a whole batch, the key waits for one: until
-// the remote's RetryAfter for the batch, requests are denied locally
-// ([core.SourceCache], Remaining 0). The request that found out is decided
-// at the remote if the remote still holds enough for it. So near the limit
+// When the remote cannot give a whole batch but holds enough for the
+// request, the store takes what it holds instead, and the next batch
+// starts from that size. When it holds less than the request, the key
+// waits for a batch: until the remote's RetryAfter for it, requests are
+// denied locally ([core.SourceCache], Remaining 0). So over the limit
 // admissions come in batches rather than one at a time, which is what
 // spares the remote a call per admission.
 //

@@ -149,7 +149,7 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 		ch := make(chan struct{})
 		l.refill = ch
 		e.mu.Unlock()
-		return s.take(ctx, req, e, l, batch, now, ch)
+		return s.take(ctx, req, e, l, batch, now, ch, true)
 	}
 }
 
@@ -208,11 +208,15 @@ func (l *lease) nextBatch(req *core.Request, most, now int64) int64 {
 // from it. ch is closed when the take has returned, waking the callers
 // that waited for it.
 //
-// When the remote denies the batch, the key waits for one: until the
-// remote says it will hold a whole batch, requests are denied here. This
-// request is decided at the remote if the denial says the remote still
-// holds enough for it; otherwise it is denied with the batch's wait.
-func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease, batch, start int64, ch chan struct{}) (core.Decision, bool, error) {
+// When the remote denies the batch but says it holds enough for req, and
+// shrink allows, take takes what the remote holds instead, once: a burst
+// that spent the last lease early must not have the requests after it
+// denied while the key is under its limit. Otherwise the key waits for a
+// batch: until the remote says it will hold a whole one, requests are
+// denied here. This request is then decided at the remote if the denial
+// says the remote still holds enough for it; otherwise it is denied with
+// the batch's wait.
+func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease, batch, start int64, ch chan struct{}, shrink bool) (core.Decision, bool, error) {
 	epoch := s.epoch.Load()
 	breq := *req
 	breq.Cost = batch
@@ -250,6 +254,14 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 	case d.Unsatisfiable() || d.RetryAfter <= 0:
 		e.mu.Unlock()
 		return core.Decision{}, false, nil
+	case shrink && valid && d.Remaining >= req.Cost && d.Remaining < batch:
+		// The next batch is the smaller one, and other callers wait
+		// for its take as for the first.
+		l.size = d.Remaining
+		ch := make(chan struct{})
+		l.refill = ch
+		e.mu.Unlock()
+		return s.take(ctx, req, e, l, d.Remaining, s.now(), ch, false)
 	}
 	if valid {
 		l.waitLimit, l.waitAt, l.waitD = req.Limit, start, d

@@ -72,12 +72,13 @@ func TestLease(t *testing.T) {
 				{0, 2, true, 6, core.SourceLease, 0},
 				{0, 1, true, 5, core.SourceLease, 1}, // spent in time: the batch would double, but is capped at 4
 				{0, 3, true, 2, core.SourceLease, 0},
-				{0, 1, true, 1, core.SourceStore, 2},  // the remote holds 2 of a batch of 4: the key waits; 1 was enough for this one
-				{0, 1, false, 0, core.SourceCache, 0}, // waiting for a batch: 2 tokens' time
-				{199 * ms, 1, false, 0, core.SourceCache, 0},
-				{100 * ms, 1, false, 0, core.SourceCache, 0}, // the request the remote admitted put the batch 100ms later
-				{1 * ms, 2, true, 2, core.SourceLease, 1},    // a batch of 4 again
-				{0, 2, true, 0, core.SourceLease, 0},
+				{0, 1, true, 1, core.SourceLease, 2}, // the remote holds 2 of a batch of 4: take the 2
+				{0, 1, true, 0, core.SourceLease, 0},
+				{199 * ms, 1, true, 0, core.SourceLease, 2}, // a batch of 2 is denied, the 1 the remote holds taken
+				{100 * ms, 1, true, 0, core.SourceLease, 2},
+				{1 * ms, 2, false, 1, core.SourceStore, 1},  // the remote holds 1, less than the cost: the key waits for a batch of 2
+				{0, 1, false, 0, core.SourceCache, 0},       // waiting: 1 token's time
+				{100 * ms, 2, true, 0, core.SourceLease, 1}, // a batch of 2
 				// The next lease lapses with 3 of 4 left: the batch
 				// becomes the 1 spent of it.
 				{time.Second, 1, true, 9, core.SourceLease, 1},
