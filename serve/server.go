@@ -147,6 +147,7 @@ func NewServer(cfg Config) (*Server, error) {
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	log.Info("limits loaded", "path", cfg.Limits, "domains", len(set.Domains()), "rules", set.Len())
+	logWarnings(log, set)
 	return s, nil
 }
 
@@ -289,5 +290,17 @@ func (s *Server) Reload() error {
 	s.loadedAt.Store(&now)
 	s.reloads.Add(1)
 	s.log.Info("limits reloaded", "path", s.cfg.Limits, "domains", len(set.Domains()), "rules", set.Len())
+	logWarnings(s.log, set)
 	return nil
+}
+
+// logWarnings logs what loading set found that did not stop it: a key
+// given twice, a file that could not be read.
+func logWarnings(log *slog.Logger, set *limits.Set) {
+	if set.Len() == 0 {
+		log.Warn("no limits loaded: every request is answered OK")
+	}
+	for _, w := range set.Warnings() {
+		log.Warn("limits: "+w.Msg, "file", w.File, "line", w.Line)
+	}
 }

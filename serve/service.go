@@ -436,7 +436,7 @@ func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*limits
 		r.Deny = true
 		return r, nil
 	}
-	r.Limit = core.Per(int64(o.RequestsPerUnit), period*time.Duration(mult))
+	r.Limit = limits.WindowLimit(int64(o.RequestsPerUnit), period*time.Duration(mult))
 	return r, nil
 }
 

@@ -158,6 +158,33 @@ func TestPeerConfigs(t *testing.T) {
 		files = append(files, peerFile(t, dir, strings.TrimSuffix(name, " (twice)")))
 		checkPeerBad(t, name, limits.Options{MergeDomains: bad.merge}, files...)
 	}
+	// What the peer accepts that sluice once refused: a key repeated (the
+	// last wins) and the largest limits of each unit.
+	checkPeerGood(t, "repeated keys", limits.Options{}, limits.File{Name: "repeated.yaml", Data: []byte(`
+domain: d
+descriptors:
+  - key: k
+    value: v
+    value: w
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      requests_per_unit: 2
+`)})
+	for _, unit := range []string{"second", "minute", "hour", "day", "week", "month", "year"} {
+		checkPeerGood(t, "largest limits", limits.Options{}, limits.File{Name: unit + ".yaml", Data: []byte(`
+domain: d
+descriptors:
+  - key: max
+    rate_limit: {unit: ` + unit + `, requests_per_unit: 4294967295}
+  - key: prime
+    rate_limit: {unit: ` + unit + `, requests_per_unit: 4294967291}
+  - key: m
+    rate_limit: {unit: ` + unit + `, requests_per_unit: 1000001}
+  - key: h
+    rate_limit: {unit: ` + unit + `, requests_per_unit: 10000019}
+`)})
+	}
 	// The peer tests share_threshold misuse with inline configurations.
 	checkPeerBad(t, "share_threshold without a wildcard", limits.Options{}, limits.File{Name: "share.yaml", Data: []byte(`
 domain: d
@@ -259,8 +286,13 @@ type peerConfigNode struct {
 // an entry more and, at every level, one that matches nothing.
 func peerRequests(t *testing.T, f limits.File) []peerRequest {
 	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
+		t.Fatalf("%s: %v", f.Name, err)
+	}
+	lastWins(&doc)
 	var tree peerConfigTree
-	if err := yaml.Unmarshal(f.Data, &tree); err != nil {
+	if err := doc.Decode(&tree); err != nil {
 		t.Fatalf("%s: %v", f.Name, err)
 	}
 	seen := map[string]bool{}
@@ -355,4 +387,25 @@ func peerStyleKey(key string) string {
 	}
 	b.WriteString("0")
 	return b.String()
+}
+
+// lastWins drops every key of n's mappings that a later one repeats, as
+// the peer's yaml.v2 reads them (yaml.v3 refuses them).
+func lastWins(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode {
+		last := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			last[n.Content[i].Value] = i
+		}
+		var kept []*yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if last[n.Content[i].Value] == i {
+				kept = append(kept, n.Content[i], n.Content[i+1])
+			}
+		}
+		n.Content = kept
+	}
+	for _, c := range n.Content {
+		lastWins(c)
+	}
 }

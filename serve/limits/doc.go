@@ -88,15 +88,27 @@
 //
 //   - a key in the wrong place, such as unit in a descriptor or
 //     shadow_mode in a rate_limit, which the service ignores;
-//   - a key repeated in one mapping, of which the service keeps the last;
 //   - a second YAML document in a file, which the service ignores;
 //   - an invalid unit with unlimited: true, which the service ignores;
 //   - explicit YAML tags other than !!str;
-//   - a limit sluice cannot decide with exactly: one whose rate times
-//     its period in microseconds, over their greatest common divisor,
-//     exceeds 2^52 ([github.com/sluicehq/sluice/core.Limit.Validate]).
-//     1000000 a year is fine; 4294967291 (a prime) a year is not.
 //
+// Every limit the service accepts loads: requests_per_unit up to
+// 2^32−1 per any unit, on the fixed window ([WindowLimit]). sluice's
+// token-bucket and gcra algorithms compute in units and decide only
+// limits whose burst times the rate's unit (the period in microseconds
+// over its greatest common divisor with the rate) is at most 2^52
+// ([github.com/sluicehq/sluice/core.Limit.Validate]): 1000000 a year is
+// fine, 4294967291 (a prime) a year is not.
+//
+// A key repeated in one mapping loads as the service reads it, the last
+// winning, with a [Warning] naming the file and line ([Set.Warnings]).
 // Anchors, aliases and merge keys (<<) work as in the service, explicit
 // keys winning over merged ones.
+//
+// # Files
+//
+// [Load] reads a directory as the service's runtime loader does: every
+// file, whatever its name, dot files too unless
+// [Options.IgnoreDotFiles], and with [Options.AppDirectory] only the
+// application directory's, as the service with RUNTIME_WATCH_ROOT.
 package limits

@@ -299,19 +299,6 @@ func TestParseErrors(t *testing.T) {
 		`}, Options{}, []string{
 			`a.yaml:4: descriptor "k": quota_mode is not supported by sluice`,
 		}},
-		{"repeated keys", []string{`
-			domain: d
-			domain: e
-			descriptors:
-			  - key: k
-			    rate_limit:
-			      unit: second
-			      requests_per_unit: 1
-			      requests_per_unit: 2
-		`}, Options{}, []string{
-			`a.yaml:2: key "domain" repeats the one at line 1`,
-			`a.yaml:8: descriptor "k": key "requests_per_unit" repeats the one at line 7`,
-		}},
 		{"second document", []string{"domain: d\n---\ndomain: e\n"}, Options{}, []string{
 			`a.yaml:2: a second YAML document; a configuration file holds one (the rate limit service would read only the first)`,
 		}},
@@ -400,11 +387,11 @@ func TestParseErrors(t *testing.T) {
 			`a.yaml:10: descriptor "h": invalid limit "0/s": rate 0 must be at least 1`,
 			`a.yaml:12: descriptor "g": invalid limit "": empty; want N/PERIOD, such as 100/min or 10/s burst 50, or unlimited`,
 		}},
-		{"limit sluice cannot decide exactly", []string{`
+		{"a bucket sluice cannot decide exactly", []string{`
 			domain: d
 			descriptors:
 			  - key: k
-			    rate_limit: {unit: year, requests_per_unit: 4294967291}
+			    rate_limit: {unit: year, requests_per_unit: 4294967291, algorithm: token-bucket}
 		`}, Options{}, []string{
 			`a.yaml:4: descriptor "k": invalid limit: 4294967291 req/8760h0m0s (burst 4294967291): burst × unit exceeds 2^52; lower the burst or use a rate that divides the period`,
 		}},

@@ -47,6 +47,37 @@ type Options struct {
 	// MERGE_DOMAIN_CONFIG); a descriptor declared twice is still an error.
 	// The default, false, makes a domain declared twice an error.
 	MergeDomains bool
+	// IgnoreDotFiles makes [Load] skip the files and directories whose
+	// names begin with "." (the rate limit service's
+	// RUNTIME_IGNOREDOTFILES). The default, false, reads them, as the
+	// service does.
+	IgnoreDotFiles bool
+	// AppDirectory, if set, makes [Load] read a directory as the rate
+	// limit service reads its runtime directory with RUNTIME_WATCH_ROOT
+	// (its default): only the files whose path below it, with "/" made
+	// ".", begins with AppDirectory and a dot (the service's
+	// RUNTIME_APPDIRECTORY, "config": config/a.yaml, config.yaml). The
+	// default, "", reads every file.
+	AppDirectory string
+}
+
+// Warning is something a configuration that loads holds that may not be
+// what its author meant: a key given twice in one mapping (the last wins,
+// as the rate limit service reads it), or a file [Load] could not read
+// (the others load, as the service loads them). Its text is
+// "file:line: message", or "file: message" where no line applies (Line 0).
+type Warning struct {
+	File string
+	Line int
+	Msg  string
+}
+
+// String returns "file:line: message", or "file: message" if Line is 0.
+func (w Warning) String() string {
+	if w.Line == 0 {
+		return w.File + ": " + w.Msg
+	}
+	return w.File + ":" + strconv.Itoa(w.Line) + ": " + w.Msg
 }
 
 // Entry is one key/value of a request descriptor, as Envoy sends it.
@@ -134,6 +165,17 @@ type Set struct {
 	names   []string
 	rules   int
 	digest  [32]byte
+	// warnings are what loading found that did not stop it.
+	warnings []Warning
+}
+
+// Warnings returns what loading the set found that did not stop it, in
+// the order found: see [Warning]. A server logs them.
+func (s *Set) Warnings() []Warning {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s.warnings)
 }
 
 // Domains returns the set's domains, sorted.
@@ -178,12 +220,16 @@ func (s *Set) Digest() [32]byte {
 func digest(opts Options, files []File) [32]byte {
 	h := sha256.New()
 	var b []byte
-	b = append(b, "sluice limits v1\x00"...)
-	if opts.MergeDomains {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
+	b = append(b, "sluice limits v2\x00"...)
+	for _, f := range []bool{opts.MergeDomains, opts.IgnoreDotFiles} {
+		if f {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
 	}
+	b = binary.AppendUvarint(b, uint64(len(opts.AppDirectory)))
+	b = append(b, opts.AppDirectory...)
 	h.Write(b)
 	for _, f := range files {
 		b = binary.AppendUvarint(b[:0], uint64(len(f.Name)))

@@ -125,6 +125,17 @@ func (l *loader) errorf(line int, ctx, format string, args ...any) {
 	l.errs = append(l.errs, &Error{File: l.file, Line: line, Msg: msg})
 }
 
+// warnf records a warning at line of the current file; ctx as errorf's.
+func (l *loader) warnf(line int, ctx, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if ctx != "" {
+		msg = ctx + ": " + msg
+	}
+	if len(l.set.warnings) < maxErrors {
+		l.set.warnings = append(l.set.warnings, Warning{File: l.file, Line: max(line, 1), Msg: msg})
+	}
+}
+
 // spend counts n nodes of work, and reports false, once with an error,
 // when the configuration has taken too much.
 func (l *loader) spend(n int, line int) bool {
@@ -343,10 +354,12 @@ func (l *loader) collect(out map[string]field, n *yaml.Node, sec section, ctx st
 			continue
 		}
 		if prev, dup := out[name]; dup {
-			if explicit {
-				l.errorf(k.Line, ctx, "key %q repeats the one at line %d", name, prev.key.Line)
+			if !explicit {
+				continue // a merged mapping's: the first wins
 			}
-			continue
+			// The rate limit service reads the file with yaml.v2, which
+			// keeps the last of a repeated key.
+			l.warnf(k.Line, ctx, "key %q repeats the one at line %d; the last wins, as the rate limit service reads it", name, prev.key.Line)
 		}
 		out[name] = field{key: k, val: v}
 	}
@@ -888,7 +901,11 @@ func (l *loader) rule(n *yaml.Node, ctx string) *Rule {
 		}
 	default:
 		r.Unit, r.RequestsPerUnit = unit.unit, uint32(perUnit)
-		r.Limit = l.withBurst(core.Per(perUnit, unit.period), r.Algorithm, burstSet, burst, f["burst"].line(rateLine), ctx)
+		lim := core.Per(perUnit, unit.period)
+		if !burstSet && !bucket(r.Algorithm) {
+			lim = WindowLimit(perUnit, unit.period)
+		}
+		r.Limit = l.withBurst(lim, r.Algorithm, burstSet, burst, f["burst"].line(rateLine), ctx)
 	}
 	if r.Unlimited {
 		r.Limit, r.Unit = core.Inf, rlsv3.RateLimitResponse_RateLimit_UNKNOWN

@@ -83,3 +83,25 @@ func UnitPeriod(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
 	}
 	return 0
 }
+
+// WindowLimit returns the limit of rate requests per period for an
+// algorithm that takes no notice of a burst: a window algorithm, such as
+// the rate limit service's fixed window. Its burst is rate, as
+// [core.Per] makes it, unless rate times the limit's unit would exceed
+// 2^52 ([core.MaxUnits]; 4294967295 a minute, 1000001 a day, 10000019 an
+// hour): that bound is the bucket algorithms', whose capacity in units is
+// burst × unit; a window counts requests, at most its rate, and never
+// computes in units. There the limit keeps burst 1, which a window does
+// not read, so it decides the same: 1 × unit is at most the period, and
+// a period of at most [core.MaxPeriod] (2^50 µs) leaves it below 2^52.
+// So every requests_per_unit of the service (up to 2^32−1) per any of
+// its units, and any period up to core.MaxPeriod, is a valid limit.
+func WindowLimit(rate int64, period time.Duration) core.Limit {
+	l := core.Per(rate, period)
+	if l.Validate() != nil {
+		if one := l.WithBurst(1); one.Validate() == nil {
+			return one
+		}
+	}
+	return l
+}
