@@ -3,6 +3,7 @@ package serve
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -17,9 +18,10 @@ const DefaultMaxDescriptorStats = 10_000
 // limit set by [WithDescriptorStats] are kept under, together.
 const OtherDescriptors = "_other"
 
-// nearLimitRatio is the share of a limit past which an admission is near
-// the limit, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO default.
-const nearLimitRatio = 0.8
+// DefaultNearLimitRatio is the share of a limit past which an admission
+// is near the limit unless [WithNearLimitRatio] says otherwise:
+// envoyproxy/ratelimit's NEAR_LIMIT_RATIO default.
+const DefaultNearLimitRatio = 0.8
 
 // DescriptorStats are the hits of requests for one descriptor, counted
 // as envoyproxy/ratelimit counts its per-descriptor stats. A hit is a
@@ -63,6 +65,7 @@ type descriptorStats struct {
 	names sync.Map // name → *descriptorCounts
 	n     atomic.Int64
 	max   int64
+	ratio float32 // the near-limit ratio, a float32 as envoyproxy/ratelimit's
 	other descriptorCounts
 }
 
@@ -97,7 +100,7 @@ func (c *descriptorCounts) hit(hits int64) {
 
 // count records what a descriptor of hits got: d's admission, how much
 // of its limit is left and where its answer came from.
-func (c *descriptorCounts) count(hits int64, allowed, shadow, cached bool, limit, remaining int64) {
+func (c *descriptorCounts) count(hits int64, allowed, shadow, cached bool, limit, remaining int64, ratio float32) {
 	if c == nil {
 		return
 	}
@@ -117,7 +120,8 @@ func (c *descriptorCounts) count(hits int64, allowed, shadow, cached bool, limit
 	// The hits past the threshold, as if this one was charged: what the
 	// limit had used before it is used−hits.
 	used := limit - remaining
-	if threshold := int64(float64(limit) * nearLimitRatio); used > threshold {
+	// The threshold as envoyproxy/ratelimit computes it, in float32.
+	if threshold := int64(math.Floor(float64(float32(limit) * ratio))); used > threshold {
 		c.near.Add(uint64(min(hits, used-threshold)))
 	}
 }

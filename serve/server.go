@@ -53,6 +53,26 @@ type Config struct {
 	// /metrics (Prometheus text format), /limits (what is loaded) and
 	// /debug/pprof/ (Go's profiles).
 	HTTPAddr string
+	// APIAddr, if set, is where envoyproxy/ratelimit's HTTP port listens
+	// (its HOST:PORT): /healthcheck, answered as the service answers it
+	// (200 "OK" while healthy, else 500), and /json, a request of the RLS
+	// API as JSON (see [Server.JSONHandler]).
+	APIAddr string
+	// MetricsAddr and MetricsPath, if MetricsAddr is set, serve /metrics'
+	// text on a port of its own, as envoyproxy/ratelimit's
+	// USE_PROMETHEUS, PROMETHEUS_ADDR and PROMETHEUS_PATH; MetricsPath ""
+	// means "/metrics".
+	MetricsAddr, MetricsPath string
+	// HealthyWithConfig makes /healthcheck fail while the configuration in
+	// force declares no domain, as envoyproxy/ratelimit's
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
+	HealthyWithConfig bool
+	// StoreHealthy, if set, makes /healthcheck fail while it reports
+	// false, as envoyproxy/ratelimit's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION
+	// fails it while Redis has no connection. nil: the store's health
+	// does not count (the service's default), since the breaker answers
+	// while Redis is down.
+	StoreHealthy func() bool
 	// Reload is how often the configuration is read again and, if it
 	// changed and is valid, put in force; 0 means [DefaultReload], and a
 	// negative value turns the polling off ([Server.Reload] still
@@ -81,7 +101,7 @@ type Server struct {
 	health  *health.Server
 	lis     net.Listener
 	httpLis net.Listener
-	http    *http.Server
+	ports   []httpPort // the debug port first, if any
 
 	mu       sync.Mutex // serializes reloads
 	loadedAt atomic.Pointer[time.Time]
@@ -93,6 +113,17 @@ type Server struct {
 // The services a [Server]'s health service reports on: the server as a
 // whole ("") and the RLS service.
 const healthRLS = "envoy.service.ratelimit.v3.RateLimitService"
+
+// healthPeer is the service envoyproxy/ratelimit's gRPC health reports on,
+// as [Server.Healthy] says, but for the store (checked only over HTTP).
+const healthPeer = "ratelimit"
+
+// httpPort is an HTTP port of the server.
+type httpPort struct {
+	what string
+	lis  net.Listener
+	srv  *http.Server
+}
 
 // NewServer loads the configuration and opens the server's ports. It
 // fails if the configuration is invalid (the error names each problem's
@@ -135,7 +166,24 @@ func NewServer(cfg Config) (*Server, error) {
 			s.lis.Close()
 			return nil, fmt.Errorf("serve: HTTP port: %w", err)
 		}
-		s.http = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.ports = append(s.ports, httpPort{"debug", s.httpLis, &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 5 * time.Second}})
+	}
+	for _, p := range []struct {
+		what, addr string
+		h          func() http.Handler
+	}{{"API", cfg.APIAddr, s.apiHandler}, {"metrics", cfg.MetricsAddr, s.metricsHandler}} {
+		if p.addr == "" {
+			continue
+		}
+		lis, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			s.lis.Close()
+			for _, q := range s.ports {
+				q.lis.Close()
+			}
+			return nil, fmt.Errorf("serve: %s port: %w", p.what, err)
+		}
+		s.ports = append(s.ports, httpPort{p.what, lis, &http.Server{Handler: p.h(), ReadHeaderTimeout: 5 * time.Second}})
 	}
 	// Stream workers: each request runs on a goroutine that has served
 	// requests before, whose stack has grown to the chain's depth, rather
@@ -146,6 +194,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus(healthPeer, s.peerHealth())
 	log.Info("limits loaded", "path", cfg.Limits, "domains", len(set.Domains()), "rules", set.Len())
 	logWarnings(log, set)
 	return s, nil
@@ -165,6 +214,22 @@ func (s *Server) HTTPAddr() string {
 	return s.httpLis.Addr().String()
 }
 
+// APIAddr returns the address envoyproxy/ratelimit's HTTP port
+// (/healthcheck, /json) listens on; "" if none.
+func (s *Server) APIAddr() string { return s.portAddr("API") }
+
+// MetricsAddr returns the address the metrics port listens on; "" if none.
+func (s *Server) MetricsAddr() string { return s.portAddr("metrics") }
+
+func (s *Server) portAddr(what string) string {
+	for _, p := range s.ports {
+		if p.what == what {
+			return p.lis.Addr().String()
+		}
+	}
+	return ""
+}
+
 // Serve serves until ctx ends, then stops: the health service turns to
 // NOT_SERVING, new requests are refused, requests in flight get up to
 // Config.Grace to finish, and Serve returns nil. It returns early with
@@ -173,16 +238,17 @@ func (s *Server) HTTPAddr() string {
 func (s *Server) Serve(ctx context.Context) error {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(healthRLS, healthpb.HealthCheckResponse_SERVING)
-	errc := make(chan error, 2)
+	s.health.SetServingStatus(healthPeer, s.peerHealth())
+	errc := make(chan error, 1+len(s.ports))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := s.grpc.Serve(s.lis); err != nil {
 			errc <- fmt.Errorf("serve: gRPC: %w", err)
 		}
 	})
-	if s.http != nil {
+	for _, p := range s.ports {
 		wg.Go(func() {
-			if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := p.srv.Serve(p.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("serve: HTTP: %w", err)
 			}
 		})
@@ -220,9 +286,9 @@ func (s *Server) stop() {
 		s.grpc.Stop()
 		<-done
 	}
-	if s.http != nil {
+	for _, p := range s.ports {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.http.Shutdown(ctx)
+		p.srv.Shutdown(ctx)
 		cancel()
 	}
 }
@@ -286,6 +352,7 @@ func (s *Server) Reload() error {
 		return nil
 	}
 	s.svc.SetLimits(set)
+	s.health.SetServingStatus(healthPeer, s.peerHealth())
 	now := time.Now()
 	s.loadedAt.Store(&now)
 	s.reloads.Add(1)

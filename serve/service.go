@@ -74,17 +74,20 @@ type Service struct {
 	now    func() time.Time
 	stats  Stats
 	dstats descriptorStats
+	// globalShadow turns OVER_LIMIT responses OK (WithGlobalShadowMode).
+	globalShadow bool
 }
 
 // Stats counts what a [Service] answered. Read it with [Service.Stats].
 type Stats struct {
-	RPCs        atomic.Int64 // requests answered, with a response or an error
-	OverLimit   atomic.Int64 // responses whose overall code was OVER_LIMIT
-	Invalid     atomic.Int64 // requests refused as invalid
-	StoreErrors atomic.Int64 // requests that failed because the store did
-	ShadowDeny  atomic.Int64 // shadow-mode descriptors that were over their limit
-	Unavailable atomic.Int64 // descriptors decided while the store was down (fail-open, fail-closed or degraded)
-	LocalCache  atomic.Int64 // descriptors denied by a local cache of denials, without asking the remote store
+	RPCs         atomic.Int64 // requests answered, with a response or an error
+	OverLimit    atomic.Int64 // responses whose overall code was OVER_LIMIT
+	Invalid      atomic.Int64 // requests refused as invalid
+	StoreErrors  atomic.Int64 // requests that failed because the store did
+	ShadowDeny   atomic.Int64 // shadow-mode descriptors that were over their limit
+	Unavailable  atomic.Int64 // descriptors decided while the store was down (fail-open, fail-closed or degraded)
+	LocalCache   atomic.Int64 // descriptors denied by a local cache of denials, without asking the remote store
+	GlobalShadow atomic.Int64 // OVER_LIMIT responses answered OK under WithGlobalShadowMode
 }
 
 // headerNames are the response headers' names; nil: no headers.
@@ -139,6 +142,33 @@ func WithDescriptorStats(n int) Option {
 			return fmt.Errorf("serve: WithDescriptorStats(%d): want 0 to 1,000,000", n)
 		}
 		s.dstats.max = int64(n)
+		return nil
+	}
+}
+
+// WithNearLimitRatio sets the share of a limit past which admitted hits
+// count as near the limit in the per-descriptor stats
+// ([DescriptorStats.NearLimit]), as envoyproxy/ratelimit's
+// NEAR_LIMIT_RATIO; [DefaultNearLimitRatio] by default. r must be above 0
+// and at most 1.
+func WithNearLimitRatio(r float64) Option {
+	return func(s *Service) error {
+		if !(r > 0 && r <= 1) {
+			return fmt.Errorf("serve: WithNearLimitRatio(%v): want above 0, at most 1", r)
+		}
+		s.dstats.ratio = float32(r)
+		return nil
+	}
+}
+
+// WithGlobalShadowMode answers every request OK, as envoyproxy/ratelimit's
+// SHADOW_MODE: each descriptor is decided (a denial charges nothing, as
+// ever) and its status says OVER_LIMIT where it is over, but the
+// response's overall code is OK. [Stats.GlobalShadow] counts the
+// responses it turned.
+func WithGlobalShadowMode() Option {
+	return func(s *Service) error {
+		s.globalShadow = true
 		return nil
 	}
 }
@@ -199,6 +229,7 @@ func NewService(store core.Store, set *limits.Set, opts ...Option) (*Service, er
 	}
 	s := &Service{store: store, maxDsc: DefaultMaxDescriptors, tracer: noop.NewTracerProvider().Tracer(""), now: time.Now}
 	s.dstats.max = DefaultMaxDescriptorStats
+	s.dstats.ratio = DefaultNearLimitRatio
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -590,7 +621,7 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 			}
 			s.stats.LocalCache.Add(1)
 		}
-		sl.counts.count(sl.hits, d.Allowed, sl.shadow, d.Source == core.SourceCache, d.Limit, d.Remaining)
+		sl.counts.count(sl.hits, d.Allowed, sl.shadow, d.Source == core.SourceCache, d.Limit, d.Remaining, s.dstats.ratio)
 		st.CurrentLimit = cur
 		remaining := d.Remaining
 		if b := &batches[sl.batch()]; d.Allowed && !b.charged && sl.req >= 0 && b.reqs[sl.req].Op != core.OpRefund {
@@ -621,6 +652,10 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 	}
 	if s.hdr != nil && binding != nil {
 		resp.ResponseHeadersToAdd = s.headers(binding)
+	}
+	if s.globalShadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.stats.GlobalShadow.Add(1)
 	}
 	return resp
 }
