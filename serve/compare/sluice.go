@@ -40,7 +40,7 @@ type SluiceConfig struct {
 // StartSluice builds sluice's command if this test binary has not yet
 // ([SluiceBinary]), writes cfg.Config to a file, and runs
 //
-//	sluice serve -config FILE -grpc-addr 127.0.0.1:PORT -http-addr 127.0.0.1:PORT -redis ADDR [-client C] [-mode M] [-timeout D] [-headers] [Args...]
+//	sluice serve -config FILE -grpc-addr 127.0.0.1:PORT -http-addr 127.0.0.1:PORT -api-addr '' -redis ADDR [-client C] [-mode M] [-timeout D] [-headers] [Args...]
 //
 // on free ports. It returns once GET /healthz on the HTTP address answers
 // 200 and the gRPC address accepts connections. t.Cleanup stops the
@@ -70,6 +70,7 @@ func StartSluice(t testing.TB, cfg SluiceConfig) *Server {
 				"-config", confPath,
 				"-grpc-addr", loopback(ports[0]),
 				"-http-addr", loopback(ports[1]),
+				"-api-addr", "",
 				"-redis", cfg.Redis,
 			}
 			if cfg.Client != "" {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,9 +84,13 @@ func startServe(t *testing.T, config string, args ...string) *running {
 	r := &running{path: path, stderr: &syncBuffer{}, reload: make(chan os.Signal, 1), cancel: cancel, exited: make(chan int, 1)}
 	ready := make(chan *serve.Server, 1)
 	var stdout syncBuffer
-	args = append([]string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-reload", "0"}, args...)
+	base := []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-api-addr", "127.0.0.1:0", "-reload", "0", "-log-level", "info"}
+	if !slices.Contains(args, "-redis") {
+		base = append(base, "-backend", "memory")
+	}
+	args = append(base, args...)
 	go func() {
-		r.exited <- runServe(ctx, args, &stdout, r.stderr, r.reload, func(s *serve.Server) { ready <- s })
+		r.exited <- runServe(ctx, args, nil, &stdout, r.stderr, r.reload, func(s *serve.Server) { ready <- s })
 	}()
 	select {
 	case r.srv = <-ready:
@@ -172,22 +177,26 @@ func TestServeUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "-config is required"},
+		{nil, 2, "set RUNTIME_SUBDIRECTORY, or -config"},
+		{[]string{"-config", bad, "-backend", "memcache"}, 2, `-backend "memcache"`},
+		{[]string{"-config", bad, "-redis", ""}, 2, "-redis is empty"},
+		{[]string{"-config", bad, "-redis-type", "ring"}, 2, `-redis-type "ring"`},
+		{[]string{"-config", bad, "-log-level", "loud"}, 2, `-log-level "loud"`},
 		{[]string{"-config", bad, "-mode", "sometimes"}, 2, `-mode "sometimes"`},
 		{[]string{"-config", bad, "-client", "jedis"}, 2, `-client "jedis"`},
 		{[]string{"-config", bad, "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"-config", bad, "-local-cache", "-1"}, 2, "-local-cache -1"},
-		{[]string{"-config", bad, "-local-cache", "100"}, 2, "it needs -redis"},
+		{[]string{"-config", bad, "-backend", "memory", "-local-cache", "100"}, 2, "it needs -redis"},
 		{[]string{"-config", bad, "-otlp-endpoint", "127.0.0.1:4317"}, 2, "-otlp-endpoint"},
 		{[]string{"-config", bad, "-otlp-endpoint", "grpc://127.0.0.1:4317"}, 2, "want http://host:port"},
 		{[]string{"-config", bad, "-otlp-endpoint", "http://collector"}, 2, "want a host and a port"},
 		{[]string{"-config", bad, "-otlp-endpoint", "http://127.0.0.1:4317", "-trace-ratio", "2"}, 2, "-trace-ratio 2"},
-		{[]string{"-config", bad, "-grpc-addr", "127.0.0.1:0", "-http-addr", ""}, 1, "bad.yaml:4"},
+		{[]string{"-config", bad, "-backend", "memory", "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-api-addr", ""}, 1, "bad.yaml:4"},
 		{[]string{"-h"}, 0, ""},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
-		code := runServe(context.Background(), tt.args, &stdout, &stderr, nil, nil)
+		code := runServe(context.Background(), tt.args, nil, &stdout, &stderr, nil, nil)
 		if code != tt.code || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("sluice serve %q = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
 		}
