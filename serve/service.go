@@ -76,6 +76,12 @@ type Service struct {
 	dstats descriptorStats
 	// globalShadow turns OVER_LIMIT responses OK (WithGlobalShadowMode).
 	globalShadow bool
+	// exactReset reports duration_until_reset to the microsecond
+	// (WithExactReset); else in whole seconds, as envoyproxy/ratelimit.
+	exactReset bool
+	// unitMultiplier honours a limit override's unit_multiplier
+	// (WithUnitMultiplier).
+	unitMultiplier bool
 }
 
 // Stats counts what a [Service] answered. Read it with [Service.Stats].
@@ -169,6 +175,33 @@ func WithNearLimitRatio(r float64) Option {
 func WithGlobalShadowMode() Option {
 	return func(s *Service) error {
 		s.globalShadow = true
+		return nil
+	}
+}
+
+// WithExactReset reports each descriptor's duration_until_reset to the
+// microsecond. By default it is in whole seconds, rounded up, as
+// envoyproxy/ratelimit reports it and Envoy reads it: Envoy builds
+// X-RateLimit-Reset from the seconds alone, so an exact 14.99 s would
+// read 14, and every per-second limit's 0.4 s would read 0. For a fixed
+// window, the rounded figure is the peer's: the unit's length minus the
+// Unix second (of the decision, on the store's clock) modulo it.
+func WithExactReset() Option {
+	return func(s *Service) error {
+		s.exactReset = true
+		return nil
+	}
+}
+
+// WithUnitMultiplier decides a limit override (Envoy's limit in a rate
+// limit action) over its unit × unit_multiplier, a window of that
+// length, as Envoy's API describes it; unit_multiplier 0 is then
+// refused as InvalidArgument. By default the multiplier is ignored, as
+// envoyproxy/ratelimit ignores it: 2 per SECOND × 60 is 2 a second,
+// reset within the second.
+func WithUnitMultiplier() Option {
+	return func(s *Service) error {
+		s.unitMultiplier = true
 		return nil
 	}
 }
@@ -431,7 +464,7 @@ func (s *Service) match(set *limits.Set, domain string, d *ratelimitv3.RateLimit
 		entries = append(entries, limits.Entry{Key: e.GetKey(), Value: e.GetValue()})
 	}
 	if o := d.GetLimit(); o != nil && set.HasDomain(domain) {
-		r, err := overrideRule(o)
+		r, err := overrideRule(o, s.unitMultiplier)
 		if err != nil {
 			return nil, "", "", err
 		}
@@ -445,15 +478,16 @@ func (s *Service) match(set *limits.Set, domain string, d *ratelimitv3.RateLimit
 // window's on the same key.
 var overrideAlg = core.Named(algorithms.FixedWindow, "override")
 
-// overrideRule is the rule a limit override stands for.
-func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*limits.Rule, error) {
+// overrideRule is the rule a limit override stands for: per its unit,
+// times its unit_multiplier if mult.
+func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, honourMult bool) (*limits.Rule, error) {
 	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()) // the two enums agree, as envoyproxy/ratelimit assumes
 	period := limits.UnitPeriod(unit)
 	if period == 0 {
 		return nil, errOverrideUnit
 	}
 	mult := int64(1)
-	if m := o.GetUnitMultiplier(); m != nil {
+	if m := o.GetUnitMultiplier(); m != nil && honourMult {
 		if m.Value == 0 {
 			return nil, errUnitMultiplier
 		}
@@ -632,6 +666,9 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 		}
 		st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
 		reset := s.untilReset(sl.rule, d)
+		if !s.exactReset {
+			reset = (reset + time.Second - 1).Truncate(time.Second)
+		}
 		durs[i].Seconds, durs[i].Nanos = int64(reset/time.Second), int32(reset%time.Second)
 		st.DurationUntilReset = &durs[i]
 		if !d.Allowed {

@@ -97,6 +97,8 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		near      = fs.Float64("near-limit-ratio", serve.DefaultNearLimitRatio, "the share of a limit past which hits count as near_limit (NEAR_LIMIT_RATIO)")
 		healthy   = fs.Bool("healthy-with-config", false, "fail /healthcheck while no domain is configured (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)")
 		storeHlth = fs.Bool("store-health", false, "fail /healthcheck while the breaker finds Redis down (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)")
+		exact     = fs.Bool("exact-reset", false, "report duration_until_reset to the microsecond; by default in whole seconds, rounded up, as envoyproxy/ratelimit (Envoy's X-RateLimit-Reset reads only the seconds)")
+		unitMult  = fs.Bool("unit-multiplier", false, "decide a limit override over its unit × unit_multiplier, as Envoy's API describes; by default the multiplier is ignored, as envoyproxy/ratelimit ignores it")
 		shadow    = fs.Bool("shadow-mode", false, "answer every request OK, its descriptors still decided and counted (SHADOW_MODE)")
 		logLevel  = fs.String("log-level", peerLogLevel, "debug, info, warn or error (LOG_LEVEL)")
 		logFormat = fs.String("log-format", "text", "text or json (LOG_FORMAT)")
@@ -269,6 +271,12 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	}
 	if *shadow {
 		opts = append(opts, serve.WithGlobalShadowMode())
+	}
+	if *exact {
+		opts = append(opts, serve.WithExactReset())
+	}
+	if *unitMult {
+		opts = append(opts, serve.WithUnitMultiplier())
 	}
 	var storeHealthy func() bool
 	if *storeHlth && breaker != nil {
