@@ -151,7 +151,7 @@ func (ds *descriptorStats) write(w io.Writer) {
 	}{
 		{"sluice_rls_descriptor_total_hits_total", "Hits decided under each descriptor's limit.", func(s DescriptorStats) uint64 { return s.TotalHits }},
 		{"sluice_rls_descriptor_within_limit_total", "Hits each descriptor's limit admitted.", func(s DescriptorStats) uint64 { return s.WithinLimit }},
-		{"sluice_rls_descriptor_near_limit_total", "Admitted hits past 80% of each descriptor's limit.", func(s DescriptorStats) uint64 { return s.NearLimit }},
+		{"sluice_rls_descriptor_near_limit_total", "Admitted hits past the near-limit ratio (NEAR_LIMIT_RATIO, 0.8 by default) of each descriptor's limit.", func(s DescriptorStats) uint64 { return s.NearLimit }},
 		{"sluice_rls_descriptor_over_limit_total", "Hits each descriptor's limit denied, shadow mode included.", func(s DescriptorStats) uint64 { return s.OverLimit }},
 		{"sluice_rls_descriptor_over_limit_with_local_cache_total", "Denied hits the local cache answered.", func(s DescriptorStats) uint64 { return s.OverLimitWithLocalCache }},
 		{"sluice_rls_descriptor_shadow_mode_total", "Hits a limit in shadow mode would have denied.", func(s DescriptorStats) uint64 { return s.ShadowMode }},

@@ -8,9 +8,11 @@
 // [Service] is the RLS service: it matches each request's descriptors
 // against the limits in force and decides all of them as one atomic
 // stack, so a request over any of its limits charges none. [Server] runs
-// it: the gRPC port with the gRPC health service, a debug HTTP port
-// (/healthz, /metrics, /limits), configuration reloading that keeps the
-// previous limits when a new file is invalid, and a graceful stop. The
+// it: the gRPC port with the gRPC health service, envoyproxy/ratelimit's
+// HTTP port (/healthcheck and /json, answered as the peer answers them), a
+// debug HTTP port (/healthz, /metrics, /limits), configuration reloading
+// that keeps the previous limits when a new file is invalid, and a
+// graceful stop. The
 // sluice command built from this module (serve/cmd/sluice) is the usual
 // way to run it:
 //
