@@ -315,11 +315,18 @@ func (s *Server) poll(stop <-chan struct{}) {
 	}
 }
 
-// fingerprint identifies the files under path as they are now: every
-// regular file's name, size and modification time.
+// fingerprint identifies the files under path as they are now: where
+// path leads (a link, such as a runtime directory's "current", swapped to
+// a new version), and every regular file's name, size and modification
+// time.
 func fingerprint(path string) ([32]byte, error) {
 	h := sha256.New()
-	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	root, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	fmt.Fprintf(h, "%s\x00", root)
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}

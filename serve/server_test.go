@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,4 +220,38 @@ func TestNewServerErrors(t *testing.T) {
 		t.Error("NewServer with a missing configuration succeeded")
 	}
 	var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+}
+
+// TestFingerprintFollowsLink sees a runtime directory's link swapped to a
+// new version as a change, as a deployment that swaps "current" makes
+// one, even when the files' names, sizes and times are the same.
+func TestFingerprintFollowsLink(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	for _, v := range []string{"v1", "v2"} {
+		if err := os.MkdirAll(filepath.Join(base, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeConfig(t, filepath.Join(base, v, "api.yaml"), limitsOf(0, 7))
+	}
+	link := filepath.Join(base, "current")
+	if err := os.Symlink(filepath.Join(base, "v1"), link); err != nil {
+		t.Fatal(err)
+	}
+	before, err := fingerprint(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := fingerprint(link); again != before {
+		t.Fatal("fingerprint changed with nothing changed")
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "v2"), link); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := fingerprint(link); after == before {
+		t.Error("fingerprint of a link swapped to another version did not change")
+	}
 }
