@@ -67,6 +67,11 @@ type Config struct {
 	// force declares no domain, as envoyproxy/ratelimit's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
 	HealthyWithConfig bool
+	// Leases reports that Store leases for the rules that say so
+	// (stores/layered with [limits.LeaseOf] as its Config.Lease). If
+	// false, a configuration with such rules loads with a warning that
+	// their leases are not taken.
+	Leases bool
 	// StoreHealthy, if set, makes /healthcheck fail while it reports
 	// false, as envoyproxy/ratelimit's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION
 	// fails it while Redis has no connection. nil: the store's health
@@ -196,7 +201,7 @@ func NewServer(cfg Config) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.health.SetServingStatus(healthPeer, s.peerHealth())
 	log.Info("limits loaded", "path", cfg.Limits, "domains", len(set.Domains()), "rules", set.Len())
-	logWarnings(log, set)
+	s.logWarnings(set)
 	return s, nil
 }
 
@@ -364,15 +369,20 @@ func (s *Server) Reload() error {
 	s.loadedAt.Store(&now)
 	s.reloads.Add(1)
 	s.log.Info("limits reloaded", "path", s.cfg.Limits, "domains", len(set.Domains()), "rules", set.Len())
-	logWarnings(s.log, set)
+	s.logWarnings(set)
 	return nil
 }
 
 // logWarnings logs what loading set found that did not stop it: a key
-// given twice, a file that could not be read.
-func logWarnings(log *slog.Logger, set *limits.Set) {
+// given twice, a file that could not be read, no rule, rules that lease
+// on a store that does not.
+func (s *Server) logWarnings(set *limits.Set) {
+	log := s.log
 	if set.Len() == 0 {
 		log.Warn("no limits loaded: every request is answered OK")
+	}
+	if n := set.Leases(); n > 0 && !s.cfg.Leases {
+		log.Warn("limits: rules lease, but the store takes no leases: they are decided without (sluice serve leases when started with -lease-all, or with a rule that leases)", "rules", n)
 	}
 	for _, w := range set.Warnings() {
 		log.Warn("limits: "+w.Msg, "file", w.File, "line", w.Line)

@@ -409,7 +409,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	if denied {
 		peek(enforce)
 	}
-	in, err := s.apply(ctx, enforce)
+	in, err := s.applyEnforced(ctx, enforce)
 	if err != nil {
 		return nil, err
 	}
@@ -564,6 +564,86 @@ func (s *Service) apply(ctx context.Context, reqs []core.Request) ([]core.Decisi
 	out := make([]core.Decision, len(reqs))
 	if err := s.store.ApplyAll(ctx, reqs, out); err != nil {
 		return nil, s.storeError(err)
+	}
+	return out, nil
+}
+
+// applyEnforced decides the enforced descriptors' requests: in one store
+// call (one atomic decision), unless there are several and some of their
+// rules lease (limits.Rule.Lease): a lease is spent one key at a time
+// (stores/layered never leases inside a batch), so those are charged
+// first, each alone, from this instance's lease where it holds enough,
+// then the others in one call. If any is denied, the leased charges
+// already made are refunded, so that the request charges nothing, as
+// one atomic decision would leave it; between a charge and its refund,
+// another request may find that budget spent (an under-admission
+// bounded by the costs of the requests in flight). A refund after the
+// fixed window a charge fell in has ended changes nothing, and the
+// charge stays in that window: it cannot make any window admit more
+// than its rate.
+func (s *Service) applyEnforced(ctx context.Context, reqs []core.Request) ([]core.Decision, error) {
+	leased := 0
+	for _, r := range reqs {
+		if r.Op != core.OpCharge {
+			return s.apply(ctx, reqs)
+		}
+		if limits.LeaseOf(r.Algorithm) > 0 {
+			leased++
+		}
+	}
+	if leased == 0 || len(reqs) == 1 {
+		return s.apply(ctx, reqs)
+	}
+	out := make([]core.Decision, len(reqs))
+	asked := make([]bool, len(reqs))
+	var charged []int
+	undo := func() {
+		for _, i := range charged {
+			r := reqs[i]
+			r.Op = core.OpRefund
+			// A refund that fails leaves the charge: an under-admission
+			// of its cost, never an over-admission.
+			s.store.Apply(ctx, r)
+		}
+	}
+	denied := false
+	for i, r := range reqs {
+		if limits.LeaseOf(r.Algorithm) == 0 {
+			continue
+		}
+		d, err := s.store.Apply(ctx, r)
+		if err != nil {
+			undo()
+			return nil, s.storeError(err)
+		}
+		out[i], asked[i] = d, true
+		if !d.Allowed {
+			denied = true
+			break
+		}
+		charged = append(charged, i)
+	}
+	var rest []core.Request
+	var at []int
+	for i, r := range reqs {
+		if asked[i] {
+			continue
+		}
+		if denied {
+			r.Op = core.OpPeek
+		}
+		rest, at = append(rest, r), append(at, i)
+	}
+	ds, err := s.apply(ctx, rest)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = ds[j]
+	}
+	if denied || !allowed(ds) {
+		undo()
 	}
 	return out, nil
 }

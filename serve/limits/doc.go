@@ -48,7 +48,7 @@
 //
 // # sluice's keys
 //
-// In a rate_limit, sluice reads three keys the service rejects, so that a
+// In a rate_limit, sluice reads four keys the service rejects, so that a
 // file that uses them is sluice's alone:
 //
 //   - algorithm: the algorithm to decide with, a name
@@ -63,6 +63,10 @@
 //     "10/s burst 50" or "1/250ms", instead of unit and
 //     requests_per_unit. Exactly one of limit, unit with
 //     requests_per_unit, and unlimited: true may be given.
+//   - lease: the largest batch of requests a server leases for the rule
+//     ([Rule.Lease], [Leased]), for the fixed-window, token-bucket and
+//     gcra algorithms, at most the limit's capacity; 0 opts the rule out
+//     of [Options.Lease].
 //
 // # Problems
 //

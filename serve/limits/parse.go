@@ -288,8 +288,8 @@ func (s section) String() string {
 }
 
 // sections lists where each key belongs. The keys of the rate limit
-// service are those of its validKeys; algorithm, burst and limit are
-// sluice's, which the service rejects.
+// service are those of its validKeys; algorithm, burst, limit and lease
+// are sluice's, which the service rejects.
 var sections = map[string][]section{
 	"domain":            {topLevel},
 	"descriptors":       {topLevel, inDescriptor},
@@ -309,6 +309,7 @@ var sections = map[string][]section{
 	"algorithm":         {inRateLimit},
 	"burst":             {inRateLimit},
 	"limit":             {inRateLimit},
+	"lease":             {inRateLimit},
 }
 
 // field is one key of a mapping and its value. The zero field is a key
@@ -790,6 +791,9 @@ func (l *loader) descriptor(parent *node, n *yaml.Node, domain, parentPath strin
 	parent.add(composite, d)
 	if keep && d.rule != nil {
 		l.set.rules++
+		if d.rule.Lease > 0 {
+			l.set.leases++
+		}
 	}
 }
 
@@ -914,6 +918,29 @@ func (l *loader) rule(n *yaml.Node, ctx string) *Rule {
 		}
 		if burstSet {
 			l.errorf(f["burst"].line(n.Line), ctx, "burst is given for an unlimited rule")
+		}
+	}
+	if leaseSet := l.value(f["lease"]) != nil; leaseSet || l.opts.Lease > 0 {
+		n0 := l.problems()
+		lease := l.integer(f["lease"], ctx, 0, math.MaxUint32)
+		switch {
+		case l.problems() != n0:
+		case !leaseSet:
+			// Options.Lease: the rules large enough that a batch strands
+			// at most a hundredth of the limit.
+			if r.Limit.Validate() == nil && !r.Unlimited && int64(r.RequestsPerUnit) >= 100*l.opts.Lease && leasable(r.Algorithm) {
+				lease = l.opts.Lease
+			}
+		case lease > 0 && (r.Unlimited || r.Deny):
+			l.errorf(f["lease"].line(n.Line), ctx, "lease is given for a rule that keeps no state")
+		case lease > 0 && !leasable(r.Algorithm):
+			l.errorf(f["lease"].line(n.Line), ctx, "lease applies to the fixed-window, token-bucket and gcra algorithms, not %s", r.Algorithm.Name())
+		case lease > 0 && r.Limit.Validate() == nil && lease > maxLease(r):
+			l.errorf(f["lease"].line(n.Line), ctx, "lease %d is more than the limit's capacity, %d", lease, maxLease(r))
+		}
+		if lease > 0 && l.problems() == before {
+			r.Lease = lease
+			r.Algorithm = Leased(r.Algorithm, lease)
 		}
 	}
 	if l.problems() != before {

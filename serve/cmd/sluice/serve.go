@@ -90,6 +90,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		timeout   = fs.Duration("timeout", 100*time.Millisecond, "the deadline of each Redis call; past it the breaker answers in -mode (REDIS_TIMEOUT, if set)")
 		inst      = fs.Int("instances", 1, "how many sluice serve processes share the limits (degrade mode decides each under its share)")
 		cache     = fs.Int("local-cache", 0, "hold up to this many `keys` over their limit in this process, and deny them without asking Redis until they may pass (LOCAL_CACHE_SIZE_IN_BYTES ÷ 512); 0: none")
+		leaseAll  = fs.Int64("lease-all", 0, "lease batches of up to `N` requests for every fixed-window, token-bucket or gcra rule of at least 100×N requests per unit that does not say its own lease (sluice's rate_limit key lease); 0: only those that do")
 		headers   = fs.Bool("headers", false, "add RateLimit-Limit, -Remaining and -Reset to every response (LIMIT_RESPONSE_HEADERS_ENABLED)")
 		hLimit    = fs.String("limit-header", "RateLimit-Limit", "the `name` of -headers' limit (LIMIT_LIMIT_HEADER)")
 		hRemain   = fs.String("remaining-header", "RateLimit-Remaining", "the `name` of -headers' remaining (LIMIT_REMAINING_HEADER)")
@@ -211,6 +212,9 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	case *cache > 0 && *addr == "":
 		fmt.Fprintln(stderr, "sluice serve: -local-cache caches Redis's denials: it needs -redis")
 		return 2
+	case *leaseAll < 0:
+		fmt.Fprintf(stderr, "sluice serve: -lease-all %d: want a batch, or 0 for none\n", *leaseAll)
+		return 2
 	case *poolSize < 1:
 		fmt.Fprintf(stderr, "sluice serve: -redis-pool-size %d: want at least 1\n", *poolSize)
 		return 2
@@ -256,7 +260,15 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		}()
 		tp = sdk
 	}
-	store, breaker, closeStore, err := openStore(log, rc, mode, *timeout, *inst, *cache, tp)
+	limitOpts := limits.Options{MergeDomains: *merge, IgnoreDotFiles: *ignoreDot, AppDirectory: appDir, Lease: *leaseAll}
+	// Leases need the layered store: with -lease-all, or when the
+	// configuration at start has a rule that leases.
+	leases := *leaseAll > 0
+	if set, err := limits.Load(*config, limitOpts); err == nil && set.Leases() > 0 {
+		leases = true
+	}
+	leases = leases && *addr != ""
+	store, breaker, closeStore, err := openStore(log, rc, mode, *timeout, *inst, *cache, leases, tp)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
@@ -289,7 +301,8 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	srv, err := serve.NewServer(serve.Config{
 		Store:        store,
 		Limits:       *config,
-		LimitOptions: limits.Options{MergeDomains: *merge, IgnoreDotFiles: *ignoreDot, AppDirectory: appDir},
+		LimitOptions: limitOpts,
+		Leases:       leases,
 		GRPCAddr:     *grpcAddr,
 		HTTPAddr:     *httpAddr,
 		APIAddr:      *apiAddr,
@@ -362,12 +375,13 @@ func (rc redisConfig) network() string {
 // openStore opens the store chain: telemetry around a breaker around a
 // Redis store (behind a cache of denials, if cache is above 0), or
 // telemetry around a memory store when rc.addr is empty; and the breaker
-// (nil on memory). A Redis that does not answer yet is no reason not to
+// (nil on memory); with leases, the layered store leases for the rules
+// that say so. A Redis that does not answer yet is no reason not to
 // serve: the breaker answers in mode until it does, and log says so.
 // (go-redis connects on first use; rueidis dials at once, and with
 // ForceSingleClient hands back a client that dials again on the next
 // command.)
-func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.Duration, instances, cache int, tp trace.TracerProvider) (core.Store, *policy.Breaker, func(), error) {
+func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.Duration, instances, cache int, leases bool, tp trace.TracerProvider) (core.Store, *policy.Breaker, func(), error) {
 	if rc.addr == "" {
 		mem, err := memstore.New(memstore.Config{})
 		if err != nil {
@@ -472,11 +486,17 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 		shut()
 		return nil, nil, nil, fmt.Errorf("-redis %s: %w", rc.addr, err)
 	}
-	if cache > 0 {
+	if cache > 0 || leases {
 		// Below the breaker, so that a cached denial is a success to it,
 		// and a key over its limit stays denied while Redis is down.
+		// Leases (stores/layered) are taken for the rules that lease
+		// (limits.LeaseOf); the cache of denials comes with them.
+		cfg := layered.Config{Size: cache}
+		if leases {
+			cfg.Lease = func(req core.Request) int64 { return limits.LeaseOf(req.Algorithm) }
+		}
 		var l *layered.Store
-		if l, err = layered.New(remote, layered.Config{Size: cache}); err != nil {
+		if l, err = layered.New(remote, cfg); err != nil {
 			remote.Close()
 			shut()
 			return nil, nil, nil, fmt.Errorf("-local-cache %d: %w", cache, err)

@@ -1,0 +1,99 @@
+package serve
+
+import (
+	"context"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/serve/limits"
+	"github.com/sluicehq/sluice/stores/layered"
+	"github.com/sluicehq/sluice/stores/memstore"
+)
+
+// TestLeaseInRequest decides a request of a leased descriptor and an
+// ordinary one: the leased one is spent from this instance's lease, the
+// other decided at the store, and when the other is over its limit the
+// leased charge is refunded, so that the request charges nothing: what
+// the store holds and the lease holds add up to the limit less what was
+// admitted.
+func TestLeaseInRequest(t *testing.T) {
+	t.Parallel()
+	set, err := limits.Parse(limits.Options{}, limits.File{Name: "l.yaml", Data: []byte(`
+domain: api
+descriptors:
+  - key: hot
+    rate_limit: {unit: hour, requests_per_unit: 1000, lease: 100}
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lay, err := layered.New(mem, layered.Config{Lease: func(r core.Request) int64 { return limits.LeaseOf(r.Algorithm) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lay.Close()
+	svc, err := NewService(lay, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(k, v string) *ratelimitv3.RateLimitDescriptor {
+		return &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	ask := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{d("hot", "x"), d("user", "a")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	hot := set.Match("api", []limits.Entry{{Key: "hot", Value: "x"}})
+	atStore := func() int64 {
+		t.Helper()
+		d, err := mem.Apply(context.Background(), core.Request{Key: hot.Key, Algorithm: hot.Rule.Algorithm, Limit: hot.Rule.Limit, Cost: 1, Op: core.OpPeek})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remaining
+	}
+	var taken int64
+	for i, want := range []struct {
+		code      rlsv3.RateLimitResponse_Code
+		remaining uint32 // hot's
+	}{
+		{rlsv3.RateLimitResponse_OK, 999},
+		{rlsv3.RateLimitResponse_OK, 998},
+		{rlsv3.RateLimitResponse_OVER_LIMIT, 998}, // not charged
+		// A lease's remaining is the budget as this instance last saw
+		// it, less what it spent since: the refund went to the store,
+		// which the lease has not seen since, so it reads one low.
+		{rlsv3.RateLimitResponse_OVER_LIMIT, 997},
+	} {
+		resp := ask()
+		if resp.OverallCode != want.code || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != want.remaining {
+			t.Fatalf("request %d: %v, want %v with hot OK, %d left", i+1, resp, want.code, want.remaining)
+		}
+		if i == 0 {
+			taken = 1000 - atStore() // the first batch
+		}
+	}
+	// No other take: the two denied requests' hot charges came back to
+	// the store, which holds what was taken less those two.
+	if got, want := atStore(), 1000-taken+2; got != want {
+		t.Errorf("hot's remaining at the store %d, want %d: a batch of %d taken, 2 denied requests' charges refunded", got, want, taken)
+	}
+	// Leased, not asked of the store: hot alone.
+	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{d("hot", "x")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("hot alone: %v, %v", resp, err)
+	}
+}
