@@ -310,6 +310,7 @@ type lawState struct {
 	hold int       // intervals in which a failure cut is repeated only if failures grow
 	cut  float64   // the share of failed (or refused) calls at the last such cut
 	prev float64   // the last interval's latency (AIMD's quantile, the gradient's mean), ns
+	mean float64   // AIMD: the last interval's mean latency, ns
 	ring []float64 // the gradient law's last short-term latencies, ns; 0: none
 	at   int       // where the next goes in ring
 }
@@ -382,16 +383,21 @@ func (l *Law) propose(st *lawState, rate, increase float64, interval time.Durati
 			return rate + increase, ReasonHealthy, true
 		}
 		q := float64(s.quantile(c.quantile))
-		prev := st.prev
-		st.prev = q
+		mean := float64(s.sum) / float64(s.ok)
+		prev, prevMean := st.prev, st.mean
+		st.prev, st.mean = q, mean
 		switch {
 		case q <= float64(c.threshold):
 			return rate + increase, ReasonHealthy, true
-		case q <= prev:
+		case q < prev || q == prev && mean < prevMean:
 			// Still too slow, but better than the last interval: the
 			// last decrease is draining the queue. Cutting again now
 			// would undershoot, since a queue drains long after the
-			// rate that built it is gone.
+			// rate that built it is gone. Better means strictly: a
+			// latency that stays high is no improvement, and holding on
+			// it would hold for good. The quantile comes from buckets
+			// about 3 % wide, in which a slowly draining queue reads
+			// flat, so an equal quantile is judged by the exact mean.
 			return rate, ReasonHold, true
 		}
 		return rate * c.backoff, ReasonLatency, true
