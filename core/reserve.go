@@ -155,9 +155,11 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // for as long as ctx allows, then sleeps the reservation's delay. It fails
 // at once, charging nothing, with [ErrUnsatisfiable] when n exceeds the
 // limit's capacity, with [ErrWaitTooLong] when the delay would outlast
-// ctx's deadline, and with [ErrQueueFull] when the key's queue is full
-// ([Limiter.WithQueue]); the returned decision then says when the same
-// cost would pass at once (RetryAfter). When ctx is done while it sleeps,
+// ctx's deadline, with [ErrQueueFull] when the key's queue is full
+// ([Limiter.WithQueue]), and with [ErrUnavailable] when the store failed
+// and a failure policy denied ([SourceFailClosed]); the returned decision
+// then says when the same cost would pass at once (RetryAfter), and its
+// Source what answered, which the error names when it was not the store. When ctx is done while it sleeps,
 // it gives the capacity back (see [Reservation.Cancel]) and fails with
 // ctx's error, joined with an error wrapping [ErrCleanup] if the refund
 // could not be confirmed within [CleanupTimeout]. Without a deadline it
@@ -220,6 +222,19 @@ func checkQueue(n int64) error {
 	return nil
 }
 
+// answeredBy names, for an error, what answered a denial other than the
+// store (a local fallback while the store is down, a cached denial, a
+// deny list); "" for the store.
+func answeredBy(s Source) string {
+	switch s {
+	case SourceStore:
+		return ""
+	case SourceDegraded:
+		return " (answered by the local fallback while the store is down: degraded)"
+	}
+	return " (answered by " + s.String() + ")"
+}
+
 // wait reserves cost n for as long as ctx allows, through reserve, and
 // sleeps the reservation's delay, cancelling it if ctx ends first. queued
 // says whether the reservation is bounded by a queue, so that a denial
@@ -238,14 +253,18 @@ func wait(ctx context.Context, n int64, queued bool, reserve func(maxWait time.D
 	switch {
 	case err != nil:
 		return Verdict{}, err
+	case !r.Allowed && r.Source == SourceFailClosed:
+		// The store failed and the failure policy denied: neither the
+		// deadline nor the queue had a say.
+		return r.Verdict, fmt.Errorf("%w: the failure policy answered %v for cost %d; it tries the store again in %v", ErrUnavailable, r.Source, n, r.RetryAfter)
 	case r.Unsatisfiable():
-		return r.Verdict, fmt.Errorf("%w: cost %d, limit %d", ErrUnsatisfiable, n, r.Limit)
+		return r.Verdict, fmt.Errorf("%w: cost %d, limit %d%s", ErrUnsatisfiable, n, r.Limit, answeredBy(r.Source))
 	case !r.Allowed && queued && r.RetryAfter <= maxWait.Truncate(time.Microsecond):
 		// Within the deadline (a store bounds the debt by MaxWait in
 		// whole µs): the queue refused it.
-		return r.Verdict, fmt.Errorf("%w: cost %d would pass in %v", ErrQueueFull, n, r.RetryAfter)
+		return r.Verdict, fmt.Errorf("%w: cost %d would pass in %v%s", ErrQueueFull, n, r.RetryAfter, answeredBy(r.Source))
 	case !r.Allowed:
-		return r.Verdict, fmt.Errorf("%w: cost %d needs %v more", ErrWaitTooLong, n, r.RetryAfter)
+		return r.Verdict, fmt.Errorf("%w: cost %d needs %v more%s", ErrWaitTooLong, n, r.RetryAfter, answeredBy(r.Source))
 	case r.Delay == 0:
 		return r.Verdict, nil
 	}

@@ -2,8 +2,10 @@ package policy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,5 +103,62 @@ func TestSynctestBreaker(t *testing.T) {
 	})
 	if real := time.Since(began); real > time.Minute {
 		t.Errorf("an hour's outage in the bubble took %v of real time", real)
+	}
+}
+
+// TestWaitWhileDown checks that a Wait answered by the failure policy
+// says so: fail-closed fails with core.ErrUnavailable naming the mode,
+// however long the context has left, and not with ErrWaitTooLong, which
+// blames the deadline; a degraded denial keeps its error and names the
+// local fallback. Virtual time: the breaker's timers are the bubble's.
+func TestWaitWhileDown(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode     policy.Mode
+		is, isnt error
+		says     string
+	}{
+		{policy.FailClosed, core.ErrUnavailable, core.ErrWaitTooLong, "fail-closed"},
+		{policy.Degrade, core.ErrWaitTooLong, core.ErrUnavailable, "degraded"},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				mem, err := memstore.New(memstore.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := storetest.NewFaulty(mem)
+				b, err := policy.NewBreaker(f, policy.WithMode(tc.mode), policy.WithOpenTimeout(time.Hour))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Close() })
+				// A burst of 1 at 1/s: the second wait needs a second.
+				lim, err := core.NewLimiter(b, algorithms.TokenBucket, core.PerSecond(1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				time.Sleep(policy.DefaultWindow / 10) // past the breaker's cold start
+				f.Fail(storetest.ErrOutage)
+				for i := 0; b.State() != policy.Open; i++ {
+					if i > 100 {
+						t.Fatalf("still %v after %d failures", b.State(), i)
+					}
+					lim.Allow(ctx, fmt.Sprint("trip", i))
+				}
+				lim.Allow(ctx, "k") // the degraded fallback's burst is spent
+				wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+				_, err = lim.Wait(wctx, "k")
+				if !errors.Is(err, tc.is) || errors.Is(err, tc.isnt) || !strings.Contains(err.Error(), tc.says) {
+					t.Errorf("Wait with 300ms left = %v; want %v, not %v, naming %q", err, tc.is, tc.isnt, tc.says)
+				}
+				if testing.Verbose() {
+					t.Log(err)
+				}
+			})
+		})
 	}
 }
