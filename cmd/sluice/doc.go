@@ -7,8 +7,9 @@
 // The commands are:
 //
 //	sim      run a traffic pattern through an algorithm and report what it admits
-//	inspect  print a key's state and TTL in Redis, and the decision a request would get
-//	bench    measure decisions against your Redis: throughput, latency, calls per decision
+//	inspect  print a key's state and TTL in Redis (in sluice-redis)
+//	bench    measure decisions against your Redis (in sluice-redis)
+//	serve    serve Envoy's rate-limit API (in the serve module's build)
 //	help     list the commands, or show one command's flags (sluice help sim)
 //
 // # sim
@@ -49,28 +50,14 @@
 //
 //	go run ./cmd/sluice sim -algorithm gcra -limit 10/s -burst 1 -traffic burst:30/2s -queue 20 -duration 12s
 //
-// # inspect
+// # inspect and bench
 //
-// Inspect reads a key's state from Redis as the Redis stores keep it
-// (the Redis key, the state's fields, its entries and TTL, on the
-// server's clock) and, given -limit, peeks at the decision a request of
-// cost 1 would get now, charging nothing:
+// Inspect (a key's state in Redis) and bench (decisions against your
+// Redis) are built from cmd/sluice-redis, which links the Redis clients
+// this build leaves out so that sim compiles quickly; here they say so
+// and exit 2:
 //
-//	go run ./cmd/sluice inspect -redis localhost:6379 -limit 10/s -burst 50 user:42
-//
-// -algorithm names the algorithm (a stack's rule as algorithm/rule),
-// -prefix the store's key prefix, -cluster says the addresses are a
-// Cluster's.
-//
-// # bench
-//
-// Bench makes decisions against your own Redis for -duration from
-// -concurrency goroutines, on -keys keys (1: one hot key), through
-// rueidisstore or redisstore (-client), printing progress each
-// second, then the throughput, the share admitted, latency percentiles
-// and the script calls the server counted per decision:
-//
-//	go run ./cmd/sluice bench -redis localhost:6379 -concurrency 64 -duration 10s
+//	go run ./cmd/sluice-redis inspect -redis localhost:6379 -limit 10/s -burst 50 user:42
 //
 // # Exit status
 //

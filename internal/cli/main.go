@@ -14,17 +14,26 @@ type Command struct {
 	Run     func(args []string, stdout, stderr io.Writer) int
 }
 
+// The summaries of the commands that talk to Redis, which usage lists
+// in every build and package rediscli runs.
+const (
+	InspectSummary = "print a key's state and TTL in Redis, and the decision a request would get"
+	BenchSummary   = "measure decisions against your Redis: throughput, latency, calls per decision"
+)
+
 // Commands returns the subcommands, in the order usage prints them, with
 // each of overrides in place of the command of its name. The root
-// module's build has no server: its "serve" says where the server's build
-// is (the module github.com/sluicehq/sluice/serve, which keeps gRPC and
-// Envoy's protos out of this module), and that build passes its own.
+// module's cmd/sluice links no Redis client, so that sim builds quickly:
+// its "inspect" and "bench" say that cmd/sluice-redis has them (package
+// rediscli, which that build passes), and its "serve" that the server's
+// module (github.com/sluicehq/sluice/serve, which keeps gRPC and Envoy's
+// protos out of this module) has it; that build passes all three.
 func Commands(overrides ...Command) []Command {
 	cmds := []Command{
 		{"sim", "run a traffic pattern through an algorithm and report what it admits", runSim},
-		{"inspect", "print a key's state and TTL in Redis, and the decision a request would get", runInspect},
-		{"bench", "measure decisions against your Redis: throughput, latency, calls per decision", runBench},
-		{"serve", "serve Envoy's rate-limit API (RLS v3) over any store chain", runServeElsewhere},
+		{"inspect", InspectSummary, elsewhere("inspect", redisBuild)},
+		{"bench", BenchSummary, elsewhere("bench", redisBuild)},
+		{"serve", "serve Envoy's rate-limit API (RLS v3) over any store chain", elsewhere("serve", serverBuild)},
 	}
 	for _, o := range overrides {
 		for i := range cmds {
@@ -36,9 +45,17 @@ func Commands(overrides ...Command) []Command {
 	return cmds
 }
 
-// runServeElsewhere is "serve" in a build without the server.
-func runServeElsewhere(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprint(stderr, `sluice: this build has no server: "sluice serve" is built from the module
+// The builds that have the commands this one lacks: %[1]s is the command.
+const (
+	redisBuild = `sluice: this build links no Redis client: "sluice %[1]s" talks to your Redis,
+and is built from ./cmd/sluice-redis, so that "sluice sim" compiles without
+go-redis and rueidis. From a checkout:
+
+	go run ./cmd/sluice-redis %[1]s -h
+
+or: go install github.com/sluicehq/sluice/cmd/sluice-redis@latest
+`
+	serverBuild = `sluice: this build has no server: "sluice serve" is built from the module
 github.com/sluicehq/sluice/serve, which keeps gRPC and Envoy's protos out of
 the library's module. From a checkout:
 
@@ -46,8 +63,15 @@ the library's module. From a checkout:
 
 or: go install github.com/sluicehq/sluice/serve/cmd/sluice@latest
 See docs/serve.md.
-`)
-	return 2
+`
+)
+
+// elsewhere is a command of another build: it says which, and fails.
+func elsewhere(name, build string) func(args []string, stdout, stderr io.Writer) int {
+	return func(args []string, stdout, stderr io.Writer) int {
+		fmt.Fprintf(stderr, build, name)
+		return 2
+	}
 }
 
 // Run is the whole program, minus the process: it dispatches args to one

@@ -21,6 +21,9 @@ func TestCommands(t *testing.T) {
 		{[]string{"--help"}, 0, "\tsim ", ""},
 		{[]string{"frobnicate"}, 2, "", "sluice: unknown command \"frobnicate\"\n"},
 		{[]string{"help", "frobnicate"}, 2, "", "sluice: unknown command \"frobnicate\"\n"},
+		{[]string{"inspect", "k"}, 2, "", "go run ./cmd/sluice-redis inspect -h"},
+		{[]string{"bench"}, 2, "", "go run ./cmd/sluice-redis bench -h"},
+		{[]string{"serve"}, 2, "", "cd serve && go run ./cmd/sluice serve"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer

@@ -58,10 +58,10 @@ var optionTypes = []string{"Mode", "Headers", "Limit"}
 // server's build) that defines a subcommand's flags to the section that
 // must document them.
 var commands = map[string]string{
-	"internal/cli/sim.go":       "sluice sim",
-	"internal/cli/inspect.go":   "sluice inspect",
-	"internal/cli/bench.go":     "sluice bench",
-	"serve/cmd/sluice/serve.go": "sluice serve",
+	"internal/cli/sim.go":              "sluice sim",
+	"internal/cli/rediscli/inspect.go": "sluice inspect",
+	"internal/cli/rediscli/bench.go":   "sluice bench",
+	"serve/cmd/sluice/serve.go":        "sluice serve",
 }
 
 // An option is one identifier the page must name, and where it is

@@ -14,8 +14,15 @@ import (
 	"os"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/cli/rediscli"
 )
 
 func main() {
-	os.Exit(cli.Run(os.Args[1:], os.Stdout, os.Stderr, cli.Commands(serveCommand)))
+	os.Exit(cli.Run(os.Args[1:], os.Stdout, os.Stderr, commands()))
+}
+
+// commands are every command of sluice: sim, the Redis commands, and
+// serve.
+func commands() []cli.Command {
+	return cli.Commands(append(rediscli.Commands(), serveCommand)...)
 }

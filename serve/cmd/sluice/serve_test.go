@@ -201,10 +201,15 @@ func TestServeUsage(t *testing.T) {
 			t.Errorf("sluice serve %q = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
 		}
 	}
-	// The whole program knows serve, and the other commands.
+	// The whole program knows serve, and the other commands, the Redis
+	// ones included.
 	var stdout bytes.Buffer
-	if code := cli.Run([]string{"help"}, &stdout, &stdout, cli.Commands(serveCommand)); code != 0 || !strings.Contains(stdout.String(), "\tserve ") || !strings.Contains(stdout.String(), "\tsim ") {
+	if code := cli.Run([]string{"help"}, &stdout, &stdout, commands()); code != 0 || !strings.Contains(stdout.String(), "\tserve ") || !strings.Contains(stdout.String(), "\tsim ") {
 		t.Errorf("sluice help = %d:\n%s", code, stdout.String())
+	}
+	stdout.Reset()
+	if code := cli.Run([]string{"help", "inspect"}, &stdout, &stdout, commands()); code != 0 || !strings.Contains(stdout.String(), "Usage: sluice inspect") {
+		t.Errorf("sluice help inspect = %d:\n%s", code, stdout.String())
 	}
 }
 

@@ -1,8 +1,9 @@
-package cli
+package rediscli
 
 import (
 	"bytes"
 	"context"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
@@ -118,4 +120,9 @@ func TestBench(t *testing.T) {
 	if code := run([]string{"bench", "-client", "memcached"}, &out, &errs); code != 2 {
 		t.Errorf("bench -client memcached = %d, want 2", code)
 	}
+}
+
+// run is the program of cmd/sluice-redis.
+func run(args []string, stdout, stderr io.Writer) int {
+	return cli.Run(args, stdout, stderr, cli.Commands(Commands()...))
 }
