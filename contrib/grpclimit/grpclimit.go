@@ -35,6 +35,7 @@ type ruleKey struct {
 type config struct {
 	keys   []ruleKey // WithKey, in the order given
 	v4, v6 int
+	nowSet bool // WithNow given
 	settings
 }
 
@@ -43,6 +44,7 @@ type settings struct {
 	key     KeyFunc // the default key function
 	cost    CostFunc
 	onError ErrorFunc
+	now     func() time.Time // WithNow; nil: the store's clock
 }
 
 // WithKey sets how a call's key is found for the stack's rule named rule:
@@ -123,6 +125,17 @@ func WithErrorHandler(f ErrorFunc) Option {
 	return optionFunc(func(c *config) { c.onError = f })
 }
 
+// WithNow makes the interceptor decide each call at the instant now
+// returns, through [core.Stack.At], instead of on the store's clock: a
+// test steps a clock of its own and asserts at exact instants, on any
+// store. The default decides on the store's clock. Deciding each call at
+// now costs an allocation; it is meant for tests and replays, not for a
+// fleet, whose instances' clocks disagree where the store's does not.
+// [New] fails for a nil now.
+func WithNow(now func() time.Time) Option {
+	return optionFunc(func(c *config) { c.now, c.nowSet = now, true })
+}
+
 // rule is one rule of the interceptor's stack.
 type rule struct {
 	name  string
@@ -159,6 +172,9 @@ func New(stack *core.Stack, opts ...Option) (*Interceptor, error) {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
 		}
 		o.apply(&c)
+	}
+	if c.nowSet && c.now == nil {
+		return nil, fmt.Errorf("%w: WithNow(nil)", ErrInvalidOption)
 	}
 	in := &Interceptor{stack: stack, settings: c.settings}
 	peerKey, err := PeerKey(c.v4, c.v6)
@@ -288,16 +304,20 @@ func (in *Interceptor) decide(ctx context.Context, method string) (*core.Lease, 
 		in.report(ctx, method, fmt.Errorf("%w: the cost function gave %d", core.ErrInvalidCost, cost))
 		return nil, unavailable()
 	}
+	stack := in.stack
+	if in.now != nil {
+		stack = stack.At(in.now())
+	}
 	var (
 		v     core.Verdict
 		lease *core.Lease
 	)
 	if in.leases {
-		if lease, err = in.stack.AcquireN(ctx, keys, cost); err == nil {
+		if lease, err = stack.AcquireN(ctx, keys, cost); err == nil {
 			v = lease.Verdict
 		}
 	} else {
-		v, err = in.stack.AllowN(ctx, keys, cost)
+		v, err = stack.AllowN(ctx, keys, cost)
 	}
 	if err != nil {
 		in.report(ctx, method, fmt.Errorf("grpclimit: %w", err))

@@ -504,3 +504,44 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Errorf("unknown rule: %v, want it to say %s", err, want)
 	}
 }
+
+// TestWithNow checks that WithNow decides each call at the test's clock,
+// not the store's (a memstore on the real clock here): stepped by hand,
+// the clock alone refills the limit. WithNow(nil) is refused.
+func TestWithNow(t *testing.T) {
+	t.Parallel()
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	now := t0
+	in, err := grpclimit.New(oneRule(t, store, algorithms.TokenBucket, core.PerHour(1)),
+		grpclimit.WithKey("default", grpclimit.GlobalKey), grpclimit.WithNow(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unary := in.Unary()
+	info := &grpc.UnaryServerInfo{FullMethod: "/test.Service/Call"}
+	served := func(context.Context, any) (any, error) { return "ok", nil }
+	for i, step := range []struct {
+		at    time.Duration // from t0
+		code  codes.Code
+		delay time.Duration // RetryInfo's
+	}{
+		{0, codes.OK, 0},
+		{0, codes.ResourceExhausted, time.Hour},
+		{time.Hour - time.Second, codes.ResourceExhausted, time.Second},
+		{time.Hour, codes.OK, 0},
+	} {
+		now = t0.Add(step.at)
+		_, err := unary(context.Background(), nil, info, served)
+		delay, _ := grpclimit.RetryDelay(err)
+		if status.Code(err) != step.code || delay != step.delay {
+			t.Errorf("step %d: call at %v = %v, retry delay %v; want %v, %v", i, step.at, err, delay, step.code, step.delay)
+		}
+	}
+	if _, err := grpclimit.New(oneRule(t, store, algorithms.TokenBucket, core.PerHour(1)), grpclimit.WithNow(nil)); !errors.Is(err, grpclimit.ErrInvalidOption) {
+		t.Errorf("New with WithNow(nil) = %v, want ErrInvalidOption", err)
+	}
+}

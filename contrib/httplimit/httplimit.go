@@ -109,7 +109,10 @@ func New(stack *core.Stack, opts ...Option) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: IPv6 prefix length %d is outside 1 to 128", ErrInvalidOption, c.v6)
 	case c.delaySet && c.maxDelay <= 0:
 		return nil, fmt.Errorf("%w: WithMaxDelay(%v): want a positive delay", ErrInvalidOption, c.maxDelay)
+	case c.nowSet && c.now == nil:
+		return nil, fmt.Errorf("%w: WithNow(nil)", ErrInvalidOption)
 	}
+	m.at = c.nowSet
 	if c.queueSet {
 		q, err := stack.WithQueue(c.queue)
 		if err != nil {
@@ -269,6 +272,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	ctx := r.Context()
+	stack := m.stack
+	if m.at {
+		stack = stack.At(m.now())
+	}
 	var (
 		v     core.Verdict
 		lease *core.Lease
@@ -276,15 +283,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	switch {
 	case m.shaping:
 		var served bool
-		if v, served, err = m.wait(ctx, keys, cost); err == nil && !served {
+		if v, served, err = m.wait(ctx, stack, keys, cost); err == nil && !served {
 			return // the client went away while it waited
 		}
 	case m.leases:
-		if lease, err = m.stack.AcquireN(ctx, keys, cost); err == nil {
+		if lease, err = stack.AcquireN(ctx, keys, cost); err == nil {
 			v = lease.Verdict
 		}
 	default:
-		v, err = m.stack.AllowN(ctx, keys, cost)
+		v, err = stack.AllowN(ctx, keys, cost)
 	}
 	if err != nil {
 		m.onError(w, r, fmt.Errorf("httplimit: %w", err))
@@ -341,13 +348,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.denied(w, r, dn)
 }
 
-// wait reserves cost on every rule's key within the middleware's bounds
-// and sleeps the reservation's delay. It returns the verdict to answer
+// wait reserves cost on every rule's key through stack, within the
+// middleware's bounds, and sleeps the reservation's delay. It returns the verdict to answer
 // with, served false if ctx ended while it slept: the reservation was then
 // cancelled and nothing is to be answered. A refund that could not be
 // confirmed goes to the error handler, for the record: its client is gone.
-func (m *Middleware) wait(ctx context.Context, keys []string, cost int64) (core.Verdict, bool, error) {
-	r, err := m.stack.ReserveN(ctx, keys, cost, m.maxDelay)
+func (m *Middleware) wait(ctx context.Context, stack *core.Stack, keys []string, cost int64) (core.Verdict, bool, error) {
+	r, err := stack.ReserveN(ctx, keys, cost, m.maxDelay)
 	if err != nil || !r.Allowed || r.Delay == 0 {
 		if err != nil {
 			return core.Verdict{}, false, err

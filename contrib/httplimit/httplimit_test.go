@@ -723,6 +723,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"X and X epoch", stack, []httplimit.Option{httplimit.WithHeaders(httplimit.HeadersX | httplimit.HeadersXEpoch)}},
 		{"unknown header set", stack, []httplimit.Option{httplimit.WithHeaders(1 << 7)}},
 		{"negative jitter", stack, []httplimit.Option{httplimit.WithRetryJitter(-time.Second)}},
+		{"nil clock", stack, []httplimit.Option{httplimit.WithNow(nil)}},
 	} {
 		if _, err := httplimit.New(tc.stack, tc.opts...); !errors.Is(err, httplimit.ErrInvalidOption) {
 			t.Errorf("%s: New: %v, want an error wrapping ErrInvalidOption", tc.name, err)

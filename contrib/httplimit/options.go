@@ -30,6 +30,7 @@ type config struct {
 	v4set              bool // so that an explicit 0 is reported, not taken as the default
 	v6set              bool
 	queueSet, delaySet bool // WithQueue, WithMaxDelay given
+	nowSet             bool // WithNow given
 	settings
 }
 
@@ -43,9 +44,10 @@ type settings struct {
 	denied   DeniedFunc
 	onError  ErrorFunc
 	noKey    ErrorFunc
-	now      func() time.Time
-	queue    int64         // WithQueue; 0: none
-	maxDelay time.Duration // WithMaxDelay; 0: none
+	now      func() time.Time // WithNow; time.Now if not given
+	at       bool             // WithNow given: decide at now()
+	queue    int64            // WithQueue; 0: none
+	maxDelay time.Duration    // WithMaxDelay; 0: none
 }
 
 // WithKey sets how a request's key is found for the stack's rule named
@@ -169,11 +171,19 @@ func WithNoKeyHandler(f ErrorFunc) Option {
 	return optionFunc(func(c *config) { c.noKey = f })
 }
 
-// WithNow sets the clock used for the epoch seconds of [HeadersXEpoch].
-// The default is [time.Now]. Nothing else in the middleware reads a clock:
-// stores decide the time.
+// WithNow makes the middleware decide each request at the instant now
+// returns, through [core.Stack.At], instead of on the store's clock, and
+// read the epoch seconds of [HeadersXEpoch] from it: a test steps a clock
+// of its own and asserts at exact instants, on any store (see
+// docs/testing.md). A shaping middleware ([WithQueue], [WithMaxDelay])
+// still sleeps a reservation's delay on a timer: in a test, run it in a
+// testing/synctest bubble. The default decides on the store's clock, and
+// reads the epoch from [time.Now]. Deciding each request at now costs an
+// allocation; it is meant for tests and replays, not for a fleet, whose
+// instances' clocks disagree where the store's does not. [New] fails for
+// a nil now.
 func WithNow(now func() time.Time) Option {
-	return optionFunc(func(c *config) { c.now = now })
+	return optionFunc(func(c *config) { c.now, c.nowSet = now, true })
 }
 
 // WithQueue makes the middleware shape traffic rather than only limit it:

@@ -174,3 +174,74 @@ func TestRedisHandler(t *testing.T) {
 		t.Errorf("with Redis killed: %d, Retry-After %q; want 503 without Retry-After", rec.Code, rec.Header().Get("Retry-After"))
 	}
 }
+
+// TestHandlerAtInstants is docs/testing.md's worked example: one test of
+// a handler behind the middleware, run over the in-memory store and over
+// a real Redis that the test starts, with no sleeps. httplimit.WithNow
+// decides each request at the instant the test's clock says, which every
+// store honours, Redis included (its own clock is not read): the test
+// steps the clock and asserts what the handler answers at exact instants.
+func TestHandlerAtInstants(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	stores := []struct {
+		name string
+		open func(t *testing.T) core.Store
+	}{
+		{"memstore", func(t *testing.T) core.Store {
+			store, err := memstore.New(memstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return store
+		}},
+		{"redis", func(t *testing.T) core.Store {
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			t.Cleanup(func() { client.Close() })
+			store, err := redisstore.New(client, redisstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return store
+		}},
+	}
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) {
+			store := s.open(t)
+			t.Cleanup(func() { store.Close() })
+			// Two requests a minute per client: one more every 30 s.
+			stack, err := core.NewStack(store, core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(2)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+			now := start
+			mw, err := httplimit.New(stack, httplimit.WithNow(func() time.Time { return now }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Handler(hello) // the handler under test
+
+			for i, step := range []struct {
+				at         time.Duration // from start
+				code       int
+				retryAfter string
+			}{
+				{0, http.StatusOK, ""},
+				{0, http.StatusOK, ""},
+				{0, http.StatusTooManyRequests, "30"},
+				{30*time.Second - time.Microsecond, http.StatusTooManyRequests, "1"},
+				{30 * time.Second, http.StatusOK, ""},
+				{30 * time.Second, http.StatusTooManyRequests, "30"},
+				{time.Hour, http.StatusOK, ""},
+			} {
+				now = start.Add(step.at)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+				if got := rec.Header().Get("Retry-After"); rec.Code != step.code || got != step.retryAfter {
+					t.Errorf("step %d: GET at %v = %d, Retry-After %q; want %d, %q", i, step.at, rec.Code, got, step.code, step.retryAfter)
+				}
+			}
+		})
+	}
+}
