@@ -55,22 +55,25 @@ func readSnippets(t *testing.T, page string) []snippet {
 		t.Fatal(err)
 	}
 	var (
-		out  []snippet
-		cur  *snippet
-		prev string
+		out    []snippet
+		cur    *snippet
+		prev   string
+		indent string // of the block's fence, as in a list item
 	)
 	for i, line := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimLeft(line, " ")
 		switch {
-		case cur == nil && line == "```go":
+		case cur == nil && trimmed == "```go":
 			cur = &snippet{page: page, line: i + 2}
-			if m := quoteMark.FindStringSubmatch(prev); m != nil {
+			indent = line[:len(line)-len(trimmed)]
+			if m := quoteMark.FindStringSubmatch(strings.TrimSpace(prev)); m != nil {
 				cur.quote = m[1]
 			}
-		case cur != nil && line == "```":
+		case cur != nil && line == indent+"```":
 			out = append(out, *cur)
 			cur = nil
 		case cur != nil:
-			cur.code += line + "\n"
+			cur.code += strings.TrimPrefix(line, indent) + "\n"
 		}
 		prev = line
 	}
@@ -98,6 +101,7 @@ var imports = map[string]string{
 	"tls":          "crypto/tls",
 	"x509":         "crypto/x509",
 	"redis":        "github.com/redis/go-redis/v9",
+	"logging":      "github.com/redis/go-redis/v9/logging",
 	"rueidis":      "github.com/redis/rueidis",
 	"grpc":         "google.golang.org/grpc",
 	"core":         "github.com/sluicehq/sluice/core",

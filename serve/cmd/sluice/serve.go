@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/redis/rueidis"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -414,6 +415,11 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 	// breaker, their backstops kept above -timeout.
 	backstop := max(500*time.Millisecond, 2*timeout)
 	if rc.client == "go-redis" {
+		// go-redis writes a line to standard error for every call that
+		// finds Redis down; the breaker's "redis circuit" lines report
+		// the outage once. The logger is the process's, and this program
+		// owns the process.
+		redis.SetLogger(logging.NewBlacklistLogger([]string{"failed to dial"}))
 		dialer := &net.Dialer{Timeout: 250 * time.Millisecond}
 		c := redis.NewUniversalClient(&redis.UniversalOptions{
 			Addrs:            addrs,
@@ -511,7 +517,8 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 		shut()
 		return nil, nil, nil, err
 	}
-	b, err := policy.NewBreaker(remote, policy.WithMode(mode), policy.WithLocal(local), policy.WithTimeout(timeout), policy.WithInstances(instances), policy.WithName("redis"))
+	b, err := policy.NewBreaker(remote, policy.WithMode(mode), policy.WithLocal(local), policy.WithTimeout(timeout), policy.WithInstances(instances), policy.WithName("redis"),
+		policy.WithOnChange(func(c policy.Change) { log.Warn("redis circuit", "from", c.From.String(), "to", c.To.String()) }))
 	if err != nil {
 		local.Close()
 		remote.Close()
