@@ -28,15 +28,21 @@ bench-compare:
 fuzz:
 	./.ci/fuzz
 
-## lint: gofmt and go vet
+# Every module of the repository: the root and the nested ones.
+MODULES = . contrib/grpclimit examples/telemetry benchmarks serve serve/compare
+# staticcheck, built by `go run` from the module proxy at this version (and
+# cached by the go command), so that a fresh machine needs nothing
+# installed; set STATICCHECK to a binary of your own to skip the build.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## lint: gofmt, then go vet and staticcheck in every module
 lint:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	cd contrib/grpclimit && $(GO) vet ./...
-	cd examples/telemetry && $(GO) vet ./...
-	cd benchmarks && $(GO) vet ./...
-	cd serve && $(GO) vet ./...
-	cd serve/compare && $(GO) vet ./...
+	@for m in $(MODULES); do \
+		echo "== $$m: go vet, staticcheck"; \
+		(cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; \
+	done
 
 ## sim: the worked example of `sluice sim`
 sim:

@@ -70,15 +70,6 @@ func modeAnswers(c Contender) int64 {
 	return c.ModeAnswers()
 }
 
-func isChain(name string) bool {
-	for _, p := range Chains {
-		if p.Chain == name {
-			return true
-		}
-	}
-	return false
-}
-
 // TestOverGrant runs the over-grant test on every Redis contender in turn:
 // 64 goroutines take from one key, limited to 10 a second with a burst of
 // 10, as fast as they can for 3 s (1 s with -short). A limiter may admit at

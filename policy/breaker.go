@@ -344,7 +344,7 @@ func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 		b.rejected.Add(1)
 		return b.answer(reqs, out, mode)
 	}
-	err, answered := b.call(ctx, reqs, out, mode, ask)
+	answered, err := b.call(ctx, reqs, out, mode, ask)
 	b.release(answered)
 	// The changes this call made reach the user's function only now, once
 	// the call is out of flight: a function that blocks holds its caller,
@@ -394,38 +394,38 @@ func (o outcome) report() error {
 
 // call asks the store through gobreaker, answering by mode when it may
 // not or cannot. It reports whether the store answered.
-func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode, inline func(context.Context) error) (error, bool) {
+func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode, inline func(context.Context) error) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		b.gone.Add(1)
-		return err, false // the caller has gone: nothing to ask
+		return false, err // the caller has gone: nothing to ask
 	}
 	var err error
 	var o outcome
 	b.cb.Execute(func() (struct{}, error) {
-		err, o = b.ask(ctx, reqs, out, inline)
+		o, err = b.ask(ctx, reqs, out, inline)
 		return struct{}{}, o.report()
 	})
 	switch o {
 	case notAsked:
 		b.rejected.Add(1)
-		return b.answer(reqs, out, mode), false
+		return false, b.answer(reqs, out, mode)
 	case failed:
 		b.failures.Add(1)
-		return b.answer(reqs, out, mode), false
+		return false, b.answer(reqs, out, mode)
 	case excused:
 		b.excused.Add(1)
-		return b.answer(reqs, out, mode), false
+		return false, b.answer(reqs, out, mode)
 	case gone:
 		b.gone.Add(1)
-		return err, false
+		return false, err
 	}
-	return err, true
+	return true, err
 }
 
 // ask calls the store under the per-call deadline (or the caller's, if
 // sooner), inline while the store is steady and detached otherwise (see
 // steady), and judges its answer.
-func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decision, inline func(context.Context) error) (error, outcome) {
+func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decision, inline func(context.Context) error) (outcome, error) {
 	b.calls.Add(1)
 	start := b.now() // the monotonic clock alone: half the cost of time.Now
 	b.meter.awake(start)
@@ -438,7 +438,7 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	}
 	if err == nil {
 		b.deadlines.observe(t, b.meter.at(b.now())-b.meter.at(start))
-		return nil, answered
+		return answered, nil
 	}
 	// A client may report a timeout as soon as the deadline passes, before
 	// the context's cancellation has reached it: go by the deadline too.
@@ -450,20 +450,20 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("policy: %w: %w", cerr, err)
 		}
-		return err, gone
+		return gone, err
 	case isRequestError(err):
-		return err, excluded
+		return excluded, err
 	case t.ctx.pd.ended() == bounded:
 		// The process stalled for longer than stallBound: the store did
 		// not have its time.
-		return err, excused
+		return excused, err
 	case late || IsStoreFailure(err):
 		if !timedOut(err, late) || b.timingOut() {
 			b.unsteady()
 		}
-		return err, failed
+		return failed, err
 	}
-	return err, excluded
+	return excluded, err
 }
 
 // timedOut reports whether a failed call timed out: its deadline passed,

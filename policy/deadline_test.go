@@ -58,7 +58,7 @@ func TestInlineWhileSteady(t *testing.T) {
 			}
 			return seen[n]
 		}
-		if !call() || !call() {
+		if first, second := call(), call(); !first || !second {
 			t.Errorf("calls of a new breaker ran detached, want inline")
 		}
 		s.set(refused, false)

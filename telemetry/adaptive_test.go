@@ -54,7 +54,7 @@ func TestAdaptive(t *testing.T) {
 		}
 		got := map[attribute.Key]string{}
 		for _, kv := range s.Events()[0].Attributes {
-			got[kv.Key] = kv.Value.Emit()
+			got[kv.Key] = kv.Value.String()
 		}
 		for k, v := range want {
 			if got[k] != v {

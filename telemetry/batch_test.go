@@ -132,16 +132,16 @@ func TestStackSpan(t *testing.T) {
 		// agree with the verdict.
 		a := attrs(t, s)
 		if got, want := a[telemetry.BatchAllowedKey], attribute.BoolSliceValue(st.allowed); got != want {
-			t.Errorf("%s: batch.allowed %s, want %s", what, got.Emit(), want.Emit())
+			t.Errorf("%s: batch.allowed %s, want %s", what, got.String(), want.String())
 		}
 		if got, want := a[telemetry.BatchRemainingKey], attribute.Int64SliceValue(st.remaining); got != want {
-			t.Errorf("%s: batch.remaining %s, want %s", what, got.Emit(), want.Emit())
+			t.Errorf("%s: batch.remaining %s, want %s", what, got.String(), want.String())
 		}
 		if got := a[telemetry.AllowedKey]; got != attribute.BoolValue(wantAllowed) {
-			t.Errorf("%s: allowed %s, want %v", what, got.Emit(), wantAllowed)
+			t.Errorf("%s: allowed %s, want %v", what, got.String(), wantAllowed)
 		}
 		if got := a[telemetry.AlgorithmKey]; got != attribute.StringValue("gcra/tenant") {
-			t.Errorf("%s: algorithm %s, want the binding rule's, gcra/tenant", what, got.Emit())
+			t.Errorf("%s: algorithm %s, want the binding rule's, gcra/tenant", what, got.String())
 		}
 	}
 
@@ -238,10 +238,10 @@ func TestStackReservation(t *testing.T) {
 			}
 			a := attrs(t, s)
 			if got := a[telemetry.DelayKey]; got != attribute.Float64Value(2) {
-				t.Errorf("delay %s, want 2 (seconds)", got.Emit())
+				t.Errorf("delay %s, want 2 (seconds)", got.String())
 			}
 			if got := a[telemetry.AlgorithmKey]; got != attribute.StringValue("token-bucket/slow") {
-				t.Errorf("algorithm %s, want token-bucket/slow", got.Emit())
+				t.Errorf("algorithm %s, want token-bucket/slow", got.String())
 			}
 		}
 	}
@@ -300,17 +300,17 @@ func TestBatchFailure(t *testing.T) {
 			checkDecisionSpan(t, c.name, s, s.Status().Code, codes.Error)
 			a := attrs(t, s)
 			if got := a[telemetry.ErrorTypeKey]; got != attribute.StringValue(c.errType) {
-				t.Errorf("error.type %s, want %s (error %v)", got.Emit(), c.errType, err)
+				t.Errorf("error.type %s, want %s (error %v)", got.String(), c.errType, err)
 			}
 			algs := []string{}
 			for _, r := range c.reqs {
 				algs = append(algs, r.Algorithm.Name())
 			}
 			if got := a[telemetry.BatchSizeKey]; got != attribute.IntValue(len(c.reqs)) {
-				t.Errorf("batch.size %s, want %d", got.Emit(), len(c.reqs))
+				t.Errorf("batch.size %s, want %d", got.String(), len(c.reqs))
 			}
 			if got := a[telemetry.BatchAlgorithmsKey]; got != attribute.StringSliceValue(algs) {
-				t.Errorf("batch.algorithms %s, want %v", got.Emit(), algs)
+				t.Errorf("batch.algorithms %s, want %v", got.String(), algs)
 			}
 			for _, k := range []attribute.Key{telemetry.AllowedKey, telemetry.BindingKey, telemetry.BatchAllowedKey, telemetry.BatchRemainingKey} {
 				if _, ok := a[k]; ok {

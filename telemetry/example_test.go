@@ -56,7 +56,7 @@ func Example() {
 	for _, s := range spans.Ended() {
 		a := map[string]string{}
 		for _, kv := range s.Attributes() {
-			a[string(kv.Key)] = kv.Value.Emit()
+			a[string(kv.Key)] = kv.Value.String()
 		}
 		fmt.Println(s.Name(), s.Status().Code, "allowed="+a["ratelimit.allowed"], "remaining="+a["ratelimit.remaining"],
 			"source="+a["ratelimit.source"], "key.hash="+a["ratelimit.key.hash"])

@@ -223,14 +223,14 @@ func checkAttrs(t testing.TB, what string, s sdktrace.ReadOnlySpan, want map[att
 	var diffs []string
 	for k, w := range want {
 		if g, ok := got[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s missing, want %s", k, w.Emit()))
+			diffs = append(diffs, fmt.Sprintf("%s missing, want %s", k, w.String()))
 		} else if g != w {
-			diffs = append(diffs, fmt.Sprintf("%s = %s, want %s", k, g.Emit(), w.Emit()))
+			diffs = append(diffs, fmt.Sprintf("%s = %s, want %s", k, g.String(), w.String()))
 		}
 	}
 	for k, g := range got {
 		if _, ok := want[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s = %s, not expected", k, g.Emit()))
+			diffs = append(diffs, fmt.Sprintf("%s = %s, not expected", k, g.String()))
 		}
 	}
 	sort.Strings(diffs)

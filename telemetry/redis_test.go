@@ -248,10 +248,10 @@ func TestRedisDown(t *testing.T) {
 		checkDecisionSpan(t, "inner", in, in.Status().Code, codes.Error)
 		checkDecisionSpan(t, "outer", out, out.Status().Code, codes.Unset)
 		if got := attrs(t, in)[telemetry.ErrorTypeKey]; got != attribute.StringValue("connection") {
-			t.Errorf("inner error.type = %v, want connection (error %q)", got.Emit(), in.Status().Description)
+			t.Errorf("inner error.type = %v, want connection (error %q)", got.String(), in.Status().Description)
 		}
 		if got := attrs(t, out)[telemetry.SourceKey]; got != attribute.StringValue("fail-open") {
-			t.Errorf("outer source = %v, want fail-open", got.Emit())
+			t.Errorf("outer source = %v, want fail-open", got.String())
 		}
 		if out.SpanContext().SpanID() != in.Parent().SpanID() {
 			t.Errorf("inner span is not the outer's child")

@@ -83,7 +83,7 @@ func TestStack(t *testing.T) {
 		if a[telemetry.SourceKey] != attribute.StringValue(w.source) || a[telemetry.BreakerStateKey] != attribute.StringValue(w.breaker) ||
 			a[telemetry.StoreKey] != attribute.StringValue("redisstore") {
 			t.Errorf("%s: source %v, breaker %v, store %v; want %s, %s, redisstore", step,
-				a[telemetry.SourceKey].Emit(), a[telemetry.BreakerStateKey].Emit(), a[telemetry.StoreKey].Emit(), w.source, w.breaker)
+				a[telemetry.SourceKey].String(), a[telemetry.BreakerStateKey].String(), a[telemetry.StoreKey].String(), w.source, w.breaker)
 		}
 		switch {
 		case w.redis && cmd < 0:

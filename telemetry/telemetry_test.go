@@ -215,7 +215,7 @@ func TestRetryAfter(t *testing.T) {
 	spans := h.ended()
 	got := attrs(t, spans[1])[telemetry.RetryAfterKey]
 	if got != attribute.Float64Value(30) {
-		t.Errorf("retry_after = %v, want 30 (seconds)", got.Emit())
+		t.Errorf("retry_after = %v, want 30 (seconds)", got.String())
 	}
 	if _, ok := attrs(t, spans[1])[telemetry.LimiterKey]; ok {
 		t.Errorf("ratelimit.limiter present without WithName")
@@ -269,7 +269,7 @@ func TestSources(t *testing.T) {
 		h := newHarness(t, inner)
 		h.store.Apply(context.Background(), core.Request{Key: "user:7", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10), Cost: 1})
 		if got := attrs(t, h.onlySpan(t))[telemetry.SourceKey]; got != attribute.StringValue("other") {
-			t.Errorf("source = %v, want other", got.Emit())
+			t.Errorf("source = %v, want other", got.String())
 		}
 	})
 }
@@ -329,7 +329,7 @@ func TestFailures(t *testing.T) {
 			}
 			a := attrs(t, s)
 			if a[telemetry.ErrorTypeKey] != attribute.StringValue(c.errType) {
-				t.Errorf("error.type = %v, want %s", a[telemetry.ErrorTypeKey].Emit(), c.errType)
+				t.Errorf("error.type = %v, want %s", a[telemetry.ErrorTypeKey].String(), c.errType)
 			}
 			for _, k := range []attribute.Key{telemetry.AllowedKey, telemetry.RemainingKey, telemetry.SourceKey} {
 				if _, ok := a[k]; ok {
@@ -401,9 +401,9 @@ func TestKeys(t *testing.T) {
 						got, present := a[k]
 						switch {
 						case ok && k == want.Key && (!present || got != want.Value):
-							t.Errorf("%s = %q, want %q", k, got.Emit(), want.Value.Emit())
+							t.Errorf("%s = %q, want %q", k, got.String(), want.Value.String())
 						case (!ok || k != want.Key) && present:
-							t.Errorf("%s present: %q", k, got.Emit())
+							t.Errorf("%s present: %q", k, got.String())
 						}
 					}
 					if h, ok := a[telemetry.KeyHashKey]; ok && !hexRE.MatchString(h.AsString()) {
@@ -542,7 +542,7 @@ func TestBreaker(t *testing.T) {
 		t.Helper()
 		h.store.Apply(context.Background(), req)
 		if got := attrs(t, h.onlySpan(t))[telemetry.BreakerStateKey]; got != attribute.StringValue(state) {
-			t.Errorf("span breaker state %v, want %s", got.Emit(), state)
+			t.Errorf("span breaker state %v, want %s", got.String(), state)
 		}
 		ms := h.collect(t)
 		for _, s := range []string{"closed", "half-open", "open"} {
@@ -744,7 +744,7 @@ func TestStoreName(t *testing.T) {
 		h := newHarness(t, c.inner, c.opts...)
 		h.store.Apply(context.Background(), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(100), Cost: 1})
 		if got := attrs(t, h.onlySpan(t))[telemetry.StoreKey]; got != attribute.StringValue(c.want) {
-			t.Errorf("%T: store %v, want %s", c.inner, got.Emit(), c.want)
+			t.Errorf("%T: store %v, want %s", c.inner, got.String(), c.want)
 		}
 	}
 }

@@ -71,8 +71,8 @@ func TestNesting(t *testing.T) {
 		}
 
 		for _, kv := range s.Attributes() {
-			if strings.Contains(kv.Value.Emit(), testKey) {
-				t.Errorf("span %q: attribute %s holds the key: %s", s.Name(), kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), testKey) {
+				t.Errorf("span %q: attribute %s holds the key: %s", s.Name(), kv.Key, kv.Value.String())
 			}
 		}
 	}
@@ -198,8 +198,8 @@ func TestStack(t *testing.T) {
 		}
 		for _, kv := range s.Attributes() {
 			for _, key := range []string{testKey, tenantKey} {
-				if strings.Contains(kv.Value.Emit(), key) {
-					t.Errorf("span %q: attribute %s holds a key: %s", s.Name(), kv.Key, kv.Value.Emit())
+				if strings.Contains(kv.Value.String(), key) {
+					t.Errorf("span %q: attribute %s holds a key: %s", s.Name(), kv.Key, kv.Value.String())
 				}
 			}
 		}
@@ -223,12 +223,12 @@ func TestStack(t *testing.T) {
 			a[kv.Key] = kv.Value
 		}
 		if a[telemetry.BatchSizeKey] != attribute.IntValue(3) {
-			t.Errorf("a decision's span has batch.size %s, want 3", a[telemetry.BatchSizeKey].Emit())
+			t.Errorf("a decision's span has batch.size %s, want 3", a[telemetry.BatchSizeKey].String())
 		}
 		if a[telemetry.AllowedKey].AsBool() {
 			allowed++
 		} else if a[telemetry.AlgorithmKey] != attribute.StringValue("token-bucket/user") || a[telemetry.BindingKey] != attribute.IntValue(0) {
-			t.Errorf("the denial's binding rule is %s (%s), want token-bucket/user (0)", a[telemetry.AlgorithmKey].Emit(), a[telemetry.BindingKey].Emit())
+			t.Errorf("the denial's binding rule is %s (%s), want token-bucket/user (0)", a[telemetry.AlgorithmKey].String(), a[telemetry.BindingKey].String())
 		}
 	}
 	if allowed != 3 {

@@ -268,19 +268,45 @@ func packageOptions(t *testing.T, p pkgSpec) []option {
 		}
 	}
 	for _, name := range p.extra {
-		var obj *ast.Object
-		for _, f := range files {
-			if obj = f.Scope.Lookup(name); obj != nil {
-				break
-			}
-		}
-		if obj == nil {
+		pos := declared(files, name)
+		if !pos.IsValid() {
 			t.Errorf("%s declares no %s, which pkgSpec.extra names", p.dir, name)
 			continue
 		}
-		add(name, obj.Pos())
+		add(name, pos)
 	}
 	return opts
+}
+
+// declared returns where files declare name at their top level (a
+// function, type, constant or variable), or token.NoPos.
+func declared(files []*ast.File, name string) token.Pos {
+	for _, f := range files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil && d.Name.Name == name {
+					return d.Name.Pos()
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch sp := spec.(type) {
+					case *ast.TypeSpec:
+						if sp.Name.Name == name {
+							return sp.Name.Pos()
+						}
+					case *ast.ValueSpec:
+						for _, n := range sp.Names {
+							if n.Name == name {
+								return n.Pos()
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return token.NoPos
 }
 
 // flagMethods are the flag.FlagSet methods that define a flag whose name

@@ -110,12 +110,12 @@ func TestHotKey10x(t *testing.T) {
 	limit := core.PerSecond(rate)
 	client := newGoRedis(t, redistest.Shared(t).Addr())
 	type run struct {
-		name               string
-		store              *layered.Store
-		calls              *atomic.Int64
-		admitted, cached   atomic.Int64
-		leased, decisions  atomic.Int64
-		start, end, finish time.Time
+		name              string
+		store             *layered.Store
+		calls             *atomic.Int64
+		admitted, cached  atomic.Int64
+		leased, decisions atomic.Int64
+		start, end        time.Time
 	}
 	var runs []*run
 	for _, cfg := range []struct {
