@@ -13,6 +13,10 @@
 // its package's section, or names a With… option its package does not
 // have.
 //
+// TestDocsNameExports fails for every `pkg.Name` or `pkg.Type.Member`
+// that README.md or a page of docs/ (but the change log) names in inline
+// code and sluice's package does not export.
+//
 // TestSnippetsCompile builds every ```go block of README.md and
 // docs/*.md as a reader would paste it, with `go build -overlay`, so that
 // nothing is written into the checkout; its doc comment gives the rules a
