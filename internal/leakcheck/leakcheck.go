@@ -16,20 +16,24 @@ import (
 
 // markers name the code whose goroutines must be gone once every test
 // has ended: sluice's packages (their tests included), gobreaker, and
-// the Redis clients, whose goroutines a closed client stops.
+// the Redis and PostgreSQL clients, whose goroutines a closed client
+// stops.
 var markers = []string{
 	"github.com/sluicehq/sluice/",
 	"github.com/sony/gobreaker",
 	"github.com/redis/go-redis",
 	"github.com/redis/rueidis",
+	"github.com/jackc/pgx",
+	"github.com/jackc/puddle",
 }
 
 // ignored are frames of goroutines that are not the code's own: this
 // package's, the test runner's, and the test harness's process spawner,
-// which lives as long as the test binary by design (redistest).
+// which lives as long as the test binary by design (redistest, pgtest).
 var ignored = []string{
 	"github.com/sluicehq/sluice/internal/leakcheck.",
 	"github.com/sluicehq/sluice/redistest.startProcess",
+	"github.com/sluicehq/sluice/stores/pgstore/pgtest.startProcess",
 	"testing.(*M).",
 	"testing.tRunner",
 	"testing.runTests",
