@@ -21,6 +21,10 @@ const (
 	DefaultTable     = "sluice_state"
 	DefaultMaxLag    = 10 * time.Millisecond
 	DefaultCacheKeys = 1 << 16
+
+	DefaultSweepInterval = time.Minute
+	// SweepChunk is how many rows a sweep deletes in one statement.
+	SweepChunk = 10000
 )
 
 // ErrMalformed reports a reply of the store's function that does not
@@ -52,6 +56,11 @@ type Config struct {
 	// not know costs one more round trip when its row exists. The default
 	// is [DefaultCacheKeys].
 	CacheKeys int
+	// SweepInterval is how often a goroutine of the store deletes the
+	// rows of idle keys ([Store.Sweep]). A negative interval disables it,
+	// for a fleet that sweeps from one process or a scheduled job. The
+	// default is [DefaultSweepInterval].
+	SweepInterval time.Duration
 }
 
 // Store keeps limiter state in a PostgreSQL table through a pgx pool. It
@@ -78,6 +87,8 @@ type Store struct {
 	base   time.Time    // the local clock's origin
 	offset atomic.Int64 // the server's clock less the local one, in µs
 	closed atomic.Bool
+	stop   chan struct{} // closed by Close
+	swept  sync.WaitGroup
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -113,6 +124,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.CacheKeys == 0 {
 		cfg.CacheKeys = DefaultCacheKeys
 	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
 	tbl, fn, stmts := schema(cfg.Table, cfg.Logged)
 	s := &Store{
 		pool:    pool,
@@ -122,6 +136,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		maxKeys: cfg.CacheKeys,
 		base:    time.Now(),
 		entries: make(map[string]*entry),
+		stop:    make(chan struct{}),
 	}
 	if err := s.create(ctx, stmts); err != nil {
 		return nil, err
@@ -131,6 +146,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, wrap("reading the clock", err)
 	}
 	s.offset.Store(clock - s.local())
+	if cfg.SweepInterval > 0 {
+		s.swept.Add(1)
+		go s.sweep(cfg.SweepInterval)
+	}
 	return s, nil
 }
 
@@ -395,9 +414,59 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	return nil
 }
 
-// Close stops the store: later calls fail with [core.ErrClosed]. It
-// leaves the pool open. Close is idempotent.
+// Sweep deletes the rows of idle keys: those whose expiry, the instant
+// from which their state decides as a fresh key's would, has passed on
+// the server's clock. It deletes in statements of at most [SweepChunk]
+// rows, each a transaction of its own, and returns how many it deleted.
+// A call deciding for a row the sweep deletes finds it gone and decides
+// again, as for a fresh key, with the same result.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	del := "DELETE FROM " + s.tbl + " WHERE k IN (SELECT k FROM " + s.tbl + " WHERE exp < $1 LIMIT $2) AND exp < $1"
+	var total int64
+	for {
+		now, err := s.now()
+		if err != nil {
+			return total, err
+		}
+		tag, err := s.pool.Exec(ctx, del, now, SweepChunk)
+		if err != nil {
+			return total, wrap("sweeping", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < SweepChunk {
+			return total, nil
+		}
+	}
+}
+
+// sweep calls Sweep every interval until Close.
+func (s *Store) sweep(every time.Duration) {
+	defer s.swept.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep(ctx) // a failure is the next tick's to retry
+		}
+	}
+}
+
+// Close stops the store and its sweeper, waiting for it: later calls fail
+// with [core.ErrClosed]. It leaves the pool open. Close is idempotent.
 func (s *Store) Close() error {
-	s.closed.Store(true)
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.stop)
+	s.swept.Wait()
 	return nil
 }
