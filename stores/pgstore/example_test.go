@@ -14,7 +14,7 @@ import (
 )
 
 // A limiter on PostgreSQL: the store creates its table and function on
-// first use, and decides on the server's clock.
+// its first call, and decides on the server's clock.
 func Example() {
 	var t *testing.T // a test's; a program connects to its own server
 	srv := pgtest.Start(t)
@@ -25,7 +25,7 @@ func Example() {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := pgstore.New(ctx, pool, pgstore.Config{Table: "limits"})
+	store, err := pgstore.New(pool, pgstore.Config{Table: "limits"})
 	if err != nil {
 		t.Fatal(err)
 	}

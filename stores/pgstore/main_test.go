@@ -39,7 +39,7 @@ func newStore(t testing.TB, pool *pgxpool.Pool, cfg pgstore.Config) *pgstore.Sto
 	if cfg.Table == "" {
 		cfg.Table = fmt.Sprintf("sluice_test_%d", tables.Add(1))
 	}
-	s, err := pgstore.New(context.Background(), pool, cfg)
+	s, err := pgstore.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,11 +79,11 @@ func TestNoOvergrantProcesses(t *testing.T) {
 	srv := pgtest.Start(t)
 	pool := newPool(t, srv)
 	table := "overgrant"
-	if s, err := pgstore.New(context.Background(), pool, pgstore.Config{Table: table}); err != nil {
+	setup := newStore(t, pool, pgstore.Config{Table: table})
+	if err := setup.Reset(context.Background(), "hot", algorithms.TokenBucket); err != nil { // creates the table
 		t.Fatal(err)
-	} else {
-		s.Close()
 	}
+	setup.Close()
 	start := time.Unix(0, time.Now().Add(procLead).UnixNano())
 	end := start.Add(procWindow)
 	ctx, cancel := context.WithDeadline(context.Background(), end.Add(60*time.Second))

@@ -88,7 +88,11 @@ type Store struct {
 	offset atomic.Int64 // the server's clock less the local one, in µs
 	closed atomic.Bool
 	stop   chan struct{} // closed by Close
-	swept  sync.WaitGroup
+
+	ready   atomic.Bool // the schema is created and the clock read
+	setup   sync.Mutex  // held while making ready
+	creates []string    // the schema's statements
+	swept   sync.WaitGroup
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -103,10 +107,12 @@ type entry struct {
 
 var _ core.Store = (*Store)(nil)
 
-// New returns a store on pool, creating its table and function if they
-// do not exist (which needs the CREATE privilege on the schema), and
-// reading the server's clock.
-func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+// New returns a store on pool. It does not reach the server: the store's
+// first call creates its table and function if they do not exist (which
+// needs the CREATE privilege on the schema) and reads the server's
+// clock, and a later call tries again if that failed, so that a process
+// starts while its server is down.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	switch {
 	case pool == nil:
 		return nil, errors.New("pgstore: nil pool")
@@ -137,15 +143,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		base:    time.Now(),
 		entries: make(map[string]*entry),
 		stop:    make(chan struct{}),
+		creates: stmts,
 	}
-	if err := s.create(ctx, stmts); err != nil {
-		return nil, err
-	}
-	var clock int64
-	if err := pool.QueryRow(ctx, "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint").Scan(&clock); err != nil {
-		return nil, wrap("reading the clock", err)
-	}
-	s.offset.Store(clock - s.local())
 	if cfg.SweepInterval > 0 {
 		s.swept.Add(1)
 		go s.sweep(cfg.SweepInterval)
@@ -153,10 +152,19 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// create runs the schema's statements in one transaction, under an
-// advisory lock, so that processes starting together do not trip over
-// each other's CREATE.
-func (s *Store) create(ctx context.Context, stmts []string) error {
+// prepare makes the store ready on its first call: it runs the schema's
+// statements in one transaction, under an advisory lock so that
+// processes starting together do not trip over each other's CREATE, and
+// reads the server's clock.
+func (s *Store) prepare(ctx context.Context) error {
+	if s.ready.Load() {
+		return nil
+	}
+	s.setup.Lock()
+	defer s.setup.Unlock()
+	if s.ready.Load() {
+		return nil
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return wrap("creating the schema", err)
@@ -165,14 +173,20 @@ func (s *Store) create(ctx context.Context, stmts []string) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "sluice:"+s.tbl); err != nil {
 		return wrap("creating the schema", err)
 	}
-	for _, stmt := range stmts {
+	for _, stmt := range s.creates {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return wrap("creating the schema", err)
 		}
 	}
+	var clock int64
+	if err := tx.QueryRow(ctx, "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint").Scan(&clock); err != nil {
+		return wrap("reading the clock", err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return wrap("creating the schema", err)
 	}
+	s.offset.Store(clock - s.local())
+	s.ready.Store(true)
 	return nil
 }
 
@@ -222,6 +236,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	if s.closed.Load() {
 		return core.ErrClosed
+	}
+	if err := s.prepare(ctx); err != nil {
+		return err
 	}
 	// The requests the table decides, all but those under Inf, in the
 	// order of their keys, in which their rows are locked.
@@ -404,6 +421,9 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
+	if err := s.prepare(ctx); err != nil {
+		return err
+	}
 	k := encodeKey(key, alg.Name())
 	ents := s.acquire([][]byte{k})
 	defer s.release(ents)
@@ -422,6 +442,9 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 // again, as for a fresh key, with the same result.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	del := "DELETE FROM " + s.tbl + " WHERE k IN (SELECT k FROM " + s.tbl + " WHERE exp < $1 LIMIT $2) AND exp < $1"
+	if err := s.prepare(ctx); err != nil {
+		return 0, err
+	}
 	var total int64
 	for {
 		now, err := s.now()

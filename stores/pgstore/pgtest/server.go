@@ -393,9 +393,10 @@ func (s *Server) PID() int {
 	return s.proc.cmd.Process.Pid
 }
 
-// Kill kills the server and its backends at once (SIGKILL to its process
-// group) and waits until the postmaster is reaped: what a crash or an
-// out-of-memory kill does. Connections open to it break.
+// Kill kills the server and its backends at once (SIGKILL, by PID) and
+// waits until the postmaster is reaped: what a crash or an out-of-memory
+// kill does. Connections open to it break. Outside Linux only the
+// postmaster is killed, and its backends exit when they notice.
 func (s *Server) Kill() error { return s.halt(false) }
 
 // Stop shuts the server down fast (SIGINT: backends are terminated,
@@ -422,21 +423,29 @@ func (s *Server) halt(graceful bool) error {
 	return p.kill()
 }
 
-// kill sends SIGKILL to the process group and waits until the postmaster
-// is reaped and, for a while, until the rest of the group is gone.
+// kill kills the postmaster and its backends at once and waits until the
+// postmaster is reaped and, for a while, until the backends are gone.
+// The postmaster is stopped first (SIGSTOP), so that it forks no backend
+// while its children are listed.
 func (p *process) kill() error {
-	pgid := p.cmd.Process.Pid
-	err := syscall.Kill(-pgid, syscall.SIGKILL)
+	pid := p.cmd.Process.Pid
+	syscall.Kill(pid, syscall.SIGSTOP)
+	backends := children(pid)
+	for _, c := range backends {
+		syscall.Kill(c, syscall.SIGKILL)
+	}
+	err := p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
-	if err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("pgtest: kill process group %d: %w", pgid, err)
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("pgtest: kill pid %d: %w", pid, err)
 	}
 	// The backends, orphaned, are reaped by whoever adopts them; a
 	// restart before they are gone finds their shared memory in use,
 	// and retries (errHeld).
-	for deadline := time.Now().Add(stopTimeout); time.Now().Before(deadline); time.Sleep(pollInterval) {
-		if syscall.Kill(-pgid, 0) != nil {
-			break
+	deadline := time.Now().Add(stopTimeout)
+	for _, c := range backends {
+		for syscall.Kill(c, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(pollInterval)
 		}
 	}
 	return nil

@@ -2,16 +2,15 @@
 
 package pgtest
 
-import (
-	"os/exec"
-	"syscall"
-)
+import "os/exec"
 
-// startProcess starts cmd in a process group of its own, which
-// [Server.Kill] kills whole. Outside Linux there is no parent-death
+// startProcess starts cmd. Outside Linux there is no parent-death
 // signal, so a server outlives a test binary that crashes before
 // stopping it.
 func startProcess(cmd *exec.Cmd) error {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd.Start()
 }
+
+// children returns nothing: without /proc, Kill kills the postmaster
+// alone, and its backends exit when they notice.
+func children(int) []int { return nil }
