@@ -88,6 +88,8 @@ type Store struct {
 	offset atomic.Int64 // the server's clock less the local one, in µs
 	closed atomic.Bool
 	stop   chan struct{} // closed by Close
+	calls  atomic.Uint64 // calls of the function
+	rounds atomic.Uint64 // decisions and batches decided
 
 	ready   atomic.Bool // the schema is created and the clock read
 	setup   sync.Mutex  // held while making ready
@@ -321,6 +323,7 @@ func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Deci
 			clock int64
 			cur   [][]byte
 		)
+		s.calls.Add(1)
 		err = conn.QueryRow(ctx, s.call, sorted, olds, news, exps, argAt, s.lag<<min(try, 20)).Scan(&ok, &clock, &cur)
 		received := s.local()
 		conn.Release()
@@ -332,6 +335,7 @@ func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Deci
 		}
 		s.offset.Store(clock - received)
 		if ok {
+			s.rounds.Add(1)
 			for j, i := range idx {
 				if news[j] != nil {
 					ents[j].raw = news[j]
@@ -432,6 +436,17 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	}
 	ents[0].raw = nil
 	return nil
+}
+
+// Stats counts a store's work since New.
+type Stats struct {
+	Decided uint64 // decisions and batches decided by the server
+	Calls   uint64 // calls of the function: Decided, plus one for each decision made again
+}
+
+// Stats returns the store's counts.
+func (s *Store) Stats() Stats {
+	return Stats{Decided: s.rounds.Load(), Calls: s.calls.Load()}
 }
 
 // Sweep deletes the rows of idle keys: those whose expiry, the instant
