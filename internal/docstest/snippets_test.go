@@ -118,6 +118,18 @@ var imports = map[string]string{
 	"redistest":    "github.com/sluicehq/sluice/redistest",
 	"httplimit":    "github.com/sluicehq/sluice/contrib/httplimit",
 	"grpclimit":    "github.com/sluicehq/sluice/contrib/grpclimit",
+	"pgxpool":      "github.com/jackc/pgx/v5/pgxpool",
+	"pgstore":      "github.com/sluicehq/sluice/stores/pgstore",
+}
+
+// modules names the nested module that builds a snippet importing a
+// package: those the root module does not require. Every other snippet
+// builds in the root module.
+var modules = map[string]string{
+	"grpc":      "contrib/grpclimit",
+	"grpclimit": "contrib/grpclimit",
+	"pgxpool":   "stores/pgstore",
+	"pgstore":   "stores/pgstore",
 }
 
 // givens are what a snippet may use without declaring it: the variables
@@ -181,16 +193,16 @@ func TestSnippetsCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	// The snippets of each module: the root's, and grpclimit's, which
-	// alone requires gRPC.
+	// The snippets of each module: the root's, and those of the nested
+	// modules that alone require what a snippet imports (see modules).
 	type build struct {
 		dir     string // the module's directory
 		overlay map[string]string
 		pkgs    []string
 	}
-	builds := map[string]*build{
-		"root":      {dir: absRoot, overlay: map[string]string{}},
-		"grpclimit": {dir: filepath.Join(absRoot, "contrib", "grpclimit"), overlay: map[string]string{}},
+	builds := map[string]*build{".": {dir: absRoot, overlay: map[string]string{}}}
+	for _, m := range modules {
+		builds[m] = &build{dir: filepath.Join(absRoot, filepath.FromSlash(m)), overlay: map[string]string{}}
 	}
 	n := 0
 	for _, page := range pages(t) {
@@ -199,15 +211,12 @@ func TestSnippetsCompile(t *testing.T) {
 				checkQuote(t, s)
 				continue
 			}
-			src, usesGRPC, err := wrap(s, n)
+			src, module, err := wrap(s, n)
 			if err != nil {
 				t.Errorf("%s:%d: %v", s.page, s.line, err)
 				continue
 			}
-			b := builds["root"]
-			if usesGRPC {
-				b = builds["grpclimit"]
-			}
+			b := builds[module]
 			file := filepath.Join(tmp, fmt.Sprintf("s%d.go", n))
 			if err := os.WriteFile(file, src, 0o644); err != nil {
 				t.Fatal(err)
@@ -229,7 +238,7 @@ func TestSnippetsCompile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ovFile := filepath.Join(tmp, name+".json")
+		ovFile := filepath.Join(tmp, strings.ReplaceAll(name, "/", "_")+".json")
 		if err := os.WriteFile(ovFile, ov, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -253,9 +262,9 @@ func TestSnippetsCompile(t *testing.T) {
 	}
 }
 
-// wrap returns the file that builds s as package s<n>, and whether it
-// needs grpclimit's module.
-func wrap(s snippet, n int) ([]byte, bool, error) {
+// wrap returns the file that builds s as package s<n>, and the module
+// that builds it ("." for the root).
+func wrap(s snippet, n int) ([]byte, string, error) {
 	fset := token.NewFileSet()
 	// Declarations, as a file; else statements, in a function.
 	decls := true
@@ -264,7 +273,7 @@ func wrap(s snippet, n int) ([]byte, bool, error) {
 		decls = false
 		file, err = parser.ParseFile(fset, "", "package p\nfunc _() error {\n"+s.code+"\nreturn nil\n}\n", 0)
 		if err != nil {
-			return nil, false, fmt.Errorf("neither declarations nor statements: %v", err)
+			return nil, "", fmt.Errorf("neither declarations nor statements: %v", err)
 		}
 	}
 	given := givens
@@ -291,7 +300,7 @@ func wrap(s snippet, n int) ([]byte, bool, error) {
 				pkgs = append(pkgs, q[1])
 			}
 		default:
-			return nil, false, fmt.Errorf("uses %s, which it does not declare: declare it, or add it to the givens of internal/docstest", name)
+			return nil, "", fmt.Errorf("uses %s, which it does not declare: declare it, or add it to the givens of internal/docstest", name)
 		}
 	}
 	slices.Sort(pkgs)
@@ -300,17 +309,19 @@ func wrap(s snippet, n int) ([]byte, bool, error) {
 
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "package s%d\n\n", n)
-	usesGRPC := false
+	module := "."
 	for _, p := range pkgs {
 		fmt.Fprintf(&b, "import %q\n", imports[p])
-		usesGRPC = usesGRPC || p == "grpc" || p == "grpclimit"
+		if m, ok := modules[p]; ok {
+			module = m
+		}
 	}
 	if decls {
 		for _, p := range params {
 			fmt.Fprintf(&b, "var %s %s\n", p, given[p])
 		}
 		fmt.Fprintf(&b, "//line %s:%d\n%s", s.page, s.line, s.code)
-		return b.Bytes(), usesGRPC, nil
+		return b.Bytes(), module, nil
 	}
 	b.WriteString("func _(")
 	for i, p := range params {
@@ -330,7 +341,7 @@ func wrap(s snippet, n int) ([]byte, bool, error) {
 		}
 	}
 	b.WriteString("return nil\n}\n")
-	return b.Bytes(), usesGRPC, nil
+	return b.Bytes(), module, nil
 }
 
 // qualifiers finds the packages a given's type names.
