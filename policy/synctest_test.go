@@ -129,7 +129,11 @@ func TestWaitWhileDown(t *testing.T) {
 					t.Fatal(err)
 				}
 				f := storetest.NewFaulty(mem)
-				b, err := policy.NewBreaker(f, policy.WithMode(tc.mode), policy.WithOpenTimeout(time.Hour))
+				local, err := memstore.New(memstore.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := policy.NewBreaker(f, policy.WithMode(tc.mode), policy.WithLocal(local), policy.WithOpenTimeout(time.Hour))
 				if err != nil {
 					t.Fatal(err)
 				}
