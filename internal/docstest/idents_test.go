@@ -21,6 +21,7 @@ var sluicePackages = map[string]string{
 	"redisstore":   "stores/redisstore",
 	"rueidisstore": "stores/rueidisstore",
 	"layered":      "stores/layered",
+	"casstore":     "stores/casstore",
 	"storetest":    "stores/storetest",
 	"policy":       "policy",
 	"telemetry":    "telemetry",

@@ -111,6 +111,7 @@ var imports = map[string]string{
 	"redisstore":   "github.com/sluicehq/sluice/stores/redisstore",
 	"rueidisstore": "github.com/sluicehq/sluice/stores/rueidisstore",
 	"layered":      "github.com/sluicehq/sluice/stores/layered",
+	"casstore":     "github.com/sluicehq/sluice/stores/casstore",
 	"storetest":    "github.com/sluicehq/sluice/stores/storetest",
 	"policy":       "github.com/sluicehq/sluice/policy",
 	"telemetry":    "github.com/sluicehq/sluice/telemetry",

@@ -11,24 +11,24 @@ import (
 // function, named after table (which may be schema-qualified, "s.t"), in
 // an UNLOGGED table unless logged.
 //
-// The table holds one row a key and algorithm: k is the key (see
-// encodeKey), state the algorithm's state (see encodeState), exp the
-// instant, in µs of the server's clock, from which the row decides as
-// a fresh key would and may be deleted (see Store.Sweep). Only k is
+// The table holds one row a key and algorithm: k is the key, state the
+// algorithm's state (both as package casstore encodes them), exp the
+// instant, in µs of the server's clock, from which the row decides as a
+// fresh key would and may be deleted (casstore.Store.Sweep). Only k is
 // indexed, and fillfactor leaves half of each page free, so that a
 // decision's UPDATE is a HOT update: a new row version on the same page,
 // no index entry.
 //
-// The function decides nothing: the client has run the algorithm's Go
-// transition on the state it expected (olds[i], NULL for no row) at
-// instant at (µs of the server's clock; 0 for a request at an instant of
-// its own), and the function writes news[i] (NULL: nothing to write)
-// only if every row still holds what the client expected and at lies
-// within lag µs before the server's clock. It locks the rows it will
-// write in the order given, which the client sorts, so that batches never
-// deadlock. It returns whether it wrote, the server's clock, and the
-// rows' states as it found them, for the client to decide again on a
-// mismatch.
+// The function is the store's casstore.Backend.Swap, and decides
+// nothing: the client has run the algorithm's Go transition on the state
+// it expected (olds[i], NULL for no row) at instant at (µs of the
+// server's clock; 0 for requests at instants of their own), and the
+// function writes news[i] (NULL: nothing to write) only if every row
+// still holds what the client expected and at lies within lag µs before
+// the server's clock. It locks the rows it will write in the order
+// given, which the client sorts, so that batches never deadlock. It
+// returns whether it wrote, the server's clock, and the rows' states as
+// it found them, for the client to decide again on a mismatch.
 func schema(table string, logged bool) (tbl, fn string, stmts []string) {
 	parts := strings.Split(table, ".")
 	tbl = pgx.Identifier(parts).Sanitize()
