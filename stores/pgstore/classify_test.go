@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/pgstore"
 	"github.com/sluicehq/sluice/stores/pgstore/pgtest"
 )
@@ -161,22 +162,27 @@ func TestFailures(t *testing.T) {
 
 // TestBreakerModes kills the server under a breaker in each mode and
 // checks that the mode answers: fail-open allows, fail-closed denies,
-// each marked with its source, and that the breaker opens.
+// degrade decides on the local memstore, each marked with its source,
+// and that the breaker opens.
 func TestBreakerModes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := pgtest.Start(t)
 	pool := newPool(t, srv)
 	for _, tc := range []struct {
-		mode    policy.Mode
-		allowed bool
-		source  core.Source
+		mode   policy.Mode
+		source core.Source
 	}{
-		{policy.FailOpen, true, core.SourceFailOpen},
-		{policy.FailClosed, false, core.SourceFailClosed},
+		{policy.FailOpen, core.SourceFailOpen},
+		{policy.FailClosed, core.SourceFailClosed},
+		{policy.Degrade, core.SourceDegraded},
 	} {
+		local, err := memstore.New(memstore.Config{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
 		b, err := policy.NewBreaker(newStore(t, pool, pgstore.Config{Table: fmt.Sprint("modes_", tc.mode)}),
-			policy.WithMode(tc.mode), policy.WithTimeout(10*time.Second))
+			policy.WithMode(tc.mode), policy.WithLocal(local), policy.WithTimeout(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,19 +193,27 @@ func TestBreakerModes(t *testing.T) {
 		// Once the server is down, every answer is the mode's, and the
 		// circuit opens (it does not within a tenth of its window after
 		// NewBreaker, so the test calls until it does, for at most a
-		// minute).
-		defer func(b *policy.Breaker, mode policy.Mode) {
+		// minute). The local store admits what its bucket holds.
+		defer func(b *policy.Breaker, mode policy.Mode, source core.Source) {
+			local := 0
 			for i, deadline := 0, time.Now().Add(time.Minute); b.State() != policy.Open; i++ {
 				d, err := b.Apply(ctx, charge("down"))
-				if err != nil || d.Allowed != tc.allowed || d.Source != tc.source {
-					t.Fatalf("%v: charge %d with the server down = %+v, %v; want allowed %v from %v", mode, i, d, err, tc.allowed, tc.source)
+				wantAllowed := map[policy.Mode]bool{policy.FailOpen: true, policy.FailClosed: false, policy.Degrade: d.Allowed}[mode]
+				if err != nil || d.Allowed != wantAllowed || d.Source != source {
+					t.Fatalf("%v: charge %d with the server down = %+v, %v; want allowed %v from %v", mode, i, d, err, wantAllowed, source)
+				}
+				if d.Allowed && mode == policy.Degrade {
+					local++
 				}
 				if time.Now().After(deadline) {
 					t.Fatalf("%v: the breaker is %v after a minute of failed calls, want open", mode, b.State())
 				}
 				time.Sleep(time.Millisecond)
 			}
-		}(b, tc.mode)
+			if mode == policy.Degrade && local == 0 {
+				t.Errorf("degrade: the local store admitted nothing")
+			}
+		}(b, tc.mode, tc.source)
 	}
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
