@@ -29,7 +29,7 @@ fuzz:
 	./.ci/fuzz
 
 # Every module of the repository: the root and the nested ones.
-MODULES = . contrib/grpclimit examples/telemetry benchmarks serve serve/compare stores/pgstore
+MODULES = . contrib/grpclimit examples/telemetry benchmarks serve serve/compare stores/pgstore stores/mysqlstore
 # staticcheck, built by `go run` from the module proxy at this version (and
 # cached by the go command), so that a fresh machine needs nothing
 # installed; set STATICCHECK to a binary of your own to skip the build.

@@ -16,8 +16,8 @@ import (
 
 // markers name the code whose goroutines must be gone once every test
 // has ended: sluice's packages (their tests included), gobreaker, and
-// the Redis and PostgreSQL clients, whose goroutines a closed client
-// stops.
+// the Redis, PostgreSQL and MySQL clients, whose goroutines a closed
+// client stops.
 var markers = []string{
 	"github.com/sluicehq/sluice/",
 	"github.com/sony/gobreaker",
@@ -25,15 +25,19 @@ var markers = []string{
 	"github.com/redis/rueidis",
 	"github.com/jackc/pgx",
 	"github.com/jackc/puddle",
+	"github.com/go-sql-driver/mysql",
+	"database/sql.",
 }
 
 // ignored are frames of goroutines that are not the code's own: this
 // package's, the test runner's, and the test harness's process spawner,
-// which lives as long as the test binary by design (redistest, pgtest).
+// which lives as long as the test binary by design (redistest, pgtest,
+// mysqltest).
 var ignored = []string{
 	"github.com/sluicehq/sluice/internal/leakcheck.",
 	"github.com/sluicehq/sluice/redistest.startProcess",
 	"github.com/sluicehq/sluice/stores/pgstore/pgtest.startProcess",
+	"github.com/sluicehq/sluice/stores/mysqlstore/mysqltest.startProcess",
 	"testing.(*M).",
 	"testing.tRunner",
 	"testing.runTests",

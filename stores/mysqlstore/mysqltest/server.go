@@ -1,0 +1,284 @@
+//go:build unix
+
+package mysqltest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the driver of DSN's connections
+)
+
+// Timeouts. Each is generous: a slow machine should make a test slower,
+// not flaky.
+const (
+	readyTimeout  = 60 * time.Second
+	probeTimeout  = 2 * time.Second
+	pollInterval  = 20 * time.Millisecond
+	startAttempts = 5
+)
+
+// systemPort is MySQL's standard port, which mysqltest never uses.
+const systemPort = 3306
+
+// ErrStopped is returned by [Server.Kill] on a server that is not
+// running.
+var ErrStopped = errors.New("mysqltest: server is stopped")
+
+// Server is one mariadbd process started by [Start]. Its methods are
+// safe for concurrent use.
+type Server struct {
+	dir  string // the server's directory: data/, the socket and the log
+	port int
+
+	mu   sync.Mutex
+	proc *process // nil once killed
+}
+
+// process is one run of mariadbd.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process is reaped
+}
+
+// Start starts a server of the test's own on a free port of 127.0.0.1
+// and waits until it answers a query. Its user "root" has no password
+// and may connect from 127.0.0.1; its database "sluice" is empty.
+// t.Cleanup kills it by PID and removes its directory. Start fails the
+// test if the binaries are missing or the server is not ready within a
+// minute, quoting its log.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	var s *Server
+	var err error
+	for range startAttempts {
+		if s, err = start(); err == nil || !errors.Is(err, errPortInUse) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Kill(); err != nil && !errors.Is(err, ErrStopped) {
+			t.Error(err)
+		}
+		os.RemoveAll(s.dir)
+	})
+	return s
+}
+
+// errPortInUse marks a start that failed because another process took
+// the port first; Start tries a fresh one.
+var errPortInUse = errors.New("mysqltest: port in use")
+
+func start() (*Server, error) {
+	server, err := exec.LookPath("mariadbd")
+	if err != nil {
+		if server, err = exec.LookPath("/usr/sbin/mariadbd"); err != nil {
+			return nil, errors.New("mysqltest: mariadbd not found on PATH or in /usr/sbin; install it with: apt-get install mariadb-server")
+		}
+	}
+	tmplData, err := template()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "mysqltest-")
+	if err != nil {
+		return nil, fmt.Errorf("mysqltest: %w", err)
+	}
+	s := &Server{dir: dir, port: port}
+	data := filepath.Join(dir, "data")
+	if out, err := exec.Command("cp", "-a", tmplData, data).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("mysqltest: copying the installed data directory: %v: %s", err, out)
+	}
+	args := []string{"--no-defaults", "--datadir=" + data,
+		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
+		"--socket=" + filepath.Join(dir, "sock"), "--pid-file=" + filepath.Join(dir, "pid"),
+		"--skip-log-bin", "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0",
+		"--innodb-buffer-pool-size=32M", "--max-connections=200",
+	}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root")
+	}
+	log, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("mysqltest: %w", err)
+	}
+	defer log.Close()
+	cmd := exec.Command(server, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := startProcess(cmd); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("mysqltest: start mariadbd: %w", err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(p.done)
+	}()
+	if err := s.waitReady(p, data); err != nil {
+		p.kill()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s.proc = p
+	return s, nil
+}
+
+// tmpl is the data directory mariadb-install-db made once for the test
+// binary, which every server copies.
+var tmpl struct {
+	once sync.Once
+	data string
+	err  error
+}
+
+// template returns the binary's installed data directory, installing it
+// on first use. It lives as long as the test binary's temporary files
+// do: the package has no hook at the binary's exit.
+func template() (string, error) {
+	tmpl.once.Do(func() {
+		dir, err := os.MkdirTemp("", "mysqltest-template-")
+		if err != nil {
+			tmpl.err = fmt.Errorf("mysqltest: %w", err)
+			return
+		}
+		tmpl.data = filepath.Join(dir, "data")
+		args := []string{"--no-defaults", "--datadir=" + tmpl.data, "--auth-root-authentication-method=normal", "--skip-test-db"}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		install, err := exec.LookPath("mariadb-install-db")
+		if err != nil {
+			tmpl.err = errors.New("mysqltest: mariadb-install-db not found; install it with: apt-get install mariadb-server")
+			return
+		}
+		cmd := exec.Command(install, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tmpl.err = fmt.Errorf("mysqltest: mariadb-install-db: %v\n%s", err, out)
+		}
+	})
+	return tmpl.data, tmpl.err
+}
+
+// freePort returns a port of 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("mysqltest: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if port != systemPort {
+			return port, nil
+		}
+	}
+	return 0, errors.New("mysqltest: found no free port")
+}
+
+// waitReady polls until the server on s.port answers a query and names
+// data as its data directory, then creates the database "sluice".
+func (s *Server) waitReady(p *process, data string) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		err := s.probe(data)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			log := s.log()
+			if strings.Contains(log, "Address already in use") {
+				return fmt.Errorf("%w: %d", errPortInUse, s.port)
+			}
+			return fmt.Errorf("mysqltest: mariadbd on port %d exited: %v\n%s", s.port, p.cmd.ProcessState, log)
+		case <-time.After(pollInterval):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mysqltest: mariadbd on port %d (pid %d) not ready after %v: %v\n%s", s.port, p.cmd.Process.Pid, readyTimeout, err, s.log())
+		}
+	}
+}
+
+// probe connects once, checks the data directory and creates the
+// database.
+func (s *Server) probe(data string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	db, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/", s.port))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var dir string
+	if err := db.QueryRowContext(ctx, "SELECT @@datadir").Scan(&dir); err != nil {
+		return err
+	}
+	if filepath.Clean(dir) != data {
+		return fmt.Errorf("mysqltest: the server on port %d serves %s, not %s", s.port, dir, data)
+	}
+	_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS sluice")
+	return err
+}
+
+// log returns the server's log, at most its last 4 KiB.
+func (s *Server) log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+// DSN returns a data source name for go-sql-driver/mysql: the database
+// "sluice" as root, over TCP.
+func (s *Server) DSN() string {
+	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/sluice", s.port)
+}
+
+// Port returns the server's port.
+func (s *Server) Port() int { return s.port }
+
+// Kill kills the server at once (SIGKILL, by PID) and waits until it is
+// reaped: what a crash does. Connections open to it break.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	p := s.proc
+	s.proc = nil
+	s.mu.Unlock()
+	if p == nil {
+		return ErrStopped
+	}
+	return p.kill()
+}
+
+// kill kills the process and waits until it is reaped.
+func (p *process) kill() error {
+	err := p.cmd.Process.Kill()
+	<-p.done
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("mysqltest: kill pid %d: %w", p.cmd.Process.Pid, err)
+	}
+	return nil
+}
