@@ -31,10 +31,12 @@ import (
 // admits far more.
 //
 // The store decides at the server's clock, so a decision's instant is
-// known only to lie between the moment its call was sent and the moment
-// its reply came back: admissions answered by the deadline were decided
-// within [start, deadline] and are held to that bound exactly; all of
-// them, to the bound over [start, last admitted reply].
+// known only to lie between the moment its call was sent, less MaxLag,
+// and the moment its reply came back: admissions answered by the
+// deadline were decided within [start, deadline], or from the first
+// admission's instant if it is earlier, and are held to that bound
+// exactly; all of them, to the bound over the window to the last
+// admitted reply.
 
 // The environment of TestNoOvergrantProcesses's workers.
 const (
@@ -144,14 +146,27 @@ func TestNoOvergrantProcesses(t *testing.T) {
 	}
 	t.Logf("all workers: admitted %d (%d answered after the deadline) of %d decisions", total.Admitted, total.Late, total.Decisions)
 	bound := func(span time.Duration) int64 { return procRate + procRate*int64(max(span, 0))/int64(time.Second) }
-	if onTime, want := total.Admitted-total.Late, bound(end.Sub(start)); onTime > want {
+	// A decision's instant is the server's clock as the store estimates
+	// it, which the server confirms lies within MaxLag before its own
+	// (the bound doubled on each try): a call begun at the start may be
+	// decided a little before it, and the key's bucket then starts
+	// filling from that instant. The window opens at the first
+	// admission's instant if it is earlier than the start.
+	from := start
+	for _, r := range total.Records {
+		if at := time.UnixMicro(r.At); r.Allowed && at.Before(from) {
+			from = at
+		}
+	}
+	t.Logf("the first admission was decided %v before the start", start.Sub(from))
+	if onTime, want := total.Admitted-total.Late, bound(end.Sub(from)); onTime > want {
 		t.Errorf("admitted %d with a reply by the deadline, want at most %d: over-grant", onTime, want)
 	}
 	last := end
 	if total.LastAdmit.After(last) {
 		last = total.LastAdmit
 	}
-	if want := bound(last.Sub(start)); total.Admitted > want {
+	if want := bound(last.Sub(from)); total.Admitted > want {
 		t.Errorf("admitted %d in all, want at most %d (to the last admitted reply): over-grant", total.Admitted, want)
 	}
 	if least := bound(procWindow) * 95 / 100; total.Admitted < least {

@@ -3,6 +3,9 @@ package pgtest_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +37,15 @@ func TestKillRestart(t *testing.T) {
 	}
 	if _, err := query(t, s, "CREATE TABLE kept (x int)"); err != nil && err.Error() != "no rows in result set" {
 		t.Fatal(err)
+	}
+	// Below the ephemeral range, no client's connection can hold the port
+	// while the server is down.
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if low, _ := strconv.Atoi(f[0]); low > 11000 && s.Port() >= low {
+				t.Errorf("port %d is in the ephemeral range, from %d", s.Port(), low)
+			}
+		}
 	}
 	pid := s.PID()
 	if err := s.Kill(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -261,8 +262,22 @@ func (s *Server) chown(dir string) error {
 	return nil
 }
 
-// freePort returns a port of 127.0.0.1 that was free a moment ago.
+// freePort returns a port of 127.0.0.1 that was free a moment ago, below
+// the kernel's range of ephemeral ports where it can: the kernel gives a
+// client's connection a local port from that range, and one given a
+// killed server's port would hold it, on any process's connection
+// (another test's pool), until it closes, so that Restart could not bind
+// it again.
 func freePort() (int, error) {
+	if low := ephemeralLow(); low > minPort+1000 {
+		for range 100 {
+			port := minPort + rand.IntN(low-minPort)
+			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				l.Close()
+				return port, nil
+			}
+		}
+	}
 	for range 100 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -275,6 +290,25 @@ func freePort() (int, error) {
 		}
 	}
 	return 0, errors.New("pgtest: found no free port")
+}
+
+// minPort is the lowest port freePort picks below the ephemeral range,
+// above the standard ports of common servers (PostgreSQL's included).
+const minPort = 10000
+
+// ephemeralLow returns the first port of the kernel's ephemeral range, or
+// 0 if it cannot tell (outside Linux).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	low, _ := strconv.Atoi(f[0])
+	return low
 }
 
 // launch starts postgres and waits until it answers.
