@@ -252,9 +252,11 @@ func (s *Server) log() string {
 }
 
 // DSN returns a data source name for go-sql-driver/mysql: the database
-// "sluice" as root, over TCP.
+// "sluice" as root, over TCP, with interpolateParams=true, so that a
+// statement with arguments is one round trip, not a prepare and an
+// execute.
 func (s *Server) DSN() string {
-	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/sluice", s.port)
+	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/sluice?interpolateParams=true", s.port)
 }
 
 // Port returns the server's port.
