@@ -22,6 +22,11 @@ const (
 	// SweepChunk is the most states [Store.Sweep] asks the backend to
 	// delete at once ([Backend.Expire]'s limit).
 	SweepChunk = 10000
+	// MaxTries bounds the Swaps of one decision: a call that finds its
+	// keys changed, or the clock moved on, this many times in a row fails
+	// with an error wrapping core.ErrUnavailable, rather than trying for
+	// ever against a backend that never agrees.
+	MaxTries = 1000
 )
 
 // ErrMalformed reports a reply of a backend that cannot be one:
@@ -208,6 +213,9 @@ func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Deci
 	for try := 0; ; try++ {
 		if s.closed.Load() {
 			return core.ErrClosed
+		}
+		if try == MaxTries {
+			return fmt.Errorf("casstore: %d swaps found the keys changed or the clock moved: %w", MaxTries, core.ErrUnavailable)
 		}
 		at, err := s.now()
 		if err != nil {

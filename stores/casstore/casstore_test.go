@@ -189,6 +189,7 @@ func TestBackendFailures(t *testing.T) {
 		{"no states", &casstore.Reply{Clock: time.Now().UnixMicro()}, nil, casstore.ErrMalformed},
 		{"too many states", &casstore.Reply{Clock: time.Now().UnixMicro(), Cur: make([][]byte, 3)}, nil, casstore.ErrMalformed},
 		{"clock before 1970", &casstore.Reply{Clock: -1 << 62, Cur: make([][]byte, 1)}, nil, nil},
+		{"never agrees", &casstore.Reply{Clock: time.Now().UnixMicro(), Cur: make([][]byte, 1)}, nil, core.ErrUnavailable},
 	} {
 		rec := &recorder{Backend: newMem(), reply: tc.reply, err: tc.err}
 		s := newStore(t, rec, casstore.Config{SweepInterval: -1})
