@@ -49,13 +49,31 @@ import (
 // number conversions and the client ten allocations per decision.
 type Script struct {
 	src, hash string
+	portable  *Script
 }
 
 // NewScript returns the script whose Lua source is src.
 func NewScript(src string) *Script {
+	s := newScript(src)
+	s.portable = newScript(portableLua + src)
+	s.portable.portable = s.portable
+	return s
+}
+
+func newScript(src string) *Script {
 	sum := sha1.Sum([]byte(src))
 	return &Script{src: src, hash: hex.EncodeToString(sum[:])}
 }
+
+// Portable returns the script's portable form, for a server whose Lua has
+// no struct library (miniredis): the same script after a definition of
+// struct.pack and struct.unpack, for the formats of the calling
+// convention, in plain Lua. It decides as the script does, bit for bit,
+// at a cost Redis itself never pays: the Redis stores send it only to a
+// server that answered the script itself with an error naming the missing
+// struct (see docs/redis.md). The portable form of a portable form is
+// itself.
+func (s *Script) Portable() *Script { return s.portable }
 
 // Source returns the script's Lua source, as EVAL takes it.
 func (s *Script) Source() string { return s.src }

@@ -26,6 +26,8 @@ var (
 	prelude string
 	//go:embed conclude.lua
 	conclude string
+	//go:embed portable.lua
+	portableLua string
 	//go:embed tokenbucket.lua
 	tokenBucketLua string
 	//go:embed gcra.lua
