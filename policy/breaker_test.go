@@ -19,9 +19,10 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/memstore"
+
+	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
 // fake is a remote store whose answers a test sets: every request
@@ -493,7 +494,7 @@ func TestNotCounted(t *testing.T) {
 		{"invalid cost", background, nil, false, core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}, core.ErrInvalidCost, false},
 		{"no algorithm", background, nil, false, core.Request{Key: "k", Limit: core.PerSecond(1), Cost: 1}, core.ErrNoAlgorithm, false},
 		{"unsupported", background, core.ErrUnsupported, false, req("k"), core.ErrUnsupported, true},
-		{"malformed", background, redisscript.ErrMalformed, false, req("k"), redisscript.ErrMalformed, true},
+		{"malformed", background, redisstore.ErrMalformed, false, req("k"), redisstore.ErrMalformed, true},
 		{"WRONGTYPE", background, errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), false, req("k"), nil, true},
 		{"BUSYKEY is not BUSY", background, errors.New("BUSYKEY Target key name already exists."), false, req("k"), nil, true},
 	}

@@ -1,20 +1,8 @@
 package policy
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
-	"syscall"
-
 	"github.com/sluicehq/sluice/core"
 )
-
-// connFailures are the system errors of a connection that failed.
-var connFailures = []error{
-	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
-	syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ENETDOWN, syscall.ETIMEDOUT,
-}
 
 // IsStoreFailure reports whether err means the store could not decide,
 // as opposed to a request it refused or a caller that gave up. A
@@ -32,10 +20,13 @@ var connFailures = []error{
 //     whole table;
 //   - a timeout: [context.DeadlineExceeded] (the breaker's per-call
 //     deadline, or a client's own), or a [net.Error], which includes
-//     timeouts and failed dials;
-//   - a broken connection: ECONNREFUSED, ECONNRESET, ECONNABORTED, EPIPE,
-//     EHOSTUNREACH, ENETUNREACH, ENETDOWN, ETIMEDOUT, [io.EOF],
-//     [io.ErrUnexpectedEOF] or [net.ErrClosed].
+//     timeouts, failed dials and every system error (ECONNREFUSED,
+//     ECONNRESET, EPIPE...);
+//   - a broken connection: [io.EOF], [io.ErrUnexpectedEOF] or
+//     [net.ErrClosed].
+//
+// It is [core.Classify]'s Store, the one classification that package
+// telemetry reads too.
 //
 // Everything else is the request's error, or the caller's: nil,
 // [context.Canceled], an invalid request (the core.ErrInvalid…
@@ -50,33 +41,14 @@ var connFailures = []error{
 // IsStoreFailure looks only at err: a breaker first checks the caller's
 // context, so that a call whose caller gave up never counts, whatever its
 // error says.
-func IsStoreFailure(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || isRequestError(err) {
-		return false
-	}
-	if errors.Is(err, core.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	for _, e := range connFailures {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	_, ok := errors.AsType[net.Error](err)
-	return ok
-}
+func IsStoreFailure(err error) bool { return core.Classify(err).Store }
 
 // isRequestError reports errors of the request or of the breaker's own
 // use, which never count either way.
 func isRequestError(err error) bool {
-	for _, e := range [...]error{
-		core.ErrInvalidLimit, core.ErrInvalidCost, core.ErrInvalidKey, core.ErrInvalidTime,
-		core.ErrInvalidRequest, core.ErrNoAlgorithm, core.ErrUnsupported, core.ErrClosed,
-	} {
-		if errors.Is(err, e) {
-			return true
-		}
+	switch core.Classify(err).Type {
+	case core.FailureInvalidRequest, core.FailureClosed, core.FailureUnsupported:
+		return true
 	}
 	return false
 }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/stores"
+	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
 // TestIsStoreFailure classifies the errors any store may return, and the
@@ -47,7 +47,7 @@ func TestIsStoreFailure(t *testing.T) {
 		// What it did not: the request's error, whatever it says. The
 		// breaker reads no client's errors; the stores mark them.
 		{wrap(errors.New("connection pool timeout")), false},
-		{wrap(redisscript.ErrMalformed), false},
+		{wrap(redisstore.ErrMalformed), false},
 		{wrap(core.ErrClosed), false},
 		{wrap(core.ErrUnsupported), false},
 		// A caller that gave up, or a request refused, never counts.

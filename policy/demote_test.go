@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
 )
@@ -34,7 +33,7 @@ type readonlyWatch struct {
 func (w *readonlyWatch) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
 	start := time.Now().UnixNano()
 	d, err := w.Store.Apply(ctx, req)
-	if code, _ := rediserr.Code(err); code == "READONLY" {
+	if core.Classify(err).Type == "READONLY" {
 		w.readonly.Add(1)
 		w.last.Store(time.Now().UnixNano())
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/rediserr"
 )
 
 // The outage tests drive a breaker with 64 goroutines, each calling in a
@@ -270,8 +269,8 @@ func (r *recorder) record(ctx context.Context, at time.Duration, err error) {
 				r.other++
 			}
 		}
-		if code, _ := rediserr.Code(err); code != "" {
-			r.codes[code]++
+		if se, ok := errors.AsType[*core.StoreError](err); ok && se.Type != "" {
+			r.codes[se.Type]++
 		}
 		if _, ok := r.errs[err.Error()]; ok || len(r.errs) < maxErrs {
 			r.errs[err.Error()]++

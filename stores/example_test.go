@@ -67,3 +67,13 @@ func (s inTurn) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	}
 	return stores.ApplyInTurn(ctx, s.Store, reqs, out)
 }
+
+func ExampleEscaper() {
+	keys := stores.NewEscaper("|=")
+	var key []byte
+	key = keys.Append(key, "user")
+	key = append(key, '=')
+	key = keys.Append(key, "a=b|100%")
+	fmt.Println(string(key), keys.Len("a=b|100%"))
+	// Output: user=a%3Db%7C100%25 14
+}

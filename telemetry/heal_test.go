@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/telemetry"
@@ -33,7 +32,7 @@ func TestHealed(t *testing.T) {
 	ctx := context.Background()
 	corrupt := func(key string, alg core.Algorithm) {
 		t.Helper()
-		if _, err := srv.Do("LPUSH", redisscript.Key(pre, key, alg.Name()), "x"); err != nil {
+		if _, err := srv.Do("LPUSH", store.Key(key, alg), "x"); err != nil {
 			t.Fatal(err)
 		}
 	}

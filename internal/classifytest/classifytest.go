@@ -36,9 +36,9 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
+	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/telemetry"
 )
 
@@ -267,7 +267,7 @@ func rows(ca, otherCA *redistest.CA) []row {
 		{
 			name:    "malformed reply",
 			alg:     redisfaults.NewScripted("classify-malformed", "return {1, 2}"),
-			failure: false, says: redisscript.ErrMalformed.Error(),
+			failure: false, says: redisstore.ErrMalformed.Error(),
 		},
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -82,8 +81,8 @@ func CheckDemotedPrimary(t *testing.T, store core.Store, proxy *redistest.Proxy,
 				}
 				start := time.Now().UnixNano()
 				d, err := store.Apply(context.Background(), req)
-				switch code, _ := rediserr.Code(err); {
-				case code == "READONLY":
+				switch {
+				case core.Classify(err).Type == "READONLY":
 					readonly.Add(1)
 					lastReadonly.Store(time.Now().UnixNano())
 				case err != nil:

@@ -12,19 +12,19 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
 )
 
 // CheckKeyFlood is R-23, a flood of distinct keys into Redis: 100,000
 // keys, one decision each, under a fixed window of a second, from 64
 // goroutines, through store on srv, a server of the test's own (its
-// DBSIZE is counted), whose keys start with storePrefix. Every key of a sample of 1,000 must have a TTL of
+// DBSIZE is counted), whose keys names names. Every key of a sample of
+// 1,000 must have a TTL of
 // at most the window and the second's margin; within the window and 2 s
 // after the flood DBSIZE must fall to 1% of its peak at most; and a
 // 1 MiB key must be rejected with core.ErrInvalidKey, without a call
 // (its time is logged: speed is not asserted in tests).
-func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, storePrefix string) {
+func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, names Keyed) {
 	t.Helper()
 	const (
 		keys       = 100_000
@@ -102,7 +102,7 @@ func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, storeP
 	// be held still.
 	checked, longest := 0, time.Duration(0)
 	for i := keys - 2*sample; i < keys; i += 2 {
-		k := redisscript.Key(storePrefix, prefix+fmt.Sprint(i), algorithms.FixedWindow.Name())
+		k := names.Key(prefix+fmt.Sprint(i), algorithms.FixedWindow)
 		r, err := srv.Do("PTTL", k)
 		if err != nil {
 			t.Fatal(err)

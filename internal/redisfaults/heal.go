@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -59,12 +58,12 @@ func Corruptions() []Corruption {
 }
 
 // CheckHealing overwrites keys of every algorithm on srv with each of
-// [Corruptions] and checks that store, a Redis store on srv with key
-// prefix prefix, decides on them as on a key never charged: no error,
+// [Corruptions] and checks that store, a Redis store on srv whose keys
+// keys names, decides on them as on a key never charged: no error,
 // Healed set, the decision a fresh key gets, and afterwards a key with a
 // TTL (after a charge) or no key (after a peek or a denial). Then it
 // checks the same for a batch of two rules, admitted and denied.
-func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, prefix string) {
+func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, keys Keyed) {
 	ctx := context.Background()
 	limit := core.PerMinute(10)
 	for _, alg := range []core.Algorithm{
@@ -74,7 +73,7 @@ func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, prefix 
 		for _, c := range Corruptions() {
 			t.Run(alg.Name()+"/"+c.Name, func(t *testing.T) {
 				key := "heal-" + alg.Name() + "-" + c.Name
-				rkey := redisscript.Key(prefix, key, alg.Name())
+				rkey := keys.Key(key, alg)
 				charge := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 3}
 				fresh := charge
 				fresh.Key = "fresh-" + key
@@ -122,9 +121,9 @@ func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, prefix 
 			{Key: "heal-batch", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 2},
 			{Key: "heal-batch", Algorithm: algorithms.SlidingWindowLog, Limit: limit, Cost: 2},
 		}
-		keys := []string{redisscript.Key(prefix, "heal-batch", reqs[0].Algorithm.Name()), redisscript.Key(prefix, "heal-batch", reqs[1].Algorithm.Name())}
+		rkeys := []string{keys.Key("heal-batch", reqs[0].Algorithm), keys.Key("heal-batch", reqs[1].Algorithm)}
 		out := make([]core.Decision, 2)
-		for _, k := range keys {
+		for _, k := range rkeys {
 			corrupt.Apply(t, srv, k)
 		}
 		if err := store.ApplyAll(ctx, reqs, out); err != nil {
@@ -134,12 +133,12 @@ func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, prefix 
 			if !d.Healed || !d.Allowed || d.Remaining != 8 {
 				t.Errorf("batch decision %d = %+v; want healed, allowed, 8 remaining", i, d)
 			}
-			if ttl := pttl(t, srv, keys[i]); ttl <= 0 {
+			if ttl := pttl(t, srv, rkeys[i]); ttl <= 0 {
 				t.Errorf("after the batch key %d's PTTL is %d; want a TTL", i, ttl)
 			}
 		}
 		// A denied batch writes nothing: both values go.
-		for _, k := range keys {
+		for _, k := range rkeys {
 			corrupt.Apply(t, srv, k)
 		}
 		reqs[1].Cost = 11
@@ -149,7 +148,7 @@ func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, prefix 
 		if !out[0].Healed || !out[1].Healed || out[1].Allowed {
 			t.Errorf("denied batch = %+v; want both healed, the second denied", out)
 		}
-		for i, k := range keys {
+		for i, k := range rkeys {
 			if ttl := pttl(t, srv, k); ttl != -2 {
 				t.Errorf("after the denied batch key %d's PTTL is %d; want no key (-2)", i, ttl)
 			}

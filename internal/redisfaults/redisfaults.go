@@ -17,8 +17,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
+	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
 // FlushResult is what [FlushUnderLoad] saw.
@@ -517,11 +517,11 @@ func ApplyNoPanic(t testing.TB, store core.Store, req core.Request) (d core.Deci
 
 // MalformedCase is a script whose reply breaks the calling convention,
 // with what a store must return for it: an error wrapping
-// [redisscript.ErrMalformed] where the reply is not ten packed integers a
+// [redisstore.ErrMalformed] where the reply is not ten packed integers a
 // decision can hold, else an error that says what the server said.
 type MalformedCase struct {
 	Name, Src string
-	Malformed bool   // the error wraps redisscript.ErrMalformed
+	Malformed bool   // the error wraps redisstore.ErrMalformed
 	Says      string // and the error's text contains this
 }
 
@@ -589,8 +589,8 @@ func CheckMalformed(t testing.TB, store core.Store, alg string, c MalformedCase)
 	if d != (core.Decision{}) {
 		t.Errorf("Apply with %q = %+v with its error; want a zero Decision", c.Src, d)
 	}
-	if errors.Is(err, redisscript.ErrMalformed) != c.Malformed {
-		t.Errorf("Apply with %q: errors.Is(%v, redisscript.ErrMalformed) = %v, want %v", c.Src, err, !c.Malformed, c.Malformed)
+	if errors.Is(err, redisstore.ErrMalformed) != c.Malformed {
+		t.Errorf("Apply with %q: errors.Is(%v, ErrMalformed) = %v, want %v", c.Src, err, !c.Malformed, c.Malformed)
 	}
 	if !strings.Contains(err.Error(), c.Says) {
 		t.Errorf("Apply with %q: error %q does not say %q", c.Src, err, c.Says)
@@ -752,4 +752,10 @@ func Hammer(store core.Store, req core.Request, n int, start, end time.Time) (Ta
 		return total, fmt.Errorf("%d of %d goroutines failed; the first: %w", len(errs), n, errs[0])
 	}
 	return total, nil
+}
+
+// Keyed names the Redis keys of a store's states: both Redis stores do.
+type Keyed interface {
+	// Key returns the Redis key of key's state under alg.
+	Key(key string, alg core.Algorithm) string
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -45,7 +44,7 @@ const (
 
 // ReshardUnderLoad decides a stack of two rules (a token bucket and a
 // sliding window log, 200/s with a burst of 200) on one hot user key
-// from 64 goroutines, through store on cluster c with key prefix prefix,
+// from 64 goroutines, through store on cluster c, whose keys keys names,
 // while redis-cli --cluster reshard moves 16 slots, the key's among
 // them, to another master ([redistest.Cluster.Reshard]), one key per
 // MIGRATE. The key's slot also holds 1,000 other keys, so that it stays
@@ -55,7 +54,7 @@ const (
 // the decisions, what the store allowed against what the limit admits
 // over the load's span, the decisions a breaker's mode answered, and the
 // errors by kind.
-func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, prefix string) ReshardResult {
+func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, keys Keyed) ReshardResult {
 	limit := core.PerSecond(200)
 	stack, err := core.NewStack(store,
 		core.Rule{Name: "bucket", Algorithm: algorithms.TokenBucket, Limit: limit},
@@ -70,7 +69,7 @@ func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, pref
 	var key, state string
 	for i := 0; ; i++ {
 		key = "user:hot" + strconv.Itoa(i)
-		state = redisscript.Key(prefix, key, "bucket")
+		state = keys.Key(key, core.Named(algorithms.TokenBucket, "bucket"))
 		if redistest.Slot(state) < reshardSlots {
 			break
 		}

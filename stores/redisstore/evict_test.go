@@ -37,5 +37,5 @@ func TestKeyFlood(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 80})
 	t.Cleanup(func() { client.Close() })
 	store := newStore(t, client)
-	redisfaults.CheckKeyFlood(t, srv, store, store.Prefix())
+	redisfaults.CheckKeyFlood(t, srv, store, store)
 }

@@ -14,10 +14,10 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores"
+	"github.com/sluicehq/sluice/stores/internal/redisengine"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -155,8 +155,8 @@ func TestNoReplay(t *testing.T) {
 				return store.Apply(ctx, req)
 			}
 			script := algorithms.TokenBucket.(algorithms.Scripted).Script()
-			key := redisscript.Key(store.Prefix(), req.Key, algorithms.TokenBucket.Name())
-			args := string(redisscript.AppendArgs(nil, &req))
+			key := redisengine.Key(store.Prefix(), req.Key, algorithms.TokenBucket.Name())
+			args := string(redisengine.AppendArgs(nil, &req))
 			return core.Decision{}, client.EvalSha(ctx, script.Hash(), []string{key}, args).Err()
 		})
 		// The plain command needs a connection of its own that is open
@@ -184,7 +184,7 @@ func TestNoReplay(t *testing.T) {
 
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
-// panic. An error wraps redisscript.ErrMalformed where the reply is not ten
+// panic. An error wraps redisengine.ErrMalformed where the reply is not ten
 // packed integers a decision can hold, else it says what the server said.
 func TestMalformedReplies(t *testing.T) {
 	t.Parallel()
@@ -248,5 +248,5 @@ func TestHealing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	redisfaults.CheckHealing(t, srv, store, prefix)
+	redisfaults.CheckHealing(t, srv, store, store)
 }

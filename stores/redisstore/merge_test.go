@@ -14,8 +14,8 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
+	"github.com/sluicehq/sluice/stores/internal/redisengine"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -50,13 +50,13 @@ func (r *recorder) Close() error                                        { return
 func multiCall(t *testing.T, client *redis.Client, prefix string, reqs []core.Request, sizes []int) []core.Decision {
 	t.Helper()
 	var keys []string
-	var m redisscript.Merge
+	var m redisengine.Merge
 	rest := reqs
 	for _, n := range sizes {
 		var packed, algs []byte
 		for _, r := range rest[:n] {
-			keys = append(keys, redisscript.Key(prefix, r.Key, r.Algorithm.Name()))
-			packed = redisscript.AppendArgs(packed, &r)
+			keys = append(keys, redisengine.Key(prefix, r.Key, r.Algorithm.Name()))
+			packed = redisengine.AppendArgs(packed, &r)
 			algs = append(algs, byte(algorithms.MultiIndex(r.Algorithm)))
 		}
 		m.Add(string(packed), string(algs))
@@ -76,7 +76,7 @@ func multiCall(t *testing.T, client *redis.Client, prefix string, reqs []core.Re
 	for i := range at {
 		at[i] = i
 	}
-	if err := redisscript.Place(reply, at, out); err != nil {
+	if err := redisengine.Place(reply, at, out); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -175,7 +175,7 @@ func TestMultiScriptGroupsMerged(t *testing.T) {
 					cost = 1000 // unsatisfiable: the group is denied
 				}
 				reqs = append(reqs, core.Request{Key: user, Algorithm: algs[k], Limit: l, Cost: cost, Op: op, Now: time.UnixMicro(now)})
-				keys[redisscript.Key("", user, algs[k].Name())] = true
+				keys[redisengine.Key("", user, algs[k].Name())] = true
 			}
 			sizes = append(sizes, size)
 			now += rng.Int64N(200_000)
@@ -198,7 +198,7 @@ func TestMultiScriptGroupsMerged(t *testing.T) {
 		}
 	}
 	for k := range keys {
-		k = strings.TrimPrefix(k, redisscript.DefaultPrefix)
+		k = strings.TrimPrefix(k, redisengine.DefaultPrefix)
 		a, errA := client.Get(context.Background(), "merged"+tag+k).Result()
 		b, errB := client.Get(context.Background(), "alone"+tag+k).Result()
 		if a != b || (errA == nil) != (errB == nil) {

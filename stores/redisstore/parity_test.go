@@ -15,9 +15,9 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores"
+	"github.com/sluicehq/sluice/stores/internal/redisengine"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -288,7 +288,7 @@ func lockstep(ctx context.Context, client *redis.Client, walks []*walk, k int) e
 	loaded := map[string]bool{}
 	for i, w := range walks {
 		reqs[i], wants[i] = w.step()
-		script, err := redisscript.Script(&reqs[i])
+		script, err := redisengine.Script(&reqs[i])
 		if err != nil {
 			return err
 		}
@@ -298,8 +298,8 @@ func lockstep(ctx context.Context, client *redis.Client, walks []*walk, k int) e
 			}
 			loaded[script.Hash()] = true
 		}
-		key := redisscript.Key("paritys:", w.key, w.alg.Name())
-		cmds[i] = pipe.EvalSha(ctx, script.Hash(), []string{key}, string(redisscript.AppendArgs(nil, &reqs[i])))
+		key := redisengine.Key("paritys:", w.key, w.alg.Name())
+		cmds[i] = pipe.EvalSha(ctx, script.Hash(), []string{key}, string(redisengine.AppendArgs(nil, &reqs[i])))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("op %d of %d sequences: %w", k, len(walks), err)
@@ -319,10 +319,10 @@ func decodeReply(cmd *redis.Cmd) (core.Decision, error) {
 	if err != nil {
 		return core.Decision{}, err
 	}
-	if len(reply) != redisscript.ReplySize {
-		return core.Decision{}, fmt.Errorf("a reply of %d bytes, want %d", len(reply), redisscript.ReplySize)
+	if len(reply) != redisengine.ReplySize {
+		return core.Decision{}, fmt.Errorf("a reply of %d bytes, want %d", len(reply), redisengine.ReplySize)
 	}
-	return redisscript.Decode(reply)
+	return redisengine.Decode(reply)
 }
 
 // bytesSource feeds a fuzzer's input to math/rand, eight bytes a number,
@@ -350,12 +350,12 @@ func (b *bytesSource) Uint64() uint64 {
 func FuzzParity(f *testing.F) {
 	srv := redistest.Shared(f)
 	store := stores.Func(func(_ context.Context, req core.Request) (core.Decision, error) {
-		script, err := redisscript.Script(&req)
+		script, err := redisengine.Script(&req)
 		if err != nil {
 			return core.Decision{}, err
 		}
-		key := redisscript.Key("fuzz:", req.Key, req.Algorithm.Name())
-		args := string(redisscript.AppendArgs(nil, &req))
+		key := redisengine.Key("fuzz:", req.Key, req.Algorithm.Name())
+		args := string(redisengine.AppendArgs(nil, &req))
 		r, err := srv.Do("EVALSHA", script.Hash(), "1", key, args)
 		var re *redistest.RedisError
 		if errors.As(err, &re) && re.Prefix() == "NOSCRIPT" {
@@ -365,10 +365,10 @@ func FuzzParity(f *testing.F) {
 			return core.Decision{}, err
 		}
 		reply, err := r.String()
-		if err != nil || len(reply) != redisscript.ReplySize {
+		if err != nil || len(reply) != redisengine.ReplySize {
 			return core.Decision{}, fmt.Errorf("reply %v: %v", r, err)
 		}
-		return redisscript.Decode(reply)
+		return redisengine.Decode(reply)
 	})
 	seed := rand.New(rand.NewPCG(1, 2))
 	for range 8 {

@@ -4,23 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+
+	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/callqueue"
-	"github.com/sluicehq/sluice/internal/rediserr"
-	"github.com/sluicehq/sluice/internal/redisscript"
+
+	"github.com/sluicehq/sluice/stores/internal/redisengine"
 )
 
 // ErrMalformed reports a script reply that breaks the calling convention
 // of [algorithms.Script]: not ten packed integers, or numbers no decision
 // can hold. Apply wraps it with what it received.
-var ErrMalformed = redisscript.ErrMalformed
+var ErrMalformed = redisengine.ErrMalformed
 
 // ErrClientOption reports a go-redis client option that would defeat the
 // store's bounds on a call: [New] and [Store.CheckDeadline] wrap it,
@@ -34,11 +32,15 @@ var ErrClientOption = errors.New("redisstore: unsafe client option")
 // with core.ErrUnavailable.
 var clientDown = []error{redis.ErrPoolTimeout, redis.ErrPoolExhausted, redis.ErrClosed}
 
+// DefaultPrefix starts every key the store writes unless [Config]'s
+// Prefix names another.
+const DefaultPrefix = redisengine.DefaultPrefix
+
 // Config configures a [Store]. The zero Config is ready to use.
 type Config struct {
 	// Prefix starts every key the store writes, to keep sluice's keys
 	// apart from an application's. It must not contain a brace (see
-	// docs/redis.md for the key layout). The default is "sluice:".
+	// docs/redis.md for the key layout). The default is [DefaultPrefix].
 	Prefix string
 }
 
@@ -46,7 +48,9 @@ type Config struct {
 // each request with its algorithm's Lua twin, atomically, in one round
 // trip. It works with every [redis.UniversalClient]: a single server,
 // Sentinel, or Redis Cluster, where each key's state lives in the slot of
-// its own hash tag.
+// its own hash tag. Its methods are those of the engine under both Redis
+// stores (Apply, ApplyAll, Reset, Close, Key, Prefix), which rueidisstore
+// shares.
 //
 // The store sends the decisions of concurrent callers together, in
 // pipelines (up to 4 in flight), as rueidis does by itself: under load
@@ -60,17 +64,17 @@ type Config struct {
 // whose call timed out), and with the values of its first caller's
 // context. The client's hooks, such as redisotel's, thus see a pipeline
 // per batch of decisions ("redis.pipeline evalsha"), in the trace of the
-// first caller who waited for it: a lone caller's in its own.
+// first caller who waited for it: a lone caller's in its own. No command
+// is retried, whatever the client's MaxRetries and MaxRedirects: a call
+// whose reply timed out may have been applied, and go-redis would
+// otherwise send it again.
 //
 // A Store is safe for concurrent use. It does not own its client: Close
 // stops the store, not the client.
 type Store struct {
-	client redis.UniversalClient
-	prefix string
-	read   time.Duration // the client's ReadTimeout, as go-redis applies it; 0: unknown
-	pool   time.Duration // the client's PoolTimeout, likewise
-	closed atomic.Bool
-	pipe   pipeliner
+	*redisengine.Engine
+	read time.Duration // the client's ReadTimeout, as go-redis applies it; 0: unknown
+	pool time.Duration // the client's PoolTimeout, likewise
 }
 
 var _ core.Store = (*Store)(nil)
@@ -82,17 +86,19 @@ var _ core.Store = (*Store)(nil)
 // without their callers' deadlines, bounded by those, and a pipeline to a
 // Redis that stopped answering would hold its connection, and Close,
 // forever. The client's MaxRetries may be anything: the store's commands
-// are never retried (see [Store.Apply]). New does not contact Redis, so
-// it neither fails nor waits while Redis is down.
+// are never retried. New does not contact Redis, so it neither fails nor
+// waits while Redis is down.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
+	return newStore(client, cfg, false)
+}
+
+// newStore is New, with every script in its portable form if portable is
+// set (tests).
+func newStore(client redis.UniversalClient, cfg Config, portable bool) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	prefix, err := redisscript.Prefix(cfg.Prefix)
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w", err)
-	}
-	s := &Store{client: client, prefix: prefix}
+	s := &Store{}
 	if t, ok := timeoutsOf(client); ok {
 		switch {
 		case t.read == 0:
@@ -102,9 +108,20 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		}
 		s.read, s.pool = t.read, t.pool
 	}
-	s.pipe.client = client
-	_, s.pipe.merges = client.(*redis.Client) // one node: any keys share a script call
-	s.pipe.queue.Send = s.pipe.send
+	_, single := client.(*redis.Client) // one node: any keys share a script call
+	var cluster bool
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		cluster = true
+	}
+	var err error
+	s.Engine, err = redisengine.New(adapter{client}, redisengine.Config{
+		Name: "redisstore", Prefix: cfg.Prefix, Merge: single, Cluster: cluster,
+		Detach: true, Down: clientDown, Portable: portable,
+	})
+	if err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -188,38 +205,9 @@ func nodeTimeouts(read, write, pool time.Duration) timeouts {
 	return timeouts{read: read, write: write, pool: pool}
 }
 
-// Apply decides req with its algorithm's Lua twin: EVALSHA, and EVAL once
-// if Redis does not have the script (after a restart, a failover or SCRIPT
-// FLUSH), which is safe because a missing script ran nothing. No other
-// failure is retried, whatever the client's MaxRetries and MaxRedirects: a
-// call whose reply timed out may have been applied, and go-redis would
-// otherwise send it again. Requests under [core.Inf] are allowed without a
-// call.
-//
-// An error that any call would get while Redis, or the client, stays as
-// it is (LOADING, READONLY, OOM, NOPERM, WRONGPASS, the pool's timeout, a
-// failed TLS handshake; docs/outages.md has the table) wraps
-// [core.ErrUnavailable], which a policy.Breaker answers by its mode; the
-// client's error stays on the chain.
-func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	script, err := redisscript.Script(&req)
-	switch {
-	case err != nil:
-		return core.Decision{}, err
-	case s.closed.Load():
-		return core.Decision{}, core.ErrClosed
-	case script == nil:
-		return req.Answer(core.Unlimited()), nil
-	}
-	reply, err := s.script(ctx, s.encode(&req, script), script)
-	if err != nil {
-		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", req.Algorithm.Name(), err)
-	}
-	d, err := decode(reply)
-	if err != nil {
-		return core.Decision{}, fmt.Errorf("redisstore: %s: %w", req.Algorithm.Name(), err)
-	}
-	return d, nil
+// adapter sends the engine's commands through a go-redis client.
+type adapter struct {
+	client redis.UniversalClient
 }
 
 // reloadOnFailure has a Cluster client read the slot map again after a
@@ -229,8 +217,8 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 // default), and the store retries nothing, so without this a promoted
 // replica would go unused for up to that long. go-redis runs one reload
 // at a time, at most one every 200 ms.
-func (s *Store) reloadOnFailure(ctx context.Context, err error) {
-	cluster, ok := s.client.(*redis.ClusterClient)
+func (a adapter) Failed(ctx context.Context, err error) {
+	cluster, ok := a.client.(*redis.ClusterClient)
 	var answered redis.Error
 	if !ok || ctx.Err() != nil || errors.As(err, &answered) {
 		return
@@ -238,138 +226,71 @@ func (s *Store) reloadOnFailure(ctx context.Context, err error) {
 	cluster.ReloadState(ctx)
 }
 
-// script runs c, a script's EVALSHA command, and EVAL once if Redis does
-// not have the script, which is safe because a missing script ran
-// nothing. It is the one place either kind of call (a decision, a batch)
-// meets NOSCRIPT and TRYAGAIN (sent again up to three times, 7 ms in
-// all, while a Cluster slot's keys move: rediserr.RetryTryAgain), and
-// where its errors are marked with core.ErrUnavailable when any call
-// would get them (rediserr.Mark). A call Redis did not answer has a
-// Cluster client read its slot map again (see reloadOnFailure).
-func (s *Store) script(ctx context.Context, c *call, script *algorithms.Script) (any, error) {
-	reply, err := s.evalsha(ctx, c, script)
-	for n := 0; err != nil && rediserr.RetryTryAgain(ctx, err, n); n++ {
-		reply, err = s.evalsha(ctx, c, script)
-	}
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, fmt.Errorf("%w: no reply", redisscript.ErrMalformed)
-	case err != nil:
-		s.reloadOnFailure(ctx, err)
-		return nil, rediserr.Mark(err, clientDown)
-	}
-	return reply, nil
+// Del deletes key.
+func (a adapter) Del(ctx context.Context, key string) error {
+	return a.client.Del(ctx, key).Err()
 }
 
-// evalsha runs c, and EVAL once if Redis does not have the script.
-func (s *Store) evalsha(ctx context.Context, c *call, script *algorithms.Script) (any, error) {
-	reply, err := s.run(ctx, c)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		c.args[0], c.args[1] = "eval", script.Source()
-		c.algs = "" // sent alone: its own EVAL
-		reply, err = s.run(ctx, c)
-	}
-	return reply, err
+// command is one script call's go-redis command, which go-redis never
+// sends twice: it retries a command whose reply timed out or whose
+// connection dropped (the client's MaxRetries, a Cluster client's
+// MaxRedirects), and a decision sent twice may be charged twice.
+type command struct {
+	redis.Cmd
+	argv [5]any // EVALSHA hash 1 key request: one decision's
 }
-
-// size returns the number of requests the call decides.
-func (c *call) size() int {
-	if c.keys != nil {
-		return len(c.keys)
-	}
-	return 1
-}
-
-// call is one decision's command in one allocation. go-redis takes
-// arguments as interfaces, and boxing a string allocates where boxing a
-// pointer does not; it writes a *string as the string.
-type call struct {
-	args           []any    // EVALSHA hash numkeys keys... args...
-	inline         [5]any   // args of a single decision: EVALSHA hash 1 key request
-	hash, key, req string   // req: the packed requests
-	keys           []string // a stack's keys; nil for one decision's (key)
-	algs           string   // each request's algorithms.MultiIndex, a byte each; "": not to merge
-	merged         bool     // sent in a MultiScript call with others, which has the reply
-	cmd            noRetry
-	callqueue.Call // the caller's place in the pipeliner's queue
-	buf            [192]byte
-}
-
-// noRetry is a command go-redis never sends twice. go-redis retries a
-// command whose reply timed out or whose connection dropped (the client's
-// MaxRetries, a Cluster client's MaxRedirects), and a decision sent twice
-// may be charged twice.
-type noRetry struct{ *redis.Cmd }
 
 // NoRetry tells go-redis not to retry the command.
-func (noRetry) NoRetry() bool { return true }
+func (*command) NoRetry() bool { return true }
 
-// run sends the call's command in a pipeline and returns its reply.
-func (s *Store) run(ctx context.Context, c *call) (any, error) {
-	c.cmd = noRetry{redis.NewCmd(ctx, c.args...)}
-	return s.pipe.do(ctx, c)
-}
-
-// encode returns the EVALSHA command deciding req with script. The key
-// and the packed request share one buffer, never written again.
-func (s *Store) encode(req *core.Request, script *algorithms.Script) *call {
-	c := new(call)
-	alg := req.Algorithm.Name()
-	buf := c.buf[:0]
-	if n := len(s.prefix) + 3*len(req.Key) + len(alg) + 4 + redisscript.ArgsLen; n > len(c.buf) {
-		buf = make([]byte, 0, n)
+// Exec sends calls as one pipeline. go-redis takes arguments as
+// interfaces, and boxing a string allocates where boxing a pointer does
+// not; it writes a *string as the string.
+func (a adapter) Exec(ctx context.Context, calls []*redisengine.Call) {
+	cmds := make([]command, len(calls))
+	pipe := a.client.Pipeline()
+	for i, c := range calls {
+		argv := cmds[i].argv[:0]
+		if n := 3 + len(c.Keys) + len(c.Args); n > len(cmds[i].argv) {
+			argv = make([]any, 0, n)
+		}
+		name := "evalsha"
+		if c.Eval {
+			name = "eval"
+		}
+		// The key count is a string: go-redis's Cluster routing reads it
+		// as one, and would format a number.
+		numkeys := any("1")
+		if len(c.Keys) != 1 {
+			numkeys = strconv.Itoa(len(c.Keys))
+		}
+		argv = append(argv, name, &c.Text, numkeys)
+		for j := range c.Keys {
+			argv = append(argv, &c.Keys[j])
+		}
+		for j := range c.Args {
+			argv = append(argv, &c.Args[j])
+		}
+		cmds[i].Cmd = *redis.NewCmd(ctx, argv...)
+		_ = pipe.Process(ctx, &cmds[i])
 	}
-	buf = redisscript.AppendKey(buf, s.prefix, req.Key, alg)
-	n := len(buf)
-	buf = redisscript.AppendArgs(buf, req)
-	c.hash = script.Hash()
-	c.key = unsafe.String(&buf[0], n)
-	c.req = unsafe.String(&buf[n], len(buf)-n)
-	// The key count is a string: go-redis's Cluster routing reads it as
-	// one, and would format a number.
-	c.inline = [5]any{"evalsha", &c.hash, "1", &c.key, &c.req}
-	c.args = c.inline[:]
-	if idx := algorithms.MultiIndex(req.Algorithm); idx != 0 {
-		c.algs = redisscript.Alg(idx)
+	_, err := pipe.Exec(ctx)
+	for i, c := range calls {
+		reply, cerr := cmds[i].Result()
+		switch s, ok := reply.(string); {
+		case cerr == nil && reply == nil && err != nil:
+			// go-redis gives each command its own reply or error, but
+			// for an error reply to the connection's handshake (a wrong
+			// password): that is the pipeline's error alone.
+			c.Err = err
+		case errors.Is(cerr, redis.Nil):
+			c.Err = redisengine.ErrNoReply
+		case cerr != nil:
+			c.Err = cerr
+		case !ok:
+			c.Err = fmt.Errorf("%w: %T %v", redisengine.ErrMalformed, reply, reply)
+		default:
+			c.Reply = s
+		}
 	}
-	return c
-}
-
-// decode checks a script's reply, as go-redis parsed it: a packed reply.
-func decode(reply any) (core.Decision, error) {
-	packed, ok := reply.(string)
-	if !ok || len(packed) != redisscript.ReplySize {
-		return core.Decision{}, fmt.Errorf("%w: %T %v", redisscript.ErrMalformed, reply, reply)
-	}
-	return redisscript.Decode(packed)
-}
-
-// Reset forgets key's state under alg, as if it had never been charged.
-func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
-	if err := core.ValidateKey(key); err != nil {
-		return err
-	}
-	if alg == nil {
-		return core.ErrNoAlgorithm
-	}
-	if s.closed.Load() {
-		return core.ErrClosed
-	}
-	if err := s.client.Del(ctx, redisscript.Key(s.prefix, key, alg.Name())).Err(); err != nil {
-		return fmt.Errorf("redisstore: reset: %w", rediserr.Mark(err, clientDown))
-	}
-	return nil
-}
-
-// Prefix returns the prefix of every key the store writes.
-func (s *Store) Prefix() string { return s.prefix }
-
-// Close stops the store: later calls fail with [core.ErrClosed]. It waits
-// for the pipelines already queued, each bounded by the client's
-// timeouts. It does not close the client, which the caller
-// owns.
-func (s *Store) Close() error {
-	s.closed.Store(true)
-	s.pipe.queue.Close()
-	return nil
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
+	"github.com/sluicehq/sluice/stores/internal/redisengine"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -34,7 +34,7 @@ func TestClusterReloadsAfterFailure(t *testing.T) {
 	if _, err := store.Apply(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	victim, err := c.Owner(redisscript.Key(redisscript.DefaultPrefix, req.Key, req.Algorithm.Name()))
+	victim, err := c.Owner(redisengine.Key(redisengine.DefaultPrefix, req.Key, req.Algorithm.Name()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
@@ -37,24 +36,26 @@ func TestReshardUnderLoad(t *testing.T) {
 	t.Parallel()
 	t.Run("store", func(t *testing.T) {
 		c := redistest.StartCluster(t)
-		r := redisfaults.ReshardUnderLoad(t, c, reshardStore(t, c), "reshard:")
+		s := reshardStore(t, c)
+		r := redisfaults.ReshardUnderLoad(t, c, s, s)
 		t.Log(r)
 		redisfaults.CheckReshard(t, r, 0.001, false)
 	})
 	t.Run("breaker", func(t *testing.T) {
 		c := redistest.StartCluster(t)
-		b, err := policy.NewBreaker(reshardStore(t, c), policy.WithMode(policy.FailOpen), policy.WithTimeout(50*time.Millisecond))
+		s := reshardStore(t, c)
+		b, err := policy.NewBreaker(s, policy.WithMode(policy.FailOpen), policy.WithTimeout(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() })
-		r := redisfaults.ReshardUnderLoad(t, c, b, "reshard:")
+		r := redisfaults.ReshardUnderLoad(t, c, b, s)
 		t.Log(r)
 		redisfaults.CheckReshard(t, r, 1, true)
 	})
 }
 
-func reshardStore(t *testing.T, c *redistest.Cluster) core.Store {
+func reshardStore(t *testing.T, c *redistest.Cluster) *redisstore.Store {
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { client.Close() })
 	store, err := redisstore.New(client, redisstore.Config{Prefix: "reshard:"})

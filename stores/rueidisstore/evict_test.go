@@ -31,5 +31,5 @@ func TestKeyFlood(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	store := newStore(t, newClient(t, srv.Addr()))
-	redisfaults.CheckKeyFlood(t, srv, store, store.Prefix())
+	redisfaults.CheckKeyFlood(t, srv, store, store)
 }

@@ -106,7 +106,7 @@ func warm(t testing.TB, store core.Store, key string) {
 
 // TestMalformedReplies runs scripts whose replies break the calling
 // convention: each call returns an error and a zero Decision, never a
-// panic. An error wraps redisscript.ErrMalformed where the reply is not ten
+// panic. An error wraps redisengine.ErrMalformed where the reply is not ten
 // packed integers a decision can hold, else it says what the server said.
 func TestMalformedReplies(t *testing.T) {
 	t.Parallel()
@@ -156,5 +156,5 @@ func TestHealing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	redisfaults.CheckHealing(t, srv, store, prefix)
+	redisfaults.CheckHealing(t, srv, store, store)
 }

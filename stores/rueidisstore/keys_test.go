@@ -9,8 +9,8 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/redistest"
+	"github.com/sluicehq/sluice/stores/internal/redisengine"
 )
 
 // TestBracesCannotPickASlot charges 10,000 keys crafted to share the hash
@@ -29,7 +29,7 @@ func TestBracesCannotPickASlot(t *testing.T) {
 	var binned [bins]int
 	for i := range n {
 		key := fmt.Sprintf("{same}x%d", i)
-		slot := redistest.Slot(redisscript.Key(prefix, key, algorithms.GCRA.Name()))
+		slot := redistest.Slot(redisengine.Key(prefix, key, algorithms.GCRA.Name()))
 		slots[slot] = true
 		binned[slot*bins/16384]++
 		_, err := store.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: core.PerMinute(1), Cost: 1})
@@ -83,8 +83,8 @@ func TestEveryKeyHasATTL(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				horizon[redisscript.Key(store.Prefix(), key, alg.Name())] = alg.Horizon(l)
-				written[redisscript.Key(store.Prefix(), key, alg.Name())] = time.Now()
+				horizon[redisengine.Key(store.Prefix(), key, alg.Name())] = alg.Horizon(l)
+				written[redisengine.Key(store.Prefix(), key, alg.Name())] = time.Now()
 			}
 		}
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
@@ -29,7 +28,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	var (
 		addr     = fs.String("redis", "localhost:6379", "the Redis `address`; several, comma-separated, for a Cluster")
 		cluster  = fs.Bool("cluster", false, "the addresses are a Redis Cluster's")
-		prefix   = fs.String("prefix", redisscript.DefaultPrefix, "the store's key `prefix`")
+		prefix   = fs.String("prefix", redisstore.DefaultPrefix, "the store's key `prefix`")
 		algName  = fs.String("algorithm", "token-bucket", "the algorithm `name` the key is limited by (a stack's rule: name/rule)")
 		limitArg = fs.String("limit", "", "the `limit` (N/PERIOD, then optionally burst N, such as 10/min burst 50) to show the decision a request of cost 1 would get now")
 		burst    = fs.Int64("burst", 0, "the limit's burst `N`; 0 means the rate")
@@ -95,11 +94,12 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 
 // inspect prints what the store keeps for key under alg.
 func inspect(ctx context.Context, client redis.UniversalClient, prefix, key string, alg core.Algorithm, limit core.Limit, w io.Writer) error {
-	p, err := redisscript.Prefix(prefix)
+	store, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		return fmt.Errorf("-prefix: %w", err)
 	}
-	rkey := redisscript.Key(p, key, alg.Name())
+	defer store.Close()
+	rkey := store.Key(key, alg)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "redis key\t%s\n", rkey)
 	now, err := client.Time(ctx).Result()
@@ -134,10 +134,6 @@ func inspect(ctx context.Context, client redis.UniversalClient, prefix, key stri
 		fmt.Fprintf(tw, "ttl\t%v\n", ttl)
 	}
 	if limit != (core.Limit{}) {
-		store, err := redisstore.New(client, redisstore.Config{Prefix: p})
-		if err != nil {
-			return err
-		}
 		d, err := store.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Op: core.OpPeek})
 		if err != nil {
 			return err

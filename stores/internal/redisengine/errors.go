@@ -1,25 +1,12 @@
-// Package rediserr classifies, once for sluice, the errors that Redis
-// clients return. [Code] finds the Redis error reply on an error's chain,
-// as go-redis or rueidis reports it; [Mark] marks with
-// [core.ErrUnavailable] the errors that any request would get while the
-// server, or the client's configuration, stays as it is, so that the
-// breaker answers them by its mode.
-//
-// The Redis stores mark their errors where they receive them, package
-// policy counts what is marked, and package telemetry reports each
-// reply's code: no decorator reads a client's errors itself.
-// docs/outages.md ("How failures are classified") is the table this
-// package implements, row by row, and the tests of both stores provoke
-// each row on a real server.
-package rediserr
+package redisengine
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,6 +77,36 @@ func isCode(word string) bool {
 	return true
 }
 
+// replies is the one list of Redis's error replies sluice knows, by
+// code: whether each means that any request would get it while the
+// server, its cluster or the client's user stays as it is (the store is
+// unavailable). Every other reply (WRONGTYPE, CROSSSLOT, a script's
+// error, any other ERR) is the request's: another request would not get
+// it. A code not listed reads as "redis" in telemetry, so that a script's
+// own error_reply texts cannot grow the attribute's values.
+var replies = map[string]bool{
+	// The server: loading its data after a restart, running a slow
+	// script, a replica (after a failover, until clients follow) or one
+	// cut off from its primary, short of the replicas a write needs,
+	// refusing writes after a failed snapshot, out of memory.
+	"LOADING": true, "BUSY": true, "READONLY": true, "MASTERDOWN": true,
+	"NOREPLICAS": true, "MISCONF": true, "OOM": true,
+	// The cluster: a slot without a master, or moving between nodes, with
+	// redirections the client could not follow to the end.
+	"CLUSTERDOWN": true, "TRYAGAIN": true, "MOVED": true, "ASK": true,
+	// The client's user may not run sluice's scripts on its keys, or is
+	// not a user the server knows.
+	"NOPERM": true, "NOAUTH": true, "WRONGPASS": true,
+	// Still missing after the store's EVAL: the server keeps no script.
+	"NOSCRIPT": true,
+	// The request's (ERR but for scriptACL below).
+	"ERR": false, "WRONGTYPE": false, "BUSYKEY": false, "CROSSSLOT": false,
+	"EXECABORT": false, "UNBLOCKED": false, "NOPROTO": false, "NOTBUSY": false,
+}
+
+// otherReply is the Type of a reply whose code is not in replies.
+const otherReply = "redis"
+
 // scriptACL starts the ERR reply of Redis 7.0 to a script whose
 // user may not run a command of it or touch a key of it ("The user
 // executing the script can't run this command or subcommand", "... can't
@@ -98,34 +115,18 @@ func isCode(word string) bool {
 // code is marked too.
 const scriptACL = "The user executing the script can't "
 
-// unavailableReply reports whether an error reply means that any request
-// would get it while the server, its cluster or the client's user stays
-// as it is. Every other reply (WRONGTYPE, CROSSSLOT, a script's error,
-// any other ERR) is the request's: another request would not get it.
-func unavailableReply(msg string) bool {
-	switch code(msg) {
-	case "LOADING", "BUSY", "READONLY", "MASTERDOWN", "NOREPLICAS", "MISCONF", "OOM":
-		// The server: loading its data after a restart, running a slow
-		// script, a replica (after a failover, until clients follow) or
-		// one cut off from its primary, short of the replicas a write
-		// needs, refusing writes after a failed snapshot, out of memory.
-		return true
-	case "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK":
-		// The cluster: a slot without a master, or moving between nodes,
-		// with redirections the client could not follow to the end.
-		return true
-	case "NOPERM", "NOAUTH", "WRONGPASS":
-		// The client's user may not run sluice's scripts on its keys, or
-		// is not a user the server knows.
-		return true
-	case "NOSCRIPT":
-		// Still missing after the store's EVAL: the server keeps no
-		// script.
-		return true
-	case "ERR":
-		return strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), scriptACL)
+// classifyReply returns the Type of an error reply and whether it means
+// the store is unavailable (see replies).
+func classifyReply(msg string) (typ string, unavailable bool) {
+	c := code(msg)
+	unavailable, known := replies[c]
+	if !known {
+		return otherReply, false
 	}
-	return false
+	if c == "ERR" {
+		unavailable = strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), scriptACL)
+	}
+	return c, unavailable
 }
 
 // failedTLS reports whether err is a TLS handshake that failed: the
@@ -159,35 +160,30 @@ func failedTLS(err error) bool {
 	return ok
 }
 
-// Mark returns err wrapped with [core.ErrUnavailable] if err means that
-// the store cannot decide any request now: an error reply that any
-// request would get (see unavailableReply), a TLS handshake that failed,
-// or an error on down, the client's own errors of that kind (go-redis's
-// pool timeout, rueidis's closed client). It returns any other error as
-// it is: nil, an error already marked, a context's error, and the
-// request's errors. Timeouts and broken connections are returned as they
-// are too: package policy knows them by their types, from any store.
-func Mark(err error, down []error) error {
-	if err == nil || errors.Is(err, core.ErrUnavailable) {
+// mark marks err where the store receives it, with a [core.StoreError]:
+// an error reply with its Type (its code, see replies) and whether it
+// means that the store cannot decide any request now; a TLS handshake
+// that failed, or an error on down (the client's own errors of that
+// kind: go-redis's pool timeout, rueidis's closed client), as
+// unavailable. It returns any other error as it is: nil, an error
+// already marked, a context's error, and the request's errors. Timeouts
+// and broken connections are returned as they are too: core.Classify
+// knows them by their types, from any store.
+func mark(err error, down []error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*core.StoreError](err); ok {
 		return err
 	}
-	if unavailable(err, down) {
-		return fmt.Errorf("%w: %w", core.ErrUnavailable, err)
+	if msg, ok := reply(err); ok {
+		typ, unavailable := classifyReply(msg)
+		return &core.StoreError{Type: typ, Unavailable: unavailable, Err: err}
+	}
+	if failedTLS(err) || slices.ContainsFunc(down, func(d error) bool { return errors.Is(err, d) }) {
+		return &core.StoreError{Unavailable: true, Err: err}
 	}
 	return err
-}
-
-// unavailable reports whether Mark marks err.
-func unavailable(err error, down []error) bool {
-	if msg, ok := reply(err); ok {
-		return unavailableReply(msg)
-	}
-	for _, d := range down {
-		if errors.Is(err, d) {
-			return true
-		}
-	}
-	return failedTLS(err)
 }
 
 // tryAgainDelays are the waits before each retry of a call Redis answered
@@ -203,7 +199,7 @@ var tryAgainDelays = [...]time.Duration{time.Millisecond, 2 * time.Millisecond, 
 // slot's keys have moved, usually within a few milliseconds. A call that
 // still gets TRYAGAIN after the retries, or whose caller's deadline comes
 // first, returns it, a store failure.
-func RetryTryAgain(ctx context.Context, err error, n int) bool {
+func retryTryAgain(ctx context.Context, err error, n int) bool {
 	if n >= len(tryAgainDelays) {
 		return false
 	}

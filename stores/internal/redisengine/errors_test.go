@@ -1,4 +1,4 @@
-package rediserr_test
+package redisengine
 
 import (
 	"context"
@@ -14,11 +14,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/rediserr"
 	"github.com/sluicehq/sluice/redistest"
 )
-
-func TestMain(m *testing.M) { redistest.Main(m) }
 
 // TestCode reads the codes of real replies, as each client reports them,
 // and marks those that any request would get.
@@ -61,10 +58,10 @@ func TestCode(t *testing.T) {
 			// Each client reports a nil reply as an error of its own
 			// (rueidis.Nil, redis.Nil): no reply, and not marked.
 			for _, err := range []error{gerr, rerr} {
-				if code, ok := rediserr.Code(err); ok {
+				if code, ok := Code(err); ok {
 					t.Errorf("%q: Code(%v) = %q, true; want no reply", tt.args, err, code)
 				}
-				if errors.Is(rediserr.Mark(err, nil), core.ErrUnavailable) {
+				if errors.Is(mark(err, nil), core.ErrUnavailable) {
 					t.Errorf("%q: Mark(%v) marked it", tt.args, err)
 				}
 			}
@@ -76,11 +73,11 @@ func TestCode(t *testing.T) {
 			code   string
 		}{{"go-redis", gerr, tt.code}, {"rueidis", rerr, tt.code}} {
 			err := fmt.Errorf("store: %w", c.err)
-			code, ok := rediserr.Code(err)
+			code, ok := Code(err)
 			if !ok || code != c.code {
 				t.Errorf("%s %q: Code(%v) = %q, %v; want %q, true", c.client, tt.args, err, code, ok, c.code)
 			}
-			marked := rediserr.Mark(err, nil)
+			marked := mark(err, nil)
 			if got := errors.Is(marked, core.ErrUnavailable); got != tt.marked {
 				t.Errorf("%s %q: Mark(%v) = %v, marked %v; want %v", c.client, tt.args, err, marked, got, tt.marked)
 			}
@@ -134,12 +131,12 @@ func TestMark(t *testing.T) {
 		{fmt.Errorf("get: %w", down), true},
 		{handshake, true},
 		{refused, true},
-		{rediserr.Mark(down, []error{down}), true},
+		{mark(down, []error{down}), true},
 		{errors.New("pool timeout"), false}, // not the client's error, only its text
 		{context.DeadlineExceeded, false},   // policy knows timeouts by type
 		{context.Canceled, false},
 	} {
-		got := rediserr.Mark(tt.err, []error{down})
+		got := mark(tt.err, []error{down})
 		if errors.Is(got, core.ErrUnavailable) != tt.marked || !errors.Is(got, tt.err) {
 			t.Errorf("Mark(%v) = %v, want marked %v, keeping the error", tt.err, got, tt.marked)
 		}
@@ -147,7 +144,7 @@ func TestMark(t *testing.T) {
 			t.Errorf("Mark(%v) = %v, marked %d times", tt.err, got, n)
 		}
 	}
-	if rediserr.Mark(nil, []error{down}) != nil {
+	if mark(nil, []error{down}) != nil {
 		t.Error("Mark(nil) is not nil")
 	}
 }

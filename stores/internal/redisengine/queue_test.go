@@ -1,4 +1,4 @@
-package callqueue_test
+package redisengine_test
 
 import (
 	"bytes"
@@ -11,11 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/callqueue"
-	"github.com/sluicehq/sluice/internal/leakcheck"
+	"github.com/sluicehq/sluice/stores/internal/redisengine"
 )
-
-func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // recorder is a Send that records its batches and how many ran at once,
 // and holds each batch until release is closed, if it is set.
@@ -28,7 +25,7 @@ type recorder struct {
 	started  chan struct{} // receives once per batch, if set
 }
 
-func (r *recorder) send(batch []*callqueue.Call) {
+func (r *recorder) send(batch []*redisengine.Entry) {
 	n := r.inFlight.Add(1)
 	for {
 		m := r.most.Load()
@@ -58,11 +55,11 @@ func (r *recorder) send(batch []*callqueue.Call) {
 // finds its own result.
 func TestBatches(t *testing.T) {
 	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 100)}
-	q := &callqueue.Queue{Send: r.send, Senders: 2}
+	q := &redisengine.Queue{Send: r.send, Senders: 2}
 	var wg sync.WaitGroup
 	call := func(id int) {
 		item := id
-		c := &callqueue.Call{Item: &item}
+		c := &redisengine.Entry{Item: &item}
 		if err := q.Do(context.Background(), c); err != nil {
 			t.Errorf("call %d: %v", id, err)
 		}
@@ -101,11 +98,11 @@ func TestInline(t *testing.T) {
 	var mu sync.Mutex
 	var ways []string
 	release := make(chan struct{})
-	q := &callqueue.Queue{Inline: true, Senders: 1}
-	q.Send = func(batch []*callqueue.Call) {
+	q := &redisengine.Queue{Inline: true, Senders: 1}
+	q.Send = func(batch []*redisengine.Entry) {
 		buf := make([]byte, 8192)
 		way := "inline"
-		if bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("callqueue.(*Queue).send(")) {
+		if bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("redisengine.(*Queue).send(")) {
 			way = "sender"
 		}
 		mu.Lock()
@@ -114,9 +111,9 @@ func TestInline(t *testing.T) {
 		<-release
 	}
 	done := make(chan error)
-	go func() { done <- q.Do(context.Background(), &callqueue.Call{}) }()
+	go func() { done <- q.Do(context.Background(), &redisengine.Entry{}) }()
 	time.Sleep(20 * time.Millisecond) // the first holds the one place
-	go func() { done <- q.Do(context.Background(), &callqueue.Call{}) }()
+	go func() { done <- q.Do(context.Background(), &redisengine.Entry{}) }()
 	time.Sleep(20 * time.Millisecond)
 	close(release)
 	for range 2 {
@@ -134,15 +131,15 @@ func TestInline(t *testing.T) {
 // its error, and that its call is not sent if its batch had not left.
 func TestGaveUp(t *testing.T) {
 	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 10)}
-	q := &callqueue.Queue{Send: r.send, Senders: 1}
+	q := &redisengine.Queue{Send: r.send, Senders: 1}
 	held := 1
-	go q.Do(context.Background(), &callqueue.Call{Item: &held})
+	go q.Do(context.Background(), &redisengine.Entry{Item: &held})
 	<-r.started
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	late := 2
 	start := time.Now()
-	err := q.Do(ctx, &callqueue.Call{Item: &late})
+	err := q.Do(ctx, &redisengine.Entry{Item: &late})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Do = %v, want the context's deadline", err)
 	}
@@ -164,9 +161,9 @@ func TestGaveUp(t *testing.T) {
 // calls after it fail with core.ErrClosed.
 func TestClose(t *testing.T) {
 	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 10)}
-	q := &callqueue.Queue{Send: r.send}
+	q := &redisengine.Queue{Send: r.send}
 	id := 1
-	go q.Do(context.Background(), &callqueue.Call{Item: &id})
+	go q.Do(context.Background(), &redisengine.Entry{Item: &id})
 	<-r.started
 	closed := make(chan struct{})
 	go func() { q.Close(); close(closed) }()
@@ -177,7 +174,7 @@ func TestClose(t *testing.T) {
 	}
 	close(r.release)
 	<-closed
-	if err := q.Do(context.Background(), &callqueue.Call{Item: new(int)}); !errors.Is(err, core.ErrClosed) {
+	if err := q.Do(context.Background(), &redisengine.Entry{Item: new(int)}); !errors.Is(err, core.ErrClosed) {
 		t.Errorf("Do after Close = %v, want core.ErrClosed", err)
 	}
 }

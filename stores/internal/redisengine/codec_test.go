@@ -1,4 +1,4 @@
-package redisscript
+package redisengine
 
 import (
 	"crypto/sha256"
@@ -238,8 +238,8 @@ func TestMerge(t *testing.T) {
 	for i, n := range sizes {
 		m.Add(strings.Repeat(string(rune('a'+i)), n*ArgsLen), strings.Repeat(Alg(i+1), n))
 	}
-	if m.Len() != 6 {
-		t.Fatalf("Len %d, want 6", m.Len())
+	if m.len() != 6 {
+		t.Fatalf("Len %d, want 6", m.len())
 	}
 	packed, algs, groups := m.Args()
 	if want := strings.Repeat("a", ArgsLen) + strings.Repeat("b", 3*ArgsLen) + strings.Repeat("c", 2*ArgsLen); packed != want {
@@ -251,23 +251,23 @@ func TestMerge(t *testing.T) {
 	if groups != "\x01\x01\x00\x00\x01\x00" {
 		t.Errorf("groups %q", groups)
 	}
-	if g := Group(3); g != "\x01\x00\x00" {
-		t.Errorf("Group(3) = %q", g)
+	if g := group(3); g != "\x01\x00\x00" {
+		t.Errorf("group(3) = %q", g)
 	}
-	if g := Group(200); len(g) != 200 || g[0] != 1 || strings.Count(g, "\x00") != 199 {
-		t.Errorf("Group(200): %d bytes", len(g))
+	if g := group(200); len(g) != 200 || g[0] != 1 || strings.Count(g, "\x00") != 199 {
+		t.Errorf("group(200): %d bytes", len(g))
 	}
 
-	if err := Check(strings.Repeat("x", 5*ReplySize), m.Len()); !errors.Is(err, ErrMalformed) {
+	if err := check(strings.Repeat("x", 5*ReplySize), m.len()); !errors.Is(err, ErrMalformed) {
 		t.Errorf("a reply one decision short: %v, want ErrMalformed", err)
 	}
 	reply := strings.Repeat("1", ReplySize) + strings.Repeat("2", 3*ReplySize) + strings.Repeat("3", 2*ReplySize)
-	if err := Check(reply, m.Len()); err != nil {
+	if err := check(reply, m.len()); err != nil {
 		t.Fatal(err)
 	}
 	for i, n := range sizes {
 		var part string
-		part, reply = Cut(reply, n)
+		part, reply = cut(reply, n)
 		if want := strings.Repeat(string(rune('1'+i)), n*ReplySize); part != want {
 			t.Errorf("group %d: %d bytes of %q", i, len(part), part[:1])
 		}

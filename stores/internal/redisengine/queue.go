@@ -1,4 +1,4 @@
-package callqueue
+package redisengine
 
 import (
 	"context"
@@ -11,15 +11,15 @@ import (
 // unless its Senders says otherwise.
 const DefaultSenders = 4
 
-// Call is one caller's call. A store embeds it in its own call, or points
+// Entry is one caller's call. A store embeds it in its own call, or points
 // Item at that, and reads the result the send function left there.
-type Call struct {
+type Entry struct {
 	// Ctx is the caller's context, set by Do.
 	Ctx context.Context
 	// Item is the store's own call.
 	Item any
 	done chan struct{}
-	one  [1]*Call // a batch of the call alone, sent inline
+	one  [1]*Entry // a batch of the call alone, sent inline
 }
 
 // Queue sends queued calls in batches through Send. The zero Queue, with
@@ -28,7 +28,7 @@ type Queue struct {
 	// Send sends a batch of calls whose callers still wait and leaves each
 	// call's result in its Item. It runs on a sender's goroutine, one
 	// batch at a time per sender, and must not keep the batch.
-	Send func(batch []*Call)
+	Send func(batch []*Entry)
 	// Senders is how many batches may be in flight at once; 0 means
 	// DefaultSenders.
 	Senders int
@@ -40,7 +40,7 @@ type Queue struct {
 	Inline bool
 
 	mu      sync.Mutex
-	queue   []*Call
+	queue   []*Entry
 	senders int
 	closed  bool
 	wg      sync.WaitGroup // the senders
@@ -50,7 +50,7 @@ type Queue struct {
 // until ctx ends, returning ctx's error: a call whose ctx has ended by the
 // time its batch is sent is not sent, and one already sent may still be
 // applied. After Close it fails with [core.ErrClosed].
-func (q *Queue) Do(ctx context.Context, c *Call) error {
+func (q *Queue) Do(ctx context.Context, c *Entry) error {
 	c.Ctx = ctx
 	q.mu.Lock()
 	if q.closed {
@@ -85,7 +85,7 @@ func (q *Queue) Do(ctx context.Context, c *Call) error {
 
 // inline sends c alone on its caller's goroutine, in a sender's place,
 // which it then hands to a new sender if calls queued meanwhile.
-func (q *Queue) inline(c *Call) error {
+func (q *Queue) inline(c *Entry) error {
 	err := c.Ctx.Err()
 	if err == nil {
 		c.one[0] = c
@@ -106,7 +106,7 @@ func (q *Queue) inline(c *Call) error {
 // send sends the queue, batch after batch, until it finds it empty.
 func (q *Queue) send() {
 	defer q.wg.Done()
-	var batch, live []*Call
+	var batch, live []*Entry
 	for {
 		q.mu.Lock()
 		batch, q.queue = q.queue, batch[:0]

@@ -1,4 +1,4 @@
-package redisscript
+package redisengine
 
 import (
 	"crypto/sha256"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // DefaultPrefix starts every key a Redis store writes unless its
@@ -56,8 +57,8 @@ func Prefix(prefix string) (string, error) {
 func AppendKey(dst []byte, prefix, key, alg string) []byte {
 	dst = append(dst, prefix...)
 	dst = append(dst, '{')
-	if n := escapedLen(key); n <= maxTag {
-		dst = appendEscaped(dst, key)
+	if n := keyEscaper.Len(key); n <= maxTag {
+		dst = keyEscaper.Append(dst, key)
 	} else {
 		sum := sha256.Sum256([]byte(key))
 		dst = append(dst, "%h"...)
@@ -72,32 +73,8 @@ func Key(prefix, key, alg string) string {
 	return string(AppendKey(make([]byte, 0, len(prefix)+len(key)+len(alg)+8), prefix, key, alg))
 }
 
-func escapedLen(key string) int {
-	n := len(key)
-	for i := 0; i < len(key); i++ {
-		switch key[i] {
-		case '%', '{', '}':
-			n += 2
-		}
-	}
-	return n
-}
-
-func appendEscaped(dst []byte, key string) []byte {
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
-		case '%':
-			dst = append(dst, "%25"...)
-		case '{':
-			dst = append(dst, "%7B"...)
-		case '}':
-			dst = append(dst, "%7D"...)
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return dst
-}
+// keyEscaper escapes a user's key in its hash tag: '%', '{' and '}'.
+var keyEscaper = stores.NewEscaper("{}")
 
 // ArgsLen is the length in bytes of the packed request, ARGV[1].
 const ArgsLen = 10 * 8
@@ -145,6 +122,18 @@ const (
 // not ten packed integers, or numbers no decision can hold. A store wraps it
 // with what it received.
 var ErrMalformed = errors.New("malformed script reply")
+
+// ErrNoReply is the error of a script call that got a nil reply.
+var ErrNoReply = fmt.Errorf("%w: no reply", ErrMalformed)
+
+// decodeOne checks one decision's packed reply and returns the decision
+// it holds.
+func decodeOne(reply string) (core.Decision, error) {
+	if len(reply) != ReplySize {
+		return core.Decision{}, fmt.Errorf("%w: %d bytes", ErrMalformed, len(reply))
+	}
+	return Decode(reply)
+}
 
 // Unpack reads one decision's packed reply, reply[:ReplySize]: ten
 // little-endian doubles, each of which must be an integer.
@@ -277,13 +266,13 @@ func (m *Merge) Add(packed, algs string) {
 }
 
 // Len returns the number of requests added.
-func (m *Merge) Len() int { return len(m.algs) }
+func (m *Merge) len() int { return len(m.algs) }
 
 // Args returns the call's ARGV: the packed requests, their algorithms and
-// the groups. The strings share the Merge's memory, so nothing may be
+// the groups. The strings share the merge's memory, so nothing may be
 // added after.
 func (m *Merge) Args() (packed, algs, groups string) {
-	if m.Len() == 0 {
+	if m.len() == 0 {
 		return "", "", ""
 	}
 	return unsafe.String(&m.packed[0], len(m.packed)), unsafe.String(&m.algs[0], len(m.algs)), unsafe.String(&m.groups[0], len(m.groups))
@@ -291,7 +280,7 @@ func (m *Merge) Args() (packed, algs, groups string) {
 
 // Check checks the length of a reply of algorithms.MultiScript for n
 // requests: one packed reply a request.
-func Check(reply string, n int) error {
+func check(reply string, n int) error {
 	if len(reply) != n*ReplySize {
 		return fmt.Errorf("%w: %d bytes for %d decisions", ErrMalformed, len(reply), n)
 	}
@@ -300,7 +289,7 @@ func Check(reply string, n int) error {
 
 // Cut returns the first n requests' part of a checked reply of
 // algorithms.MultiScript, and the rest.
-func Cut(reply string, n int) (part, rest string) {
+func cut(reply string, n int) (part, rest string) {
 	return reply[:n*ReplySize], reply[n*ReplySize:]
 }
 
@@ -309,7 +298,7 @@ var oneGroup = "\x01" + strings.Repeat("\x00", 127)
 
 // Group returns algorithms.MultiScript's ARGV[3] for a call of one group
 // of n requests.
-func Group(n int) string {
+func group(n int) string {
 	if n <= len(oneGroup) {
 		return oneGroup[:n]
 	}
@@ -325,7 +314,7 @@ func Group(n int) string {
 // twin in the script, or, on a Redis Cluster (cluster set), the keys are
 // not one user key (and so not one slot). The requests must have passed
 // [stores.ValidateAll].
-func Together(prefix string, reqs []core.Request, out []core.Decision, cluster bool) (keys []string, packed, algs string, at []int, ok bool) {
+func together(prefix string, reqs []core.Request, out []core.Decision, cluster bool) (keys []string, packed, algs string, at []int, ok bool) {
 	// The keys share one buffer: a string of it is never written again,
 	// also when the buffer grows (append copies, leaving it as it was).
 	size := 0
@@ -361,10 +350,10 @@ func Together(prefix string, reqs []core.Request, out []core.Decision, cluster b
 }
 
 // Place checks the reply of algorithms.MultiScript, one packed reply a
-// request, for the requests at the positions at (from [Together]) and
+// request, for the requests at the positions at (from [together]) and
 // writes their decisions to out.
 func Place(reply string, at []int, out []core.Decision) error {
-	if err := Check(reply, len(at)); err != nil {
+	if err := check(reply, len(at)); err != nil {
 		return err
 	}
 	for j, i := range at {
