@@ -114,9 +114,10 @@ func newStore(redisAddr string) (core.Store, string, func() error, error) {
 		}
 		return store, "memstore", store.Close, nil
 	}
-	// MaxRetries -1: a script whose reply timed out may have run, and
-	// running it again would charge the request twice (docs/redis.md).
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1})
+	// The options docs/redis.md recommends: among them no retries, as a
+	// script whose reply timed out may have run, and running it again
+	// would charge the request twice.
+	client := redis.NewUniversalClient(redisstore.ClientOptions([]string{redisAddr}, 0))
 	store, err := redisstore.New(client, redisstore.Config{})
 	if err != nil {
 		client.Close()

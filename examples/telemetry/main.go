@@ -118,7 +118,7 @@ func newLimiter(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (
 // opened. A core.Stack of several rules over it is decided in one span
 // and one Redis call.
 func newStore(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (core.Store, func(), error) {
-	client := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: 100 * time.Millisecond})
+	client := redis.NewUniversalClient(redisstore.ClientOptions([]string{addr}, 0))
 	// db.statement would quote the command, and so the key: keep it off.
 	if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false)); err != nil {
 		client.Close()

@@ -75,14 +75,18 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	addrs := strings.Split(*addr, ",")
-	gr := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, IsClusterMode: *cluster, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 2 * time.Second})
+	opts := redisstore.ClientOptions(addrs, 0)
+	opts.IsClusterMode = *cluster
+	gr := redis.NewUniversalClient(opts)
 	defer gr.Close()
 	var store core.Store
 	if *clientN == "go-redis" {
 		store, err = redisstore.New(gr, redisstore.Config{Prefix: *prefix})
 	} else {
 		var rc rueidis.Client
-		rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, ForceSingleClient: !*cluster})
+		opt := rueidisstore.ClientOption(addrs, 0)
+		opt.ForceSingleClient = !*cluster
+		rc, err = rueidis.NewClient(opt)
 		if err == nil {
 			defer rc.Close()
 			store, err = rueidisstore.New(rc, rueidisstore.Config{Prefix: *prefix})

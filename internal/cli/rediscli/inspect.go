@@ -79,8 +79,8 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	opts := &redis.UniversalOptions{Addrs: strings.Split(*addr, ","), IsClusterMode: *cluster,
-		DialTimeout: *timeout, ReadTimeout: *timeout, WriteTimeout: *timeout, MaxRetries: -1}
+	opts := redisstore.ClientOptions(strings.Split(*addr, ","), *timeout)
+	opts.IsClusterMode = *cluster
 	client := redis.NewUniversalClient(opts)
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3**timeout)
