@@ -183,27 +183,40 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 func TestParity(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
-	store, err := redisstore.New(client, redisstore.Config{Prefix: "parity:"})
-	if err != nil {
-		t.Fatal(err)
+	for _, form := range forms {
+		store, err := form.new(client, redisstore.Config{Prefix: "parity-" + form.name + ":"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, alg := range algorithms.All() {
+			t.Run(form.name+"/"+alg.Name(), func(t *testing.T) {
+				t.Parallel()
+				seed := rand.Uint64()
+				t.Logf("seed %d", seed)
+				const ops = 10_000
+				w := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
+				t.Logf("%d ops: %d allowed (%d reserved with a delay, %d admitted in part), %d denied, %d unsatisfiable, %d refunds", ops, w.allowed, w.delayed, w.partial, w.denied, w.never, w.refunds)
+				// A run that never denies proves little.
+				if w.allowed < ops/20 || w.denied < ops/20 || w.never < ops/50 || w.refunds < ops/20 || w.partial < ops/500 {
+					t.Fatalf("too few of some outcome")
+				}
+				if rs, ok := alg.(core.Reserver); ok && rs.Reserves() && w.delayed < ops/50 {
+					t.Fatalf("too few reservations with a delay")
+				}
+			})
+		}
 	}
-	for _, alg := range algorithms.All() {
-		t.Run(alg.Name(), func(t *testing.T) {
-			t.Parallel()
-			seed := rand.Uint64()
-			t.Logf("seed %d", seed)
-			const ops = 10_000
-			w := parity(t, store, alg, fmt.Sprintf("k%d", seed), rand.New(rand.NewPCG(seed, 1)), ops, parityLimits, parityStart)
-			t.Logf("%d ops: %d allowed (%d reserved with a delay, %d admitted in part), %d denied, %d unsatisfiable, %d refunds", ops, w.allowed, w.delayed, w.partial, w.denied, w.never, w.refunds)
-			// A run that never denies proves little.
-			if w.allowed < ops/20 || w.denied < ops/20 || w.never < ops/50 || w.refunds < ops/20 || w.partial < ops/500 {
-				t.Fatalf("too few of some outcome")
-			}
-			if rs, ok := alg.(core.Reserver); ok && rs.Reserves() && w.delayed < ops/50 {
-				t.Fatalf("too few reservations with a delay")
-			}
-		})
-	}
+}
+
+// forms are the two forms of the scripts a store sends: Redis's own, and
+// the portable form for a server whose Lua lacks the struct library.
+var forms = []struct {
+	name   string
+	new    func(redis.UniversalClient, redisstore.Config) (*redisstore.Store, error)
+	script func(*algorithms.Script) *algorithms.Script
+}{
+	{"struct", redisstore.New, func(s *algorithms.Script) *algorithms.Script { return s }},
+	{"portable", redisstore.NewPortable, (*algorithms.Script).Portable},
 }
 
 // Parity over many short sequences: sequences per algorithm, of 1
@@ -229,58 +242,60 @@ func TestParitySequences(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
 	ctx := context.Background()
-	for _, alg := range algorithms.All() {
-		t.Run(alg.Name(), func(t *testing.T) {
-			seed := rand.Uint64()
-			t.Logf("seed %d", seed)
-			walks := make([]*walk, 0, sequences)
-			ops := make([]int, 0, sequences)
-			for i := range sequences {
-				rng := rand.New(rand.NewPCG(seed, uint64(i)))
-				first := rng.IntN(len(parityLimits))
-				limits := append(slices.Clone(parityLimits[first:]), parityLimits[:first]...)
-				n := 1 + rng.IntN(maxSeqOps)
-				if w := newWalk(alg, fmt.Sprintf("s%d-%d", seed, i), rng, limits, rng.Int64N(core.MaxUnits)); w != nil {
-					walks, ops = append(walks, w), append(ops, n)
-				}
-			}
-			total := 0
-			for k := range maxSeqOps {
-				var due []*walk
-				for i, w := range walks {
-					if k < ops[i] {
-						due = append(due, w)
+	for _, form := range forms {
+		for _, alg := range algorithms.All() {
+			t.Run(form.name+"/"+alg.Name(), func(t *testing.T) {
+				seed := rand.Uint64()
+				t.Logf("seed %d", seed)
+				walks := make([]*walk, 0, sequences)
+				ops := make([]int, 0, sequences)
+				for i := range sequences {
+					rng := rand.New(rand.NewPCG(seed, uint64(i)))
+					first := rng.IntN(len(parityLimits))
+					limits := append(slices.Clone(parityLimits[first:]), parityLimits[:first]...)
+					n := 1 + rng.IntN(maxSeqOps)
+					if w := newWalk(alg, fmt.Sprintf("s%d-%d", seed, i), rng, limits, rng.Int64N(core.MaxUnits)); w != nil {
+						walks, ops = append(walks, w), append(ops, n)
 					}
 				}
-				for len(due) > 0 {
-					batch := due[:min(seqBatch, len(due))]
-					due = due[len(batch):]
-					if err := lockstep(ctx, client, batch, k); err != nil {
-						t.Fatal(err)
+				total := 0
+				for k := range maxSeqOps {
+					var due []*walk
+					for i, w := range walks {
+						if k < ops[i] {
+							due = append(due, w)
+						}
 					}
-					total += len(batch)
+					for len(due) > 0 {
+						batch := due[:min(seqBatch, len(due))]
+						due = due[len(batch):]
+						if err := lockstep(ctx, client, form.script, batch, k); err != nil {
+							t.Fatal(err)
+						}
+						total += len(batch)
+					}
 				}
-			}
-			var sum walk
-			for _, w := range walks {
-				sum.allowed += w.allowed
-				sum.denied += w.denied
-				sum.never += w.never
-				sum.refunds += w.refunds
-				sum.partial += w.partial
-			}
-			t.Logf("%d sequences, %d ops: %d allowed (%d admitted in part), %d denied, %d unsatisfiable, %d refunds", len(walks), total, sum.allowed, sum.partial, sum.denied, sum.never, sum.refunds)
-			if len(walks) < sequences || sum.allowed < total/20 || sum.denied < total/50 || sum.never < total/50 || sum.refunds < total/20 || sum.partial < total/500 {
-				t.Fatalf("too few sequences or too few of some outcome")
-			}
-		})
+				var sum walk
+				for _, w := range walks {
+					sum.allowed += w.allowed
+					sum.denied += w.denied
+					sum.never += w.never
+					sum.refunds += w.refunds
+					sum.partial += w.partial
+				}
+				t.Logf("%d sequences, %d ops: %d allowed (%d admitted in part), %d denied, %d unsatisfiable, %d refunds", len(walks), total, sum.allowed, sum.partial, sum.denied, sum.never, sum.refunds)
+				if len(walks) < sequences || sum.allowed < total/20 || sum.denied < total/50 || sum.never < total/50 || sum.refunds < total/20 || sum.partial < total/500 {
+					t.Fatalf("too few sequences or too few of some outcome")
+				}
+			})
+		}
 	}
 }
 
 // lockstep takes the next step of each of walks, op k of each, sends the
 // requests' scripts as one pipeline (loading a script Redis does not
 // have) and checks each reply against the Go transition's decision.
-func lockstep(ctx context.Context, client *redis.Client, walks []*walk, k int) error {
+func lockstep(ctx context.Context, client *redis.Client, form func(*algorithms.Script) *algorithms.Script, walks []*walk, k int) error {
 	reqs := make([]core.Request, len(walks))
 	wants := make([]core.Decision, len(walks))
 	cmds := make([]*redis.Cmd, len(walks))
@@ -292,6 +307,7 @@ func lockstep(ctx context.Context, client *redis.Client, walks []*walk, k int) e
 		if err != nil {
 			return err
 		}
+		script = form(script)
 		if !loaded[script.Hash()] {
 			if err := client.ScriptLoad(ctx, script.Source()).Err(); err != nil {
 				return err
