@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/classifytest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
@@ -18,22 +17,6 @@ import (
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
-
-// classifyStores are the stores classifytest's rows run through: each on
-// a go-redis client of its own that neither retries a command nor a dial.
-func classifyStores() classifytest.Stores {
-	return classifytest.Stores{
-		Single: func(t testing.TB, d classifytest.Dial) core.Store {
-			return storeOn(t, redis.NewClient(&redis.Options{
-				Addr: d.Addr, Username: d.Username, Password: d.Password, TLSConfig: d.TLS,
-				MaxRetries: -1, DialerRetries: 1,
-			}))
-		},
-		Cluster: func(t testing.TB, addrs []string) core.Store {
-			return storeOn(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialerRetries: 1}))
-		},
-	}
-}
 
 // storeOn returns a store with a prefix of its own on client; the test's
 // cleanup closes the store, then the client.
@@ -46,21 +29,6 @@ func storeOn(t testing.TB, client redis.UniversalClient) *redisstore.Store {
 	}
 	t.Cleanup(func() { store.Close() })
 	return store
-}
-
-// TestClassify provokes each failure of a single server (docs/outages.md,
-// "How failures are classified") through go-redis and checks how the
-// store's error is classified.
-func TestClassify(t *testing.T) {
-	t.Parallel()
-	classifytest.Run(t, classifyStores())
-}
-
-// TestClassifyCluster provokes each failure of a Redis Cluster through
-// go-redis and checks how the store's error is classified.
-func TestClassifyCluster(t *testing.T) {
-	t.Parallel()
-	classifytest.RunCluster(t, classifyStores())
 }
 
 // TestClassifyPoolTimeout takes the only connection of a client's pool

@@ -20,5 +20,11 @@
 // more as EVAL: a missing script ran nothing. The store marks its commands
 // so that go-redis does not retry them either, whatever the client's
 // MaxRetries: a decision whose reply timed out may have been applied.
-// docs/redis.md gives the client options to use.
+// [ClientOptions] returns the client options docs/redis.md recommends.
+//
+// The two Redis stores are one engine over two clients: this package is
+// its go-redis adapter, and rueidisstore its rueidis adapter. On a server
+// whose Lua lacks Redis's struct library (miniredis), the store sends
+// each script's portable form (algorithms.Script.Portable), which decides
+// alike.
 package redisstore

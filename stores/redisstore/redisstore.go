@@ -254,7 +254,7 @@ func (a adapter) Exec(ctx context.Context, calls []*redisengine.Call) {
 		if n := 3 + len(c.Keys) + len(c.Args); n > len(cmds[i].argv) {
 			argv = make([]any, 0, n)
 		}
-		name := "evalsha"
+		var name any = "evalsha" // constants: boxing them allocates nothing
 		if c.Eval {
 			name = "eval"
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
-	"github.com/sluicehq/sluice/stores/storetest"
 )
 
 var prefixes atomic.Int64
@@ -29,19 +28,6 @@ func newStore(t *testing.T, client redis.UniversalClient) *redisstore.Store {
 		t.Fatal(err)
 	}
 	return store
-}
-
-func TestConformance(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t)})
-	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
-}
-
-func TestConformanceCluster(t *testing.T) {
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.SharedCluster(t).Addrs()})
-	t.Cleanup(func() { client.Close() })
-	// Keys in different slots are decided in turn (see Store.ApplyAll).
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) }, storetest.InTurn())
 }
 
 // TestPipelineCallerContext checks that a caller returns when

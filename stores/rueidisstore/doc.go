@@ -12,8 +12,9 @@
 //
 // rueidis never retries a command that is not read-only, so a decision
 // whose reply timed out is never replayed; the store replays only an
-// EVALSHA that Redis answers NOSCRIPT, once, as EVAL. docs/redis.md gives
-// the client options to use, among them [Dial] as the client's DialCtxFn:
+// EVALSHA that Redis answers NOSCRIPT, once, as EVAL. [ClientOption]
+// returns the client options docs/redis.md recommends, among them [Dial]
+// as the client's DialCtxFn:
 // rueidis makes the calls that arrive while it dials wait for the dial,
 // whatever their contexts say, and Dial keeps a server that never
 // answers from holding them a second.

@@ -7,10 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
-	"github.com/sluicehq/sluice/stores/storetest"
 )
 
 var prefixes atomic.Int64
@@ -36,15 +33,4 @@ func newStore(t testing.TB, client rueidis.Client) *rueidisstore.Store {
 		t.Fatal(err)
 	}
 	return store
-}
-
-func TestConformance(t *testing.T) {
-	client := newClient(t, testAddr(t))
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) })
-}
-
-func TestConformanceCluster(t *testing.T) {
-	client := newClient(t, redistest.SharedCluster(t).Addrs()...)
-	// Keys in different slots are decided in turn (see Store.ApplyAll).
-	storetest.Run(t, func(t *testing.T) core.Store { return newStore(t, client) }, storetest.InTurn())
 }

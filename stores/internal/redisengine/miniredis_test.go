@@ -23,8 +23,11 @@ func TestConformanceMiniredis(t *testing.T) {
 	for _, c := range clients {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			m := miniredis.RunT(t)
-			storetest.Run(t, func(t *testing.T) core.Store { return c.open(t, m.Addr()) })
+			// A server per store: miniredis runs one command at a time,
+			// and the suite's tests, in parallel on one server, would
+			// queue behind each other past the 500 ms that a lease's
+			// release may take (core.CleanupTimeout).
+			storetest.Run(t, func(t *testing.T) core.Store { return c.open(t, miniredis.RunT(t).Addr()) })
 		})
 	}
 }
