@@ -217,3 +217,15 @@ func (f Func) Reset(context.Context, string, core.Algorithm) error {
 
 // Close does nothing.
 func (f Func) Close() error { return nil }
+
+// ValidateReset checks the arguments of [core.Store]'s Reset: a valid key
+// ([core.ValidateKey]) and an algorithm ([core.ErrNoAlgorithm] if nil).
+func ValidateReset(key string, alg core.Algorithm) error {
+	if err := core.ValidateKey(key); err != nil {
+		return err
+	}
+	if alg == nil {
+		return core.ErrNoAlgorithm
+	}
+	return nil
+}

@@ -2,11 +2,11 @@ package telemetry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/redistest"
@@ -14,35 +14,29 @@ import (
 )
 
 // TestErrorTypeShared checks what ErrorType reads through the
-// classification it shares with the stores: a reply without a code is
-// "ERR" from either client, as is an ERR reply, whose "ERR " rueidis
-// drops; a reply's code wins over the store's mark; an error the store
-// marked, with no reply or network error in it, is "unavailable".
+// classification it shares with policy (core.Classify): a Redis reply as
+// a store marks it (a core.StoreError) is its code, whether or not it
+// means the store is unavailable; an error marked unavailable with no
+// reply or network error in it is "unavailable"; a client's error that
+// no store marked is read by OpenTelemetry's convention, its Go type:
+// telemetry reads no client's errors.
 func TestErrorTypeShared(t *testing.T) {
 	t.Parallel()
 	addr := redistest.Shared(t).Addr()
 	ctx := context.Background()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
 	gc := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { gc.Close() })
-	script := "return redis.error_reply('user_script:1: oops')"
-	rERR := rc.Do(ctx, rc.B().Eval().Script(script).Numkeys(0).Build()).Error()
-	gERR := gc.Eval(ctx, script, nil).Err()
 	noscript := gc.EvalSha(ctx, "0000000000000000000000000000000000000000", nil).Err()
-	mark := func(err error) error { return fmt.Errorf("store: %w: %w", core.ErrUnavailable, err) }
 	for _, c := range []struct {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("rueidisstore: gcra: %w", rERR), "ERR"},
-		{fmt.Errorf("redisstore: gcra: %w", gERR), "ERR"},
-		{mark(noscript), "NOSCRIPT"},
-		{mark(redis.ErrPoolTimeout), telemetry.ErrorTypeUnavailable},
-		{redis.ErrPoolTimeout, "*errors.errorString"}, // unmarked: not the store's failure
+		{fmt.Errorf("redisstore: gcra: %w", &core.StoreError{Type: "ERR", Err: errors.New("user_script:1: oops")}), "ERR"},
+		{&core.StoreError{Type: "NOSCRIPT", Unavailable: true, Err: noscript}, "NOSCRIPT"},
+		{&core.StoreError{Unavailable: true, Err: redis.ErrPoolTimeout}, telemetry.ErrorTypeUnavailable},
+		{fmt.Errorf("store: %w: %w", core.ErrUnavailable, redis.ErrPoolTimeout), telemetry.ErrorTypeUnavailable},
+		{redis.ErrPoolTimeout, "*errors.errorString"},                        // unmarked: not the store's failure
+		{noscript, "github.com/redis/go-redis/v9/internal/proto.RedisError"}, // unmarked: no store's
 	} {
 		if got := telemetry.ErrorType(c.err); got != c.want {
 			t.Errorf("ErrorType(%v) = %q, want %q", c.err, got, c.want)

@@ -297,9 +297,12 @@ func TestErrorType(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{fmt.Errorf("redisstore: gcra: %w", noscript), "NOSCRIPT"},
-		{wrongType, "ERR"},
-		{fmt.Errorf("rueidisstore: gcra: %w", rNoscript), "NOSCRIPT"},
+		// A reply as a store marks it is its code; unmarked, its Go type.
+		{fmt.Errorf("redisstore: gcra: %w", &core.StoreError{Type: "NOSCRIPT", Unavailable: true, Err: noscript}), "NOSCRIPT"},
+		{&core.StoreError{Type: "ERR", Err: wrongType}, "ERR"},
+		{fmt.Errorf("rueidisstore: gcra: %w", &core.StoreError{Type: "NOSCRIPT", Unavailable: true, Err: rNoscript}), "NOSCRIPT"},
+		{wrongType, "github.com/redis/go-redis/v9/internal/proto.RedisError"},
+		{rNoscript, "*rueidis.RedisError"},
 		{fmt.Errorf("x: %w", refused), "connection"},
 		{&net.OpError{Op: "read", Err: timeoutErr{}}, "timeout"},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), "timeout"},

@@ -419,11 +419,8 @@ func (s *Store) entry(sh *lru.Cache[cacheKey, *entry], k cacheKey) *entry {
 // fleet is seen here only when the cached denial or lease lapses (see
 // [Config.MaxDeny]).
 func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
-	if err := core.ValidateKey(key); err != nil {
+	if err := stores.ValidateReset(key, alg); err != nil {
 		return err
-	}
-	if alg == nil {
-		return core.ErrNoAlgorithm
 	}
 	if s.closed.Load() {
 		return core.ErrClosed

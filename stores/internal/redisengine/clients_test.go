@@ -247,3 +247,13 @@ func warmRueidis(t testing.TB, s core.Store, key string) {
 		}
 	}
 }
+
+// forEach runs f for each client, in a parallel subtest named after it.
+func forEach(t *testing.T, f func(t *testing.T, c client)) {
+	for _, c := range clients {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, c)
+		})
+	}
+}

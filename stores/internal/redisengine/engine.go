@@ -249,11 +249,8 @@ func (e *Engine) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 
 // Reset forgets key's state under alg, as if it had never been charged.
 func (e *Engine) Reset(ctx context.Context, key string, alg core.Algorithm) error {
-	if err := core.ValidateKey(key); err != nil {
+	if err := stores.ValidateReset(key, alg); err != nil {
 		return err
-	}
-	if alg == nil {
-		return core.ErrNoAlgorithm
 	}
 	if e.closed.Load() {
 		return core.ErrClosed

@@ -19,25 +19,19 @@ import (
 // redisfaults', and the clients table says where the clients differ.
 
 func TestConformance(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			addr := redistest.Shared(t).Addr()
-			storetest.Run(t, func(t *testing.T) core.Store { return c.open(t, addr) })
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		addr := redistest.Shared(t).Addr()
+		storetest.Run(t, func(t *testing.T) core.Store { return c.open(t, addr) })
+	})
 }
 
 func TestConformanceCluster(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			addrs := redistest.SharedCluster(t).Addrs()
-			// Keys in different slots are decided in turn (see
-			// Engine.ApplyAll).
-			storetest.Run(t, func(t *testing.T) core.Store { return c.open(t, addrs...) }, storetest.InTurn())
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		addrs := redistest.SharedCluster(t).Addrs()
+		// Keys in different slots are decided in turn (see
+		// Engine.ApplyAll).
+		storetest.Run(t, func(t *testing.T) core.Store { return c.open(t, addrs...) }, storetest.InTurn())
+	})
 }
 
 // TestConformanceTLS runs the conformance suite over TLS, to a server
@@ -46,25 +40,19 @@ func TestConformanceCluster(t *testing.T) {
 func TestConformanceTLS(t *testing.T) {
 	ca := redistest.NewCA(t, "sluice test CA")
 	srv := redistest.Start(t, redistest.WithTLS(ca), redistest.WithClientAuth())
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			cfg := classifytest.MutualTLS(t, ca, ca)
-			storetest.Run(t, func(t *testing.T) core.Store { return c.openTLS(t, srv.TLSAddr(), cfg) })
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		cfg := classifytest.MutualTLS(t, ca, ca)
+		storetest.Run(t, func(t *testing.T) core.Store { return c.openTLS(t, srv.TLSAddr(), cfg) })
+	})
 }
 
 // TestConformanceSentinel runs the conformance suite through a client of
 // a Sentinel set, which asks the sentinels for the primary.
 func TestConformanceSentinel(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			set := redistest.StartSentinel(t)
-			storetest.Run(t, func(t *testing.T) core.Store { return c.sentinel(t, set.MasterName(), set.SentinelAddrs()) })
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		set := redistest.StartSentinel(t)
+		storetest.Run(t, func(t *testing.T) core.Store { return c.sentinel(t, set.MasterName(), set.SentinelAddrs()) })
+	})
 }
 
 // TestSentinelFailover kills a Sentinel set's primary under load, with a
@@ -73,47 +61,35 @@ func TestConformanceSentinel(t *testing.T) {
 // decides again on the promoted replica, and no more is admitted than the
 // limit and one lost burst allow.
 func TestSentinelFailover(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			redisfaults.CheckSentinelFailover(t, c.name, c.sentinel, classifytest.Guard)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		redisfaults.CheckSentinelFailover(t, c.name, c.sentinel, classifytest.Guard)
+	})
 }
 
 // TestClassify provokes each failure of a single server (docs/outages.md,
 // "How failures are classified") through each client and checks how the
 // store's error is classified.
 func TestClassify(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			classifytest.Run(t, c.classify)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		classifytest.Run(t, c.classify)
+	})
 }
 
 // TestClassifyCluster provokes each failure of a Redis Cluster through
 // each client and checks how the store's error is classified.
 func TestClassifyCluster(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			classifytest.RunCluster(t, c.classify)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		classifytest.RunCluster(t, c.classify)
+	})
 }
 
 // TestTLSFailures makes calls whose TLS handshake fails
 // (classifytest.RunTLS): each is the store's failure, which a breaker
 // answers by its mode.
 func TestTLSFailures(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			classifytest.RunTLS(t, c.classify)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		classifytest.RunTLS(t, c.classify)
+	})
 }
 
 // TestDemotedPrimary is redisfaults.CheckDemotedPrimary: after a failover
@@ -124,15 +100,12 @@ func TestTLSFailures(t *testing.T) {
 // makes it dial again (QUIT on READONLY): without those QUITs, READONLY
 // went on until the test's end.
 func TestDemotedPrimary(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			primary, replica := redistest.Start(t), redistest.Start(t)
-			redisfaults.Replicate(t, replica, primary)
-			proxy := redistest.NewProxy(t, primary.Addr())
-			redisfaults.CheckDemotedPrimary(t, c.open(t, proxy.Addr()), proxy, primary, replica)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		primary, replica := redistest.Start(t), redistest.Start(t)
+		redisfaults.Replicate(t, replica, primary)
+		proxy := redistest.NewProxy(t, primary.Addr())
+		redisfaults.CheckDemotedPrimary(t, c.open(t, proxy.Addr()), proxy, primary, replica)
+	})
 }
 
 // TestEviction floods a small server with 100,000 keys while a hot key is
@@ -142,17 +115,14 @@ func TestDemotedPrimary(t *testing.T) {
 // flood leaves the other keys a few seconds (redisfaults.Evictions). The
 // server is the test's own, as its memory and policy are.
 func TestEviction(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			for _, e := range redisfaults.Evictions() {
-				t.Run(e.Name, func(t *testing.T) {
-					srv := redistest.Start(t)
-					t.Log(redisfaults.EvictUnderLoad(t, srv, c.open(t, srv.Addr()), e))
-				})
-			}
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		for _, e := range redisfaults.Evictions() {
+			t.Run(e.Name, func(t *testing.T) {
+				srv := redistest.Start(t)
+				t.Log(redisfaults.EvictUnderLoad(t, srv, c.open(t, srv.Addr()), e))
+			})
+		}
+	})
 }
 
 // TestKeyFlood sends 100,000 distinct keys under a one-second fixed
@@ -160,14 +130,11 @@ func TestEviction(t *testing.T) {
 // is back to 1% of the peak within the window and 2 s, and a 1 MiB key
 // is rejected (redisfaults.CheckKeyFlood).
 func TestKeyFlood(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			s := c.open(t, srv.Addr())
-			redisfaults.CheckKeyFlood(t, srv, s, s)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		srv := redistest.Start(t)
+		s := c.open(t, srv.Addr())
+		redisfaults.CheckKeyFlood(t, srv, s, s)
+	})
 }
 
 // TestBoundedCleanup: on a Redis whose clients are all paused
@@ -177,17 +144,14 @@ func TestKeyFlood(t *testing.T) {
 // release it could not confirm (core.ErrCleanup) with the reason the
 // caller gave up.
 func TestBoundedCleanup(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			redisfaults.CheckBoundedCleanup(t, c.open(t, srv.Addr()), func() {
-				if _, err := srv.Do("CLIENT", "PAUSE", "2000", "ALL"); err != nil {
-					t.Fatal(err)
-				}
-			})
+	forEach(t, func(t *testing.T, c client) {
+		srv := redistest.Start(t)
+		redisfaults.CheckBoundedCleanup(t, c.open(t, srv.Addr()), func() {
+			if _, err := srv.Do("CLIENT", "PAUSE", "2000", "ALL"); err != nil {
+				t.Fatal(err)
+			}
 		})
-	}
+	})
 }
 
 // TestShaping runs the shaping scenario (redisfaults.CheckShaping) through
@@ -254,13 +218,10 @@ func TestReshardUnderLoad(t *testing.T) {
 // caller may see an error. The server is the test's own, as SCRIPT FLUSH
 // reaches every client.
 func TestScriptFlushUnderLoad(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			t.Log(redisfaults.FlushUnderLoad(t, srv, c.open(t, srv.Addr())))
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		srv := redistest.Start(t)
+		t.Log(redisfaults.FlushUnderLoad(t, srv, c.open(t, srv.Addr())))
+	})
 }
 
 // TestScriptFlushThroughBreaker is TestScriptFlushUnderLoad behind a
@@ -270,19 +231,16 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 // watches). Calls the machine holds past the deadline are answered by
 // the mode, counted and logged.
 func TestScriptFlushThroughBreaker(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			b, err := policy.NewBreaker(c.open(t, srv.Addr()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { b.Close() })
-			r, stall := redisfaults.FlushThroughBreaker(t, srv, b, policy.DefaultTimeout, func() uint64 { return b.Stats().Changes })
-			t.Logf("%v; the breaker answered %d of %d calls by its mode (timeouts); the process stalled at most %v", r, b.Stats().Failures, b.Stats().Calls, stall)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		srv := redistest.Start(t)
+		b, err := policy.NewBreaker(c.open(t, srv.Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		r, stall := redisfaults.FlushThroughBreaker(t, srv, b, policy.DefaultTimeout, func() uint64 { return b.Stats().Changes })
+		t.Logf("%v; the breaker answered %d of %d calls by its mode (timeouts); the process stalled at most %v", r, b.Stats().Failures, b.Stats().Calls, stall)
+	})
 }
 
 // TestTimedOutCallNotReplayed makes a call that times out after 50 ms
@@ -293,32 +251,29 @@ func TestScriptFlushThroughBreaker(t *testing.T) {
 // server is the test's own, as CLIENT PAUSE and a busy server reach every
 // client.
 func TestTimedOutCallNotReplayed(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			s := c.open(t, srv.Addr())
-			timeout := redisfaults.TimeoutContexts(t, 50*time.Millisecond)
-			// CLIENT PAUSE 400 ALL: the server reads the call and holds
-			// it until the pause ends (see the client's paused). A replay
-			// would leave 3 or less.
-			t.Run("pause", func(t *testing.T) {
-				r := redisfaults.PausedCall(t, srv, s, "paused", timeout, c.warm)
-				t.Logf("the caller got %q (%s) after %v; then %d remaining", r.Err, redisfaults.DescribeTimeout(r.Err), r.Took.Round(time.Millisecond), r.Remaining)
-				if !containsInt(c.paused, r.Remaining) {
-					t.Errorf("after the timed-out call, Remaining = %d, want one of %v (4: applied once; 5: dropped with its connection); 3 or less is a replay", r.Remaining, c.paused)
-				}
-			})
-			// A server busy in another client's script for 300 ms: the
-			// call waits in the server's socket buffer, and runs when the
-			// script is done, after the caller gave up, whether or not
-			// the connection was closed meanwhile. Applied exactly once:
-			// 4 remain; a replay leaves 3.
-			t.Run("busy", func(t *testing.T) {
-				redisfaults.CheckBusyTimedOut(t, srv, s, timeout, c.warm)
-			})
+	forEach(t, func(t *testing.T, c client) {
+		srv := redistest.Start(t)
+		s := c.open(t, srv.Addr())
+		timeout := redisfaults.TimeoutContexts(t, 50*time.Millisecond)
+		// CLIENT PAUSE 400 ALL: the server reads the call and holds
+		// it until the pause ends (see the client's paused). A replay
+		// would leave 3 or less.
+		t.Run("pause", func(t *testing.T) {
+			r := redisfaults.PausedCall(t, srv, s, "paused", timeout, c.warm)
+			t.Logf("the caller got %q (%s) after %v; then %d remaining", r.Err, redisfaults.DescribeTimeout(r.Err), r.Took.Round(time.Millisecond), r.Remaining)
+			if !containsInt(c.paused, r.Remaining) {
+				t.Errorf("after the timed-out call, Remaining = %d, want one of %v (4: applied once; 5: dropped with its connection); 3 or less is a replay", r.Remaining, c.paused)
+			}
 		})
-	}
+		// A server busy in another client's script for 300 ms: the
+		// call waits in the server's socket buffer, and runs when the
+		// script is done, after the caller gave up, whether or not
+		// the connection was closed meanwhile. Applied exactly once:
+		// 4 remain; a replay leaves 3.
+		t.Run("busy", func(t *testing.T) {
+			redisfaults.CheckBusyTimedOut(t, srv, s, timeout, c.warm)
+		})
+	})
 }
 
 // containsInt reports whether v is in vs.
@@ -337,42 +292,33 @@ func containsInt(vs []int64, v int64) bool {
 // ten packed integers a decision can hold, else it says what the server
 // said.
 func TestMalformedReplies(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			s := c.open(t, redistest.Shared(t).Addr())
-			for i, tt := range redisfaults.MalformedCases(nil) {
-				t.Run(tt.Name, func(t *testing.T) {
-					redisfaults.CheckMalformed(t, s, fmt.Sprintf("bad-%d", i), tt)
-				})
-			}
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		s := c.open(t, redistest.Shared(t).Addr())
+		for i, tt := range redisfaults.MalformedCases(nil) {
+			t.Run(tt.Name, func(t *testing.T) {
+				redisfaults.CheckMalformed(t, s, fmt.Sprintf("bad-%d", i), tt)
+			})
+		}
+	})
 }
 
 // TestUnsupportedAlgorithm checks that an algorithm without a Lua twin
 // fails with core.ErrUnsupported before any call to Redis: the client
 // counts no dial and no command.
 func TestUnsupportedAlgorithm(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			s, what, n := c.counted(t, redistest.Shared(t).Addr())
-			redisfaults.CheckUnsupported(t, s, n, what)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		s, what, n := c.counted(t, redistest.Shared(t).Addr())
+		redisfaults.CheckUnsupported(t, s, n, what)
+	})
 }
 
 // TestHealing overwrites keys with values of other clients (wrong types,
 // lengths and numbers): each decision on such a key is a fresh key's, and
 // the key is left with a TTL or gone.
 func TestHealing(t *testing.T) {
-	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Shared(t)
-			s := c.open(t, srv.Addr())
-			redisfaults.CheckHealing(t, srv, s, s)
-		})
-	}
+	forEach(t, func(t *testing.T, c client) {
+		srv := redistest.Shared(t)
+		s := c.open(t, srv.Addr())
+		redisfaults.CheckHealing(t, srv, s, s)
+	})
 }
