@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/spawn"
 )
 
 const (
@@ -105,10 +107,7 @@ func runCLI(cli string, timeout time.Duration, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, cli, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := startProcess(cmd); err != nil {
-		return nil, fmt.Errorf("redistest: start redis-cli: %w", err)
-	}
-	if err := cmd.Wait(); err != nil {
+	if err := spawn.Run(cmd); err != nil {
 		return nil, fmt.Errorf("redistest: redis-cli %s %s: %w\n%s", args[0], args[1], err, out.String())
 	}
 	return out.Bytes(), nil

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/spawn"
 )
 
 // rawConn is a connection through a proxy that sends inline PINGs and
@@ -184,7 +186,7 @@ func TestProxyClose(t *testing.T) {
 
 func TestProxyTargetDown(t *testing.T) {
 	t.Parallel()
-	port, err := listenFree(0) // free a moment ago, and nothing listens there
+	port, err := spawn.FreePort() // free a moment ago, and nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}

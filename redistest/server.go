@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/spawn"
 )
 
 // Timeouts and retry counts. Each is generous: a slow CI machine should make
@@ -160,26 +162,14 @@ type Server struct {
 
 // process is one run of redis-server.
 type process struct {
-	cmd      *exec.Cmd
-	done     chan struct{} // closed once cmd.Wait has reaped the process
-	logStart []int64       // the size of each of logNames before this run
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	*spawn.Process
+	logStart []int64 // the size of each of logNames before this run
 }
 
 // kill sends SIGKILL and waits until the process is reaped.
 func (p *process) kill() error {
-	err := p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-	if err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("redistest: kill pid %d: %w", p.cmd.Process.Pid, err)
+	if err := p.Kill(); err != nil {
+		return fmt.Errorf("redistest: %w", err)
 	}
 	return nil
 }
@@ -226,9 +216,13 @@ func startServer(opts []Option, clusterNode, shared bool) (*Server, error) {
 }
 
 func tryStart(bin string, cfg config, clusterNode, shared bool) (*Server, error) {
-	port, err := freePort(clusterNode)
+	var busOffset []int
+	if clusterNode {
+		busOffset = []int{clusterBusOffset}
+	}
+	port, err := spawn.FreePort(busOffset...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("redistest: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
@@ -300,45 +294,6 @@ func lookPath(name string) (string, error) {
 	return p, nil
 }
 
-// freePort returns a port that was free a moment ago. For a cluster node the
-// port is at most 55535 and its cluster bus port, 10000 above, is free too.
-func freePort(clusterNode bool) (int, error) {
-	for range 100 {
-		port, err := listenFree(0)
-		if err != nil {
-			return 0, err
-		}
-		if port == systemPort || port+clusterBusOffset == systemPort {
-			continue
-		}
-		if !clusterNode {
-			return port, nil
-		}
-		if port+clusterBusOffset > 65535 {
-			continue
-		}
-		if _, err := listenFree(port + clusterBusOffset); err == nil {
-			return port, nil
-		}
-	}
-	return 0, errors.New("redistest: found no free port")
-}
-
-// listenFree listens on 127.0.0.1:port (0 for any), closes the listener and
-// returns its port.
-func listenFree(port int) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return 0, fmt.Errorf("redistest: %w", err)
-	}
-	defer l.Close()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		return 0, fmt.Errorf("redistest: listener address %v is not TCP", l.Addr())
-	}
-	return addr.Port, nil
-}
-
 // launch starts redis-server with s.args and waits until it is ready.
 func (s *Server) launch() error {
 	out, err := os.OpenFile(filepath.Join(s.dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -351,16 +306,12 @@ func (s *Server) launch() error {
 	// bad argument, lands here.
 	cmd.Stdout, cmd.Stderr = out, out
 	logStart := s.logSize() // a restart appends to the logs
-	err = startProcess(cmd)
+	sp, err := spawn.Start(cmd)
 	out.Close()
 	if err != nil {
 		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{}), logStart: logStart}
-	go func() {
-		cmd.Wait() // the exit status of a killed server says nothing
-		close(p.done)
-	}()
+	p := &process{Process: sp, logStart: logStart}
 	if err := s.waitReady(p); err != nil {
 		p.kill()
 		return err
@@ -375,25 +326,14 @@ func (s *Server) launch() error {
 // not yet. The answering server must report p's PID, so that a server of
 // someone else's that took the port is never mistaken for ours.
 func (s *Server) waitReady(p *process) error {
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		err := s.probe(p.cmd.Process.Pid)
-		if err == nil {
-			return nil
-		}
-		if p.exited() {
-			return s.exitError(p)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redistest: redis-server on port %d (pid %d) not ready after %v: %v\n%s",
-				s.port, p.cmd.Process.Pid, readyTimeout, err, s.logTail())
-		}
-		select {
-		case <-p.done:
-			return s.exitError(p)
-		case <-time.After(pollInterval):
-		}
+	err := p.WaitReady(readyTimeout, pollInterval, func() error { return s.probe(p.PID()) })
+	switch {
+	case errors.Is(err, spawn.ErrExited):
+		return s.exitError(p)
+	case err != nil:
+		return fmt.Errorf("redistest: redis-server on port %d: %w\n%s", s.port, err, s.logTail())
 	}
+	return nil
 }
 
 // probe checks once that the server on s.port answers PING and is pid.
@@ -429,7 +369,7 @@ func (s *Server) probe(pid int) error {
 // bus port.
 func (s *Server) exitError(p *process) error {
 	err := fmt.Errorf("redistest: redis-server on port %d exited before it was ready (%v)\n%s",
-		s.port, p.cmd.ProcessState, s.logTail())
+		s.port, p.State(), s.logTail())
 	if strings.Contains(s.logSince(p.logStart), "Address already in use") {
 		return fmt.Errorf("%w: %w", errPortInUse, err)
 	}
@@ -510,10 +450,10 @@ func (s *Server) PID() int {
 	s.mu.Lock()
 	p := s.proc
 	s.mu.Unlock()
-	if p == nil || p.exited() {
+	if p == nil || p.Exited() {
 		return 0
 	}
-	return p.cmd.Process.Pid
+	return p.PID()
 }
 
 // Kill sends SIGKILL to the server's process and waits until it is reaped.
@@ -554,17 +494,15 @@ func (s *Server) halt(graceful bool) error {
 	if p == nil {
 		return nil
 	}
-	if graceful && p.cmd.Process.Signal(syscall.SIGTERM) == nil {
-		select {
-		case <-p.done:
+	if graceful && p.Signal(syscall.SIGTERM) == nil {
+		if p.WaitFor(stopTimeout) {
 			return nil
-		case <-time.After(stopTimeout):
 		}
 		if err := p.kill(); err != nil {
 			return err
 		}
 		return fmt.Errorf("redistest: redis-server pid %d did not exit within %v of SIGTERM and was killed",
-			p.cmd.Process.Pid, stopTimeout)
+			p.PID(), stopTimeout)
 	}
 	return p.kill()
 }

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/spawn"
 )
 
 // certValidity is how long a test certificate is valid, from an hour
@@ -174,12 +176,12 @@ func WithClientAuth() Option {
 // signed. A port taken before redis-server binds it fails the start as a
 // taken plain port does, and Start tries again with new ports.
 func (s *Server) listenTLS(ca *CA, clientAuth bool) error {
-	port, err := freePort(false)
+	port, err := spawn.FreePort()
 	for err == nil && port == s.port {
-		port, err = freePort(false)
+		port, err = spawn.FreePort()
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("redistest: %w", err)
 	}
 	certPEM, keyPEM, err := ca.issue("redistest", x509.ExtKeyUsageServerAuth)
 	if err != nil {

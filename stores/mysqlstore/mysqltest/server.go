@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the driver of DSN's connections
+
+	"github.com/sluicehq/sluice/internal/spawn"
 )
 
 // Timeouts. Each is generous: a slow machine should make a test slower,
@@ -28,9 +29,6 @@ const (
 	pollInterval  = 20 * time.Millisecond
 	startAttempts = 5
 )
-
-// systemPort is MySQL's standard port, which mysqltest never uses.
-const systemPort = 3306
 
 // ErrStopped is returned by [Server.Kill] on a server that is not
 // running.
@@ -43,13 +41,7 @@ type Server struct {
 	port int
 
 	mu   sync.Mutex
-	proc *process // nil once killed
-}
-
-// process is one run of mariadbd.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed once the process is reaped
+	proc *spawn.Process // nil once killed
 }
 
 // Start starts a server of the test's own on a free port of 127.0.0.1
@@ -94,20 +86,16 @@ func start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "mysqltest-")
+	port, err := spawn.FreePort()
 	if err != nil {
 		return nil, fmt.Errorf("mysqltest: %w", err)
 	}
+	dir, err := spawn.Copy("mysqltest-", tmplData)
+	if err != nil {
+		return nil, fmt.Errorf("mysqltest: the installed data directory: %w", err)
+	}
 	s := &Server{dir: dir, port: port}
 	data := filepath.Join(dir, "data")
-	if out, err := exec.Command("cp", "-a", tmplData, data).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("mysqltest: copying the installed data directory: %v: %s", err, out)
-	}
 	args := []string{"--no-defaults", "--datadir=" + data,
 		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
 		"--socket=" + filepath.Join(dir, "sock"), "--pid-file=" + filepath.Join(dir, "pid"),
@@ -126,17 +114,13 @@ func start() (*Server, error) {
 	cmd := exec.Command(server, args...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := startProcess(cmd); err != nil {
+	p, err := spawn.Start(cmd)
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("mysqltest: start mariadbd: %w", err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		close(p.done)
-	}()
 	if err := s.waitReady(p, data); err != nil {
-		p.kill()
+		p.Kill()
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -181,44 +165,18 @@ func template() (string, error) {
 	return tmpl.data, tmpl.err
 }
 
-// freePort returns a port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("mysqltest: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port != systemPort {
-			return port, nil
-		}
-	}
-	return 0, errors.New("mysqltest: found no free port")
-}
-
 // waitReady polls until the server on s.port answers a query and names
 // data as its data directory, then creates the database "sluice".
-func (s *Server) waitReady(p *process, data string) error {
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		err := s.probe(data)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.done:
-			log := s.log()
-			if strings.Contains(log, "Address already in use") {
-				return fmt.Errorf("%w: %d", errPortInUse, s.port)
-			}
-			return fmt.Errorf("mysqltest: mariadbd on port %d exited: %v\n%s", s.port, p.cmd.ProcessState, log)
-		case <-time.After(pollInterval):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("mysqltest: mariadbd on port %d (pid %d) not ready after %v: %v\n%s", s.port, p.cmd.Process.Pid, readyTimeout, err, s.log())
-		}
+func (s *Server) waitReady(p *spawn.Process, data string) error {
+	err := p.WaitReady(readyTimeout, pollInterval, func() error { return s.probe(data) })
+	if err == nil {
+		return nil
 	}
+	log := s.log()
+	if errors.Is(err, spawn.ErrExited) && strings.Contains(log, "Address already in use") {
+		return fmt.Errorf("%w: %d", errPortInUse, s.port)
+	}
+	return fmt.Errorf("mysqltest: mariadbd on port %d: %w\n%s", s.port, err, log)
 }
 
 // probe connects once, checks the data directory and creates the
@@ -243,13 +201,7 @@ func (s *Server) probe(data string) error {
 }
 
 // log returns the server's log, at most its last 4 KiB.
-func (s *Server) log() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	return string(b)
-}
+func (s *Server) log() string { return spawn.Tail(filepath.Join(s.dir, "server.log"), 0) }
 
 // DSN returns a data source name for go-sql-driver/mysql: the database
 // "sluice" as root, over TCP, with interpolateParams=true, so that a
@@ -272,15 +224,8 @@ func (s *Server) Kill() error {
 	if p == nil {
 		return ErrStopped
 	}
-	return p.kill()
-}
-
-// kill kills the process and waits until it is reaped.
-func (p *process) kill() error {
-	err := p.cmd.Process.Kill()
-	<-p.done
-	if err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("mysqltest: kill pid %d: %w", p.cmd.Process.Pid, err)
+	if err := p.Kill(); err != nil {
+		return fmt.Errorf("mysqltest: %w", err)
 	}
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -20,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/spawn"
 )
 
 // Timeouts. Each is generous: a slow machine should make a test slower,
@@ -33,9 +33,6 @@ const (
 	restartTries  = 10                     // binds of the same port tried by Restart
 	restartPause  = 200 * time.Millisecond // between those binds
 )
-
-// systemPort is PostgreSQL's standard port, which pgtest never uses.
-const systemPort = 5432
 
 // ErrStopped is returned by [Server.Kill] and [Server.Stop] on a server
 // that is not running.
@@ -76,10 +73,7 @@ type Server struct {
 }
 
 // process is one run of postgres.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed once the process is reaped
-}
+type process struct{ *spawn.Process }
 
 // Start starts a PostgreSQL server of the test's own on a free port of
 // 127.0.0.1 and waits until it answers a query. Its one database,
@@ -136,20 +130,16 @@ func start(cfg config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "pgtest-")
+	port, err := spawn.FreePort()
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
+	dir, err := spawn.Copy("pgtest-", tmplData)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: the initialised cluster: %w", err)
+	}
 	s := &Server{dir: dir, port: port, cred: cred}
 	data := filepath.Join(dir, "data")
-	if out, err := exec.Command("cp", "-a", tmplData, data).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtest: copying the initialised cluster: %v: %s", err, out)
-	}
 	if err := s.chown(dir); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -262,55 +252,6 @@ func (s *Server) chown(dir string) error {
 	return nil
 }
 
-// freePort returns a port of 127.0.0.1 that was free a moment ago, below
-// the kernel's range of ephemeral ports where it can: the kernel gives a
-// client's connection a local port from that range, and one given a
-// killed server's port would hold it, on any process's connection
-// (another test's pool), until it closes, so that Restart could not bind
-// it again.
-func freePort() (int, error) {
-	if low := ephemeralLow(); low > minPort+1000 {
-		for range 100 {
-			port := minPort + rand.IntN(low-minPort)
-			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
-				l.Close()
-				return port, nil
-			}
-		}
-	}
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("pgtest: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port != systemPort {
-			return port, nil
-		}
-	}
-	return 0, errors.New("pgtest: found no free port")
-}
-
-// minPort is the lowest port freePort picks below the ephemeral range,
-// above the standard ports of common servers (PostgreSQL's included).
-const minPort = 10000
-
-// ephemeralLow returns the first port of the kernel's ephemeral range, or
-// 0 if it cannot tell (outside Linux).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	low, _ := strconv.Atoi(f[0])
-	return low
-}
-
 // launch starts postgres and waits until it answers.
 func (s *Server) launch() error {
 	log, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -323,14 +264,11 @@ func (s *Server) launch() error {
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	if err := startProcess(cmd); err != nil {
+	sp, err := spawn.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		close(p.done)
-	}()
+	p := &process{sp}
 	if err := s.waitReady(p, from); err != nil {
 		p.kill()
 		return err
@@ -345,30 +283,20 @@ func (s *Server) launch() error {
 // s's data directory as its own, so that another process's server that
 // took the port is never mistaken for it.
 func (s *Server) waitReady(p *process, logFrom int64) error {
-	deadline := time.Now().Add(readyTimeout)
 	want := filepath.Join(s.dir, "data")
-	for {
-		err := s.probe(want)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.done:
-			log := s.logSince(logFrom)
-			switch {
-			case strings.Contains(log, "Address already in use"):
-				return fmt.Errorf("%w: %d", errPortInUse, s.port)
-			case strings.Contains(log, "pre-existing shared memory block"):
-				return errHeld
-			}
-			return fmt.Errorf("pgtest: postgres on port %d exited: %v\n%s", s.port, p.cmd.ProcessState, log)
-		case <-time.After(pollInterval):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pgtest: postgres on port %d (pid %d) not ready after %v: %v\n%s",
-				s.port, p.cmd.Process.Pid, readyTimeout, err, s.logSince(logFrom))
-		}
+	err := p.WaitReady(readyTimeout, pollInterval, func() error { return s.probe(want) })
+	if err == nil {
+		return nil
 	}
+	log := s.logSince(logFrom)
+	switch {
+	case !errors.Is(err, spawn.ErrExited):
+	case strings.Contains(log, "Address already in use"):
+		return fmt.Errorf("%w: %d", errPortInUse, s.port)
+	case strings.Contains(log, "pre-existing shared memory block"):
+		return errHeld
+	}
+	return fmt.Errorf("pgtest: postgres on port %d: %w\n%s", s.port, err, log)
 }
 
 // probe connects once and checks that the server's data directory is
@@ -395,17 +323,7 @@ func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") 
 
 // logSince returns the log written from offset from on, at most its last
 // 4 KiB.
-func (s *Server) logSince(from int64) string {
-	b, err := os.ReadFile(s.logPath())
-	if err != nil || int64(len(b)) < from {
-		return ""
-	}
-	b = b[from:]
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	return string(b)
-}
+func (s *Server) logSince(from int64) string { return spawn.Tail(s.logPath(), from) }
 
 // URL returns a connection string for the server's database "postgres"
 // as the superuser "postgres", without TLS.
@@ -424,7 +342,7 @@ func (s *Server) PID() int {
 	if s.proc == nil {
 		return 0
 	}
-	return s.proc.cmd.Process.Pid
+	return s.proc.PID()
 }
 
 // Kill kills the server and its backends at once (SIGKILL, by PID) and
@@ -447,11 +365,9 @@ func (s *Server) halt(graceful bool) error {
 		return ErrStopped
 	}
 	if graceful {
-		p.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-p.done:
+		p.Signal(syscall.SIGINT)
+		if p.WaitFor(stopTimeout) {
 			return nil
-		case <-time.After(stopTimeout):
 		}
 	}
 	return p.kill()
@@ -462,16 +378,14 @@ func (s *Server) halt(graceful bool) error {
 // The postmaster is stopped first (SIGSTOP), so that it forks no backend
 // while its children are listed.
 func (p *process) kill() error {
-	pid := p.cmd.Process.Pid
+	pid := p.PID()
 	syscall.Kill(pid, syscall.SIGSTOP)
-	backends := children(pid)
+	backends := spawn.Children(pid)
 	for _, c := range backends {
 		syscall.Kill(c, syscall.SIGKILL)
 	}
-	err := p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-	if err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("pgtest: kill pid %d: %w", pid, err)
+	if err := p.Kill(); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
 	}
 	// The backends, orphaned, are reaped by whoever adopts them; a
 	// restart before they are gone finds their shared memory in use,
