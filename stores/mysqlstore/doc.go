@@ -9,7 +9,7 @@
 // at READ COMMITTED: the rows locked in key order (SELECT … FOR UPDATE,
 // with the server's SYSDATE), compared with what the store expected,
 // and written only if every one holds it and the decision's instant lies
-// within [Config.MaxLag] before the server's clock. A decision that
+// within [casstore.Config.MaxLag] before the server's clock. A decision that
 // writes nothing (a denial, a peek) is one SELECT. So decisions are
 // exact and atomic across processes, on the server's clock, and a batch
 // (ApplyAll, a core.Stack) is one transaction, all or nothing.

@@ -3,21 +3,18 @@ package mysqlstore
 import (
 	"database/sql/driver"
 	"errors"
-	"fmt"
+	"slices"
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/casstore"
 )
 
 // wrap returns err, from doing what, with the store's prefix, marked with
 // [core.ErrUnavailable] if any call would get it while the server stays
 // as it is (see [Unavailable]).
 func wrap(doing string, err error) error {
-	if Unavailable(err) {
-		return fmt.Errorf("mysqlstore: %s: %w: %w", doing, core.ErrUnavailable, err)
-	}
-	return fmt.Errorf("mysqlstore: %s: %w", doing, err)
+	return casstore.Wrap("mysqlstore", doing, err, Unavailable)
 }
 
 // Unavailable reports whether err is one any call would get while the
@@ -34,15 +31,11 @@ func Unavailable(err error) bool {
 		return true
 	}
 	me, ok := errors.AsType[*mysql.MySQLError](err)
-	if !ok {
-		return false
-	}
-	switch me.Number {
-	case 1037, 1038, 1040, 1041, 1053, 1205, 1290, 1792, 1836, 1927, 1969, 3024:
-		return true
-	}
-	return false
+	return ok && slices.Contains(unavailable, me.Number)
 }
+
+// unavailable are the server's error numbers [Unavailable] counts.
+var unavailable = []uint16{1037, 1038, 1040, 1041, 1053, 1205, 1290, 1792, 1836, 1927, 1969, 3024}
 
 // conflict reports whether err ended a Swap's transaction because of
 // another caller's: a duplicate key (1062, a new row made meanwhile) or

@@ -2,14 +2,12 @@ package mysqlstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/casstore"
@@ -25,18 +23,12 @@ type Config struct {
 	// "app.limits"). The store's first call creates it if it does not
 	// exist. The default is [DefaultTable].
 	Table string
-	// MaxLag is how far a decision's instant may trail the server's clock
-	// when the server confirms it ([casstore.Config.MaxLag]). The default
-	// is [casstore.DefaultMaxLag].
-	MaxLag time.Duration
-	// CacheKeys bounds the number of keys whose last known state the
-	// store keeps in memory ([casstore.Config.CacheKeys]). The default is
-	// [casstore.DefaultCacheKeys].
-	CacheKeys int
-	// SweepInterval is how often a goroutine of the store deletes the
-	// rows of idle keys ([casstore.Store.Sweep]); negative disables it.
-	// The default is [casstore.DefaultSweepInterval].
-	SweepInterval time.Duration
+	// Config holds the kit's settings, each documented, with its
+	// default, in [casstore.Config]: MaxLag, how far a decision's instant
+	// may trail the server's clock; CacheKeys, how many keys' last known
+	// states the store keeps; and SweepInterval, how often it deletes the
+	// rows of idle keys.
+	casstore.Config
 }
 
 // Store keeps limiter state in a MariaDB or MySQL (InnoDB) table through
@@ -57,14 +49,11 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("mysqlstore: nil pool")
 	}
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
-	}
-	tbl, err := quote(cfg.Table)
+	tbl, err := quote(cmp.Or(cfg.Table, DefaultTable))
 	if err != nil {
 		return nil, err
 	}
-	s, err := casstore.New(&backend{db: db, tbl: tbl}, casstore.Config{MaxLag: cfg.MaxLag, CacheKeys: cfg.CacheKeys, SweepInterval: cfg.SweepInterval})
+	s, err := casstore.New(&backend{db: db, tbl: tbl}, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +81,9 @@ func quote(table string) (string, error) {
 // most 1024 bytes and its algorithm's name), exp the instant, in µs of
 // the server's clock, from which the row may be deleted.
 type backend struct {
-	db  *sql.DB
-	tbl string // the table's quoted name
-
-	made  atomic.Bool // the table is created
-	ready sync.Mutex  // held while creating it
+	db    *sql.DB
+	tbl   string         // the table's quoted name
+	setup casstore.Setup // creates the table
 }
 
 // clock is the server's wall clock in µs since the Unix epoch. SYSDATE,
@@ -105,24 +92,17 @@ const clock = "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)"
 
 // prepare creates the table on the backend's first call.
 func (b *backend) prepare(ctx context.Context) error {
-	if b.made.Load() {
-		return nil
-	}
-	b.ready.Lock()
-	defer b.ready.Unlock()
-	if b.made.Load() {
-		return nil
-	}
-	_, err := b.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+b.tbl+` (
+	return b.setup.Do(func() error {
+		_, err := b.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+b.tbl+` (
 	k VARBINARY(3072) NOT NULL PRIMARY KEY,
 	state MEDIUMBLOB NOT NULL,
 	exp BIGINT NOT NULL
 ) ENGINE = InnoDB`)
-	if err != nil {
-		return wrap("creating the table", err)
-	}
-	b.made.Store(true)
-	return nil
+		if err != nil {
+			return wrap("creating the table", err)
+		}
+		return nil
+	})
 }
 
 // querier is a pool or a transaction.

@@ -10,7 +10,7 @@
 // batch of keys' states on the server's clock, is one call of a PL/pgSQL
 // function the store creates beside its table. The function writes the
 // new states only if every row still holds the state the store expected
-// and the decision's instant lies within [Config.MaxLag] before the
+// and the decision's instant lies within [casstore.Config.MaxLag] before the
 // server's clock (clock_timestamp()); otherwise it writes nothing and
 // returns the rows and the clock, and the store decides again. So
 // decisions are exact and atomic across processes, on the server's

@@ -2,22 +2,19 @@ package pgstore
 
 import (
 	"errors"
-	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/casstore"
 )
 
 // wrap returns err, from doing what, with the store's prefix, marked with
 // [core.ErrUnavailable] if any call would get it while the server stays
 // as it is (see [Unavailable]).
 func wrap(doing string, err error) error {
-	if Unavailable(err) {
-		return fmt.Errorf("pgstore: %s: %w: %w", doing, core.ErrUnavailable, err)
-	}
-	return fmt.Errorf("pgstore: %s: %w", doing, err)
+	return casstore.Wrap("pgstore", doing, err, Unavailable)
 }
 
 // Unavailable reports whether err is a PostgreSQL error that any call
@@ -35,16 +32,10 @@ func wrap(doing string, err error) error {
 // types.
 func Unavailable(err error) bool {
 	pe, ok := errors.AsType[*pgconn.PgError](err)
-	if !ok {
-		return false
-	}
-	switch c := pe.Code; {
-	case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "53"):
-		return true
-	}
-	switch pe.Code {
-	case "57P01", "57P02", "57P03", "57014", "25006":
-		return true
-	}
-	return false
+	return ok && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "53") ||
+		slices.Contains(unavailable, pe.Code))
 }
+
+// unavailable are the SQLSTATEs, besides classes 08 and 53, that
+// [Unavailable] counts.
+var unavailable = []string{"57P01", "57P02", "57P03", "57014", "25006"}

@@ -1,11 +1,9 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -30,18 +28,12 @@ type Config struct {
 	// key's state, as if each had never been charged (each key may then
 	// admit one more burst). It has no effect on a table that exists.
 	Logged bool
-	// MaxLag is how far a decision's instant may trail the server's clock
-	// when the server confirms it ([casstore.Config.MaxLag]). The default
-	// is [casstore.DefaultMaxLag].
-	MaxLag time.Duration
-	// CacheKeys bounds the number of keys whose last known state the
-	// store keeps in memory ([casstore.Config.CacheKeys]). The default is
-	// [casstore.DefaultCacheKeys].
-	CacheKeys int
-	// SweepInterval is how often a goroutine of the store deletes the
-	// rows of idle keys ([casstore.Store.Sweep]); negative disables it.
-	// The default is [casstore.DefaultSweepInterval].
-	SweepInterval time.Duration
+	// Config holds the kit's settings, each documented, with its
+	// default, in [casstore.Config]: MaxLag, how far a decision's instant
+	// may trail the server's clock; CacheKeys, how many keys' last known
+	// states the store keeps; and SweepInterval, how often it deletes the
+	// rows of idle keys.
+	casstore.Config
 }
 
 // Store keeps limiter state in a PostgreSQL table through a pgx pool: a
@@ -63,17 +55,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: nil pool")
 	}
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
-	}
-	tbl, fn, stmts := schema(cfg.Table, cfg.Logged)
+	tbl, fn, stmts := schema(cmp.Or(cfg.Table, DefaultTable), cfg.Logged)
 	be := &backend{
 		pool:    pool,
 		tbl:     tbl,
 		call:    "SELECT ok, clock, cur FROM " + fn + "($1, $2, $3, $4, $5, $6)",
 		creates: stmts,
 	}
-	s, err := casstore.New(be, casstore.Config{MaxLag: cfg.MaxLag, CacheKeys: cfg.CacheKeys, SweepInterval: cfg.SweepInterval})
+	s, err := casstore.New(be, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -83,26 +72,21 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // backend is the store's [casstore.Backend]: the table and its function.
 type backend struct {
 	pool    *pgxpool.Pool
-	tbl     string   // the table's quoted name
-	call    string   // the function's call
-	creates []string // the schema's statements
-
-	made  atomic.Bool // the schema is created
-	ready sync.Mutex  // held while creating it
+	tbl     string         // the table's quoted name
+	call    string         // the function's call
+	creates []string       // the schema's statements
+	setup   casstore.Setup // runs them
 }
 
 // prepare creates the schema on the backend's first call: it runs the
 // statements in one transaction, under an advisory lock so that
 // processes starting together do not trip over each other's CREATE.
 func (b *backend) prepare(ctx context.Context) error {
-	if b.made.Load() {
-		return nil
-	}
-	b.ready.Lock()
-	defer b.ready.Unlock()
-	if b.made.Load() {
-		return nil
-	}
+	return b.setup.Do(func() error { return b.create(ctx) })
+}
+
+// create runs the schema's statements.
+func (b *backend) create(ctx context.Context) error {
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
 		return wrap("creating the schema", err)
@@ -119,7 +103,6 @@ func (b *backend) prepare(ctx context.Context) error {
 	if err := tx.Commit(ctx); err != nil {
 		return wrap("creating the schema", err)
 	}
-	b.made.Store(true)
 	return nil
 }
 

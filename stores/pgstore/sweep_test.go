@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores/casstore"
 	"github.com/sluicehq/sluice/stores/pgstore"
 	"github.com/sluicehq/sluice/stores/pgstore/pgtest"
 )
@@ -21,7 +22,7 @@ func TestSweep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newPool(t, pgtest.Start(t))
-	s := newStore(t, pool, pgstore.Config{Table: "swept", SweepInterval: -1})
+	s := newStore(t, pool, pgstore.Config{Table: "swept", Config: casstore.Config{SweepInterval: -1}})
 	defer s.Close()
 	short := core.PerSecond(1000).WithBurst(1)
 	const keys = 1000
@@ -76,7 +77,7 @@ func TestSweeper(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newPool(t, pgtest.Start(t))
-	s := newStore(t, pool, pgstore.Config{Table: "sweeper", SweepInterval: time.Millisecond})
+	s := newStore(t, pool, pgstore.Config{Table: "sweeper", Config: casstore.Config{SweepInterval: time.Millisecond}})
 	for i := range 10 {
 		if _, err := s.Apply(ctx, core.Request{Key: fmt.Sprint(i), Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000).WithBurst(1), Cost: 1}); err != nil {
 			t.Fatal(err)
