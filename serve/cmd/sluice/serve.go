@@ -414,13 +414,18 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 	// The clients' options are the ones docs/redis.md recommends behind a
 	// breaker, their backstops kept above -timeout.
 	backstop := max(500*time.Millisecond, 2*timeout)
+	// A dial (with rueidis, its PING's answer too) may take as long as a
+	// call: a call that needs a new connection is not cut off before its
+	// deadline. At least 250 ms, so that a short -timeout does not make
+	// every dial on a busy host fail.
+	dialTimeout := max(250*time.Millisecond, timeout)
 	if rc.client == "go-redis" {
 		// go-redis writes a line to standard error for every call that
 		// finds Redis down; the breaker's "redis circuit" lines report
 		// the outage once. The logger is the process's, and this program
 		// owns the process.
 		redis.SetLogger(logging.NewBlacklistLogger([]string{"failed to dial"}))
-		dialer := &net.Dialer{Timeout: 250 * time.Millisecond}
+		dialer := &net.Dialer{Timeout: dialTimeout}
 		c := redis.NewUniversalClient(&redis.UniversalOptions{
 			Addrs:            addrs,
 			IsClusterMode:    rc.typ == "cluster",
@@ -462,7 +467,7 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 			ForceSingleClient: rc.typ == "single", // one server: a client even while Redis is down
 			DisableCache:      true,
 			DisableRetry:      true,
-			Dialer:            net.Dialer{Timeout: 250 * time.Millisecond, KeepAlive: time.Second},
+			Dialer:            net.Dialer{Timeout: dialTimeout, KeepAlive: time.Second},
 			ConnWriteTimeout:  backstop,
 			MaxFlushDelay:     20 * time.Microsecond,
 			DialCtxFn:         rueidisstore.Dial, // a silent server fails the dial, not hold callers a second

@@ -443,3 +443,33 @@ func TestServeRedisDownAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestServeSlowRedis starts sluice serve, with each client, on a Redis
+// whose every reply comes 400 ms late, with -timeout 2s (as
+// REDIS_TIMEOUT=2s sets it): a new connection's handshake is as slow as
+// any call, and the decisions come from Redis, not from -mode. (With
+// dials cut off at 250 ms whatever -timeout said, rueidis could never
+// connect, and every request was answered fail-open; on a loaded machine,
+// a connection opened while Redis waited for a core did the same to one
+// request of TestPeerIntegration.)
+func TestServeSlowRedis(t *testing.T) {
+	for _, client := range []string{"rueidis", "go-redis"} {
+		t.Run(client, func(t *testing.T) {
+			rdb := redistest.Start(t)
+			proxy := redistest.NewProxy(t, rdb.Addr())
+			proxy.Delay(400 * time.Millisecond)
+			r := startServe(t, limitsV1, "-redis", proxy.Addr(), "-client", client, "-timeout", "2s")
+			req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}}
+			for i := range 3 {
+				resp, err := r.client.ShouldRateLimit(context.Background(), req)
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				if st := resp.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit == nil || st.LimitRemaining != uint32(9-i) {
+					t.Fatalf("request %d: %v, want OK with %d left, decided by Redis\n%s", i, st, 9-i, r.stderr.String())
+				}
+			}
+		})
+	}
+}
