@@ -353,6 +353,7 @@ func TestNew(t *testing.T) {
 		{"negative size", mem, layered.Config{Size: -1}},
 		{"negative MaxDeny", mem, layered.Config{MaxDeny: -time.Second}},
 		{"negative LeaseTTL", mem, layered.Config{LeaseTTL: -time.Second}},
+		{"negative WindowLeaseTTL", mem, layered.Config{WindowLeaseTTL: -time.Second}},
 	} {
 		if s, err := layered.New(tc.remote, tc.cfg); !errors.Is(err, layered.ErrInvalidConfig) || s != nil {
 			t.Errorf("%s: New = %v, %v; want nil and ErrInvalidConfig", tc.name, s, err)

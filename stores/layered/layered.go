@@ -86,6 +86,18 @@ type Config struct {
 	// the fixed window, also lapses when the window it was taken in ends.
 	// The default is [DefaultLeaseTTL]; negative is an error.
 	LeaseTTL time.Duration
+
+	// WindowLeaseTTL is LeaseTTL for a lease under an algorithm whose
+	// capacity comes back when a window ends ([Batcher]'s Windowed: the
+	// fixed window). Such a lease lapses when its window ends whatever
+	// its TTL, so no window admits more than its rate however long the
+	// lease lives: a longer one costs no over-admission, and spares the
+	// remote a take every LeaseTTL for a key that spends slowly. What a
+	// lease holds is still out of the other instances' reach until it
+	// lapses (fewer than the batch per instance and window), and the
+	// Remaining its decisions report is as old as its take. The default
+	// is LeaseTTL; negative is an error.
+	WindowLeaseTTL time.Duration
 }
 
 // Store is a [core.Store] that puts a bounded local cache in front of a
@@ -104,6 +116,7 @@ type Store struct {
 	maxDeny  int64 // ns; 0 for none
 	lease    func(core.Request) int64
 	leaseTTL int64 // ns
+	winTTL   int64 // ns: Config.WindowLeaseTTL
 	size     int
 
 	// epoch counts Resets and admitted refunds. A decision whose remote
@@ -126,7 +139,7 @@ type cacheKey struct {
 
 // New returns a store that caches in front of remote. It fails with an
 // error wrapping [ErrInvalidConfig] on a nil remote or a negative Size,
-// MaxDeny or LeaseTTL.
+// MaxDeny, LeaseTTL or WindowLeaseTTL.
 func New(remote core.Store, cfg Config) (*Store, error) {
 	switch {
 	case remote == nil:
@@ -137,12 +150,17 @@ func New(remote core.Store, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: MaxDeny %v is negative", ErrInvalidConfig, cfg.MaxDeny)
 	case cfg.LeaseTTL < 0:
 		return nil, fmt.Errorf("%w: LeaseTTL %v is negative", ErrInvalidConfig, cfg.LeaseTTL)
+	case cfg.WindowLeaseTTL < 0:
+		return nil, fmt.Errorf("%w: WindowLeaseTTL %v is negative", ErrInvalidConfig, cfg.WindowLeaseTTL)
 	}
 	if cfg.Size == 0 {
 		cfg.Size = DefaultSize
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.WindowLeaseTTL == 0 {
+		cfg.WindowLeaseTTL = cfg.LeaseTTL
 	}
 	// A power of two of shards, each of at least minShardSize entries
 	// (one shard for a small cache), whose sizes add up to at most Size.
@@ -159,6 +177,7 @@ func New(remote core.Store, cfg Config) (*Store, error) {
 		maxDeny:  int64(cfg.MaxDeny),
 		lease:    cfg.Lease,
 		leaseTTL: int64(cfg.LeaseTTL),
+		winTTL:   int64(cfg.WindowLeaseTTL),
 		size:     cfg.Size / n * n,
 	}
 	if s.clock != nil {

@@ -244,7 +244,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 		l.expires = start + s.leaseTTL
 		if win {
 			// Never spend a window's tokens in the next window.
-			l.expires = min(l.expires, start+int64(d.ResetAfter))
+			l.expires = min(start+s.winTTL, start+int64(d.ResetAfter))
 		}
 		l.waitLimit = core.Limit{}
 		dec := l.decision(start, l.left)

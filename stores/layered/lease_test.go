@@ -130,6 +130,28 @@ func testLeaseFixedWindow(t *testing.T, alg core.Algorithm) {
 	}
 }
 
+// TestWindowLeaseTTL checks that a lease under the fixed window lives for
+// WindowLeaseTTL, not LeaseTTL, and still lapses when its window ends;
+// a token bucket's lives for LeaseTTL.
+func TestWindowLeaseTTL(t *testing.T) {
+	t.Parallel()
+	c := newClock() // on a window's boundary
+	remote, calls := counted(newMem(t, c))
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10), LeaseTTL: time.Second, WindowLeaseTTL: time.Hour})
+	req := core.Request{Key: "k", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(100)}
+	runLeaseSteps(t, c, s, calls, req, []leaseStep{
+		{0, 1, true, 99, core.SourceLease, 1},
+		{30 * time.Second, 1, true, 98, core.SourceLease, 0}, // past LeaseTTL, within the window
+		{29 * time.Second, 1, true, 97, core.SourceLease, 0},
+		{time.Second, 1, true, 99, core.SourceLease, 1}, // a new window: the lease lapsed
+	})
+	req.Algorithm = algorithms.TokenBucket
+	runLeaseSteps(t, c, s, calls, req, []leaseStep{
+		{0, 1, true, 99, core.SourceLease, 1},
+		{2 * time.Second, 1, true, 92, core.SourceLease, 1}, // past LeaseTTL: lapsed, and a batch of the 1 spent taken
+	})
+}
+
 // TestLeaseNotUsed checks the requests that are never leased: explicit
 // instants, the sliding windows, costs above the batch, batches of 1,
 // and limits whose capacity is below 2.
