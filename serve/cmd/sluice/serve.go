@@ -505,6 +505,11 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 		cfg := layered.Config{Size: cache}
 		if leases {
 			cfg.Lease = func(req core.Request) int64 { return limits.LeaseOf(req.Algorithm) }
+			// A fixed window's lease lapses at its window's end, so no
+			// window admits more than its rate however long it lives:
+			// live up to a minute, so that a key spending a few
+			// requests a second takes a batch a minute, not every second.
+			cfg.WindowLeaseTTL = windowLeaseTTL
 		}
 		var l *layered.Store
 		if l, err = layered.New(remote, cfg); err != nil {
@@ -538,6 +543,12 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 	}
 	return t, b, func() { t.Close(); shut() }, nil
 }
+
+// windowLeaseTTL is how long sluice serve's leases under the fixed window
+// may be spent after they were taken (layered.Config.WindowLeaseTTL),
+// within their window; a token bucket's or GCRA's live for
+// layered.DefaultLeaseTTL.
+const windowLeaseTTL = time.Minute
 
 // tlsFor returns c for a connection to addr: with its host as the
 // server's name, unless c names one.
