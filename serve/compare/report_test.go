@@ -159,11 +159,15 @@ func renderPage(set sideSettings, cs []contender, ws []workload, runs map[string
 	p("Servers: %s (built from the Go module proxy) and sluice serve at %s.\n\n", m.peerVersion, m.sluiceCommit)
 
 	p("## How it was measured\n\n")
-	p("One redis-server of the test's own (127.0.0.1, no persistence) serves the three servers, which run side by side for the whole measurement:\n\n")
+	p("One redis-server of the test's own (127.0.0.1, no persistence) serves the %d servers, which run side by side for the whole measurement:\n\n", len(cs))
 	p("| server | configuration |\n|---|---|\n")
 	p("| %s | the YAML below; `REDIS_SOCKET_TYPE=tcp`, its default pool of 10 connections, `DISABLE_STATS=true` (no statsd to send to), `LOG_LEVEL=warn` |\n", PeerName)
 	p("| %s | the same YAML file, unchanged; `sluice serve -config FILE -redis ADDR` with every other flag at its default (fixed windows, as the peer), and its default `GOGC=400` (the peer runs with Go's 100) |\n", SluiceName)
-	p("| %s | the same YAML with `algorithm: token-bucket` in each `rate_limit` (sluice's extension): a bucket of `requests_per_unit`, refilled at `requests_per_unit` per unit |\n\n", cs[2].name)
+	p("| %s | the same YAML with `algorithm: token-bucket` in each `rate_limit` (sluice's extension): a bucket of `requests_per_unit`, refilled at `requests_per_unit` per unit |\n", cs[2].name)
+	if len(cs) > 3 {
+		p("| %s | the same YAML with `lease: %d` in the `edge` rule (sluice's extension), and `-lease-all %d`: every rule of at least %s a unit (the users who are not hot, their paths, the tenants) leases batches of up to %d, the edge key of up to %d (docs/serve.md, \"Leases for hot descriptors\") |\n", cs[3].name, edgeLease, leaseAll, thousands(100*leaseAll), leaseAll, edgeLease)
+	}
+	p("\n")
 	p("The load generator (`serve/internal/loadgen`, also the `rlsload` command) runs in the test process on the same cores. It keeps a fixed number of RPCs in flight (*streams*) over %d gRPC connections, each caller sending its next request when the last is answered. ", benchConns)
 	p("Every run sends %v of warmup and then measures %v, with fresh users; a run never spans the end of a minute, so a fixed window never resets during it. ", set.warmup, set.duration)
 	p("One request in %d is about one of %d *hot* users, each limited to %d a minute, who are soon denied; the others are about one of %s users whose limit, %s a minute, is never reached. So every server answers about the same share of denials, however fast it is. ", hotShare, hotUsers, hotLimit, thousands(coldUsers), thousands(coldLimit))
@@ -171,21 +175,21 @@ func renderPage(set sideSettings, cs []contender, ws []workload, runs map[string
 	p("The servers take turns, workload by workload, in an order rotated every round; %d rounds. The limits:\n\n", set.rounds)
 	p("```yaml\n%s```\n\n", benchConfig(""))
 	p("Every figure is the median over the rounds, with the lowest and highest round in brackets where they differ. *Decisions/s* counts answered RPCs, one decision each however many descriptors it holds. Latency is the client's, from call to decoded answer. ")
-	p("*Redis commands* are the server's INFO commandstats, which counts the commands a script runs besides the EVALSHA that runs it. *CPU* is the process's user plus system time (/proc/PID/stat) during the measurement. ")
+	p("*Redis commands* are the server's INFO commandstats, which counts the commands a script runs besides the EVALSHA that runs it. *CPU* is the process's user plus system time (/proc/PID/stat) during the measurement; the client's is the test process's, which runs the load generator. ")
 	p("*Most admitted to a hot user* is the highest count of OK answers any hot user got in the run, warmup included, against what the limit allows: %d for a fixed window, which the run stays inside; for a token bucket %d plus the refill over the run's length. *Over-grant* adds up the admissions beyond that over the hot users. ", hotLimit, hotLimit)
 	p("*Fail-open* counts OK answers that carry no limit: sluice serve's answer when Redis has not answered within its `-timeout` (default 100 ms) in its default mode, `fail-open`; they are not counted as admissions of the user.\n\n")
 
 	p("## Throughput, latency and cost\n\n")
 	for _, w := range ws {
 		p("### %s%s\n\n", strings.ToUpper(w.String()[:1]), w.String()[1:])
-		p("| server | decisions/s | p50 | p99 | p99.9 | Redis commands per decision | server CPU per decision | Redis CPU per decision | most admitted to a hot user (allowed) | over-grant | fail-open | errors |\n")
-		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		p("| server | decisions/s | p50 | p99 | p99.9 | Redis commands per decision | server CPU per decision | Redis CPU per decision | client CPU per decision | most admitted to a hot user (allowed) | over-grant | fail-open | errors |\n")
+		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, c := range cs {
 			rs := runs[key(w, c)]
 			perDecision := func(f func(runResult) float64) spread {
 				return collect(rs, func(r runResult) float64 { return f(r) / math.Max(1, float64(r.res.Decisions())) })
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s |\n", c.name,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s |\n", c.name,
 				collect(rs, func(r runResult) float64 { return r.res.DecisionsPerSec() }).format(thousands),
 				collect(rs, func(r runResult) float64 { return r.res.P50.Seconds() }).format(micros),
 				collect(rs, func(r runResult) float64 { return r.res.P99.Seconds() }).format(micros),
@@ -193,6 +197,7 @@ func renderPage(set sideSettings, cs []contender, ws []workload, runs map[string
 				perDecision(func(r runResult) float64 { return float64(r.commands.Total()) }).format(twoDecimals),
 				perDecision(func(r runResult) float64 { return r.serverCPU.Seconds() }).format(micros),
 				perDecision(func(r runResult) float64 { return r.redisCPU.Seconds() }).format(micros),
+				perDecision(func(r runResult) float64 { return r.clientCPU.Seconds() }).format(micros),
 				collect(rs, func(r runResult) float64 { return float64(r.maxPerUser) }).format(thousands),
 				collect(rs, func(r runResult) float64 { return r.bound }).format(func(v float64) string { return fmt.Sprintf("%.1f", v) }),
 				collect(rs, func(r runResult) float64 { return float64(r.overGrant) }).format(thousands),
@@ -205,12 +210,14 @@ func renderPage(set sideSettings, cs []contender, ws []workload, runs map[string
 		base := runs[key(w, peer)]
 		for _, c := range cs[1:] {
 			rs := runs[key(w, c)]
-			var speed, cpu []float64
+			var speed, cpu, all []float64
+			perDecision := func(r runResult, d time.Duration) float64 { return d.Seconds() / float64(r.res.Decisions()) }
 			for i := range min(len(rs), len(base)) {
 				speed = append(speed, rs[i].res.DecisionsPerSec()/base[i].res.DecisionsPerSec())
-				cpu = append(cpu, (rs[i].serverCPU.Seconds()/float64(rs[i].res.Decisions()))/(base[i].serverCPU.Seconds()/float64(base[i].res.Decisions())))
+				cpu = append(cpu, perDecision(rs[i], rs[i].serverCPU)/perDecision(base[i], base[i].serverCPU))
+				all = append(all, perDecision(rs[i], rs[i].serverCPU+rs[i].redisCPU+rs[i].clientCPU)/perDecision(base[i], base[i].serverCPU+base[i].redisCPU+base[i].clientCPU))
 			}
-			p("%s against %s, round by round: decisions/s %s, server CPU per decision %s.  \n", c.name, PeerName, spreadOf(speed).format(ratio), spreadOf(cpu).format(ratio))
+			p("%s against %s, round by round: decisions/s %s, server CPU per decision %s, server, Redis and client CPU per decision %s.  \n", c.name, PeerName, spreadOf(speed).format(ratio), spreadOf(cpu).format(ratio), spreadOf(all).format(ratio))
 		}
 		p("\n")
 	}

@@ -85,13 +85,25 @@ const (
 	edgeLimit   = 100
 	edgeLead    = 200 * time.Millisecond
 	edgeStreams = 16
+	// The leases contender's: -lease-all leaseAll (every rule of at
+	// least 100 × leaseAll a unit: the users who are not hot, their
+	// paths and the tenants), and the edge key in batches of edgeLease.
+	leaseAll  = 100
+	edgeLease = 10
 )
+
+// benchLeaseConfig is benchConfig("") with the edge rule leased in batches of
+// edgeLease.
+func benchLeaseConfig() string {
+	return strings.Replace(benchConfig(""), fmt.Sprintf("requests_per_unit: %d\n", edgeLimit), fmt.Sprintf("requests_per_unit: %d\n      lease: %d\n", edgeLimit, edgeLease), 1)
+}
 
 // contender is one server of the comparison.
 type contender struct {
 	name   string
 	srv    *Server
 	bucket bool // token bucket: L at once, then L per window length
+	leases bool // sluice serve leasing (-lease-all)
 }
 
 // workload is one of the four measured loads.
@@ -112,10 +124,11 @@ type runResult struct {
 	commands   Commands
 	serverCPU  time.Duration
 	redisCPU   time.Duration
-	maxPerUser int64   // the most admissions a hot user got
-	bound      float64 // the most the limit allows a hot user in the run
-	overGrant  int64   // admissions beyond bound, over all hot users
-	failOpen   int64   // OK answers without a limit: not decided by Redis
+	clientCPU  time.Duration // the test process's: the load generator's, mostly
+	maxPerUser int64         // the most admissions a hot user got
+	bound      float64       // the most the limit allows a hot user in the run
+	overGrant  int64         // admissions beyond bound, over all hot users
+	failOpen   int64         // OK answers without a limit: not decided by Redis
 }
 
 // edgeResult is one contender's boundary scenario in one round.
@@ -159,6 +172,7 @@ func TestSideBySide(t *testing.T) {
 		{name: PeerName, srv: StartPeer(t, PeerConfig{Redis: r.Addr(), Config: fixedConf})},
 		{name: SluiceName, srv: StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: fixedConf})},
 		{name: SluiceName + ", token bucket", srv: StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: bucketConf}), bucket: true},
+		{name: SluiceName + ", leases", srv: StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: benchLeaseConfig(), Args: []string{"-lease-all", strconv.Itoa(leaseAll)}}), leases: true},
 	}
 	workloads := []workload{{1, 64}, {1, 256}, {3, 64}, {3, 256}}
 
@@ -253,6 +267,8 @@ func shortName(c contender) string {
 		return "p"
 	case c.bucket:
 		return "b"
+	case c.leases:
+		return "l"
 	default:
 		return "s"
 	}
@@ -282,21 +298,23 @@ func measure(t *testing.T, set sideSettings, r *redistest.Server, c contender, w
 		rr           runResult
 		before       Commands
 		cpu0, redis0 time.Duration
+		client0      time.Duration
 		sampleErr    error
 	)
 	sample := func(start bool) {
 		cmds, err1 := CommandStats(r)
 		cpu, err2 := c.srv.CPU()
 		rcpu, err3 := ProcessCPU(r.PID())
-		if err := firstErr(err1, err2, err3); err != nil {
+		ccpu, err4 := ProcessCPU(os.Getpid())
+		if err := firstErr(err1, err2, err3, err4); err != nil {
 			sampleErr = err
 			return
 		}
 		if start {
-			before, cpu0, redis0 = cmds, cpu, rcpu
+			before, cpu0, redis0, client0 = cmds, cpu, rcpu, ccpu
 			return
 		}
-		rr.commands, rr.serverCPU, rr.redisCPU = cmds.Sub(before), cpu-cpu0, rcpu-redis0
+		rr.commands, rr.serverCPU, rr.redisCPU, rr.clientCPU = cmds.Sub(before), cpu-cpu0, rcpu-redis0, ccpu-client0
 	}
 	firstSend := time.Now()
 	res, err := loadgen.Run(t.Context(), loadgen.Config{
