@@ -2,6 +2,8 @@ package compare
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"io/fs"
@@ -48,72 +50,125 @@ func TestPeerIntegration(t *testing.T) {
 		t.Skipf("sluice serve does not build: %v", err)
 	}
 	root := peerModuleDir(t)
-	src := filepath.Join(root, "test/integration/integration_test.go")
-	if _, err := os.Stat(src); err != nil {
+	src, err := os.ReadFile(filepath.Join(root, "test/integration/integration_test.go"))
+	if err != nil {
 		t.Fatalf("the peer's integration test: %v", err)
 	}
+	peerSource = string(src)
 	plain := redistest.Start(t)
-	// A Redis that asks for a password, as the peer's TestBasicAuthConfig
-	// (set once redistest has seen it start; it is not emptied again).
+	// Servers that ask for a password, as the peer's TestBasicAuthConfig,
+	// TestBasicTLSConfig and its Cluster and Sentinel tests do (set once
+	// redistest has seen them start, and not emptied again).
 	auth := redistest.Start(t)
-	if _, err := auth.Do("CONFIG", "SET", "requirepass", "password123"); err != nil {
+	ca := redistest.NewCA(t, "peer-integration")
+	tlsRedis := redistest.Start(t, redistest.WithTLS(ca))
+	tlsClientRedis := redistest.Start(t, redistest.WithTLS(ca), redistest.WithClientAuth())
+	cluster := redistest.StartCluster(t)
+	sentinel := redistest.StartSentinel(t)
+	for _, r := range append([]*redistest.Server{auth, tlsRedis, tlsClientRedis}, cluster.Servers()...) {
+		requirePass(t, r)
+	}
+	// The replica authenticates to the primary, and the sentinels to
+	// both, before the primary asks.
+	if _, err := sentinel.Replica().Do("CONFIG", "SET", "masterauth", peerPassword); err != nil {
 		t.Fatal(err)
 	}
+	for _, sn := range sentinel.Sentinels() {
+		if _, err := sn.Do("SENTINEL", "SET", sentinel.MasterName(), "auth-pass", peerPassword); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requirePass(t, sentinel.Primary())
+	requirePass(t, sentinel.Replica())
+	clientCert, clientKey := clientCertFiles(t, ca)
 	tl := &tally{t: t, design: map[string]int{}}
 
 	type variant struct {
-		name string
-		env  map[string]string
-		r    *redistest.Server
+		test, name string
+		env        map[string]string
+		r          *redistest.Server // emptied first, unless nil
 		// stop is the peer's StopCacheKeyIncrementWhenOverlimit, which the
 		// expectations read.
 		stop       bool
 		localCache bool
 	}
-	redisEnv := func(r *redistest.Server, extra ...string) map[string]string {
-		env := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr(), "BACKEND_TYPE": "redis"}
+	redisEnv := func(addr string, extra ...string) map[string]string {
+		env := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": addr, "BACKEND_TYPE": "redis"}
 		for i := 0; i+1 < len(extra); i += 2 {
 			env[extra[i]] = extra[i+1]
 		}
 		return env
 	}
+	perSecond := []string{"REDIS_PERSECOND", "true"}
+	local := []string{"LOCAL_CACHE_SIZE_IN_BYTES", "1000"}
+	stop := []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"}
+	pass := []string{"REDIS_AUTH", peerPassword}
+	// The peer's tests trust their stunnel's certificate through the
+	// system's roots; here the test's own CA signs the servers'.
+	tlsEnv := []string{"REDIS_TLS", "true", "REDIS_TLS_CACERT", filepath.Join(tlsRedis.Dir(), "ca.crt")}
+	clusterURL := strings.Join(cluster.Addrs(), ",")
+	sentinelURL := sentinel.MasterName() + "," + strings.Join(sentinel.SentinelAddrs(), ",")
+	with := func(lists ...[]string) []string { return slices.Concat(lists...) }
 	variants := []variant{
-		// TestBasicConfig
-		{name: "WithoutPerSecondRedis", env: redisEnv(plain), r: plain},
-		{name: "WithPerSecondRedis", env: redisEnv(plain, "REDIS_PERSECOND", "true"), r: plain},
-		{name: "WithoutPerSecondRedisWithLocalCache", env: redisEnv(plain, "LOCAL_CACHE_SIZE_IN_BYTES", "1000"), r: plain, localCache: true},
-		{name: "WithPerSecondRedisWithLocalCache", env: redisEnv(plain, "REDIS_PERSECOND", "true", "LOCAL_CACHE_SIZE_IN_BYTES", "1000"), r: plain, localCache: true},
-		{name: "WithoutPerSecondRedisWithCachePrefix", env: redisEnv(plain, "CACHE_KEY_PREFIX", "prefix:"), r: plain},
-		{name: "WithoutPerSecondRedisWithstopCacheKeyIncrementWhenOverlimitConfig", env: redisEnv(plain, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"), r: plain, stop: true},
-		{name: "WithPerSecondRedisWithstopCacheKeyIncrementWhenOverlimitConfig", env: redisEnv(plain, "REDIS_PERSECOND", "true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"), r: plain, stop: true},
-		{name: "WithoutPerSecondRedisWithLocalCacheAndstopCacheKeyIncrementWhenOverlimitConfig", env: redisEnv(plain, "LOCAL_CACHE_SIZE_IN_BYTES", "1000", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"), r: plain, stop: true, localCache: true},
-		{name: "WithPerSecondRedisWithLocalCacheAndstopCacheKeyIncrementWhenOverlimitConfig", env: redisEnv(plain, "REDIS_PERSECOND", "true", "LOCAL_CACHE_SIZE_IN_BYTES", "1000", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"), r: plain, stop: true, localCache: true},
-		// TestBasicAuthConfig
-		{name: "WithoutPerSecondRedisAuth", env: redisEnv(auth, "REDIS_AUTH", "password123"), r: auth},
-		{name: "WithoutPerSecondRedisAuthWithLocalCache", env: redisEnv(auth, "REDIS_AUTH", "password123", "LOCAL_CACHE_SIZE_IN_BYTES", "1000"), r: auth, localCache: true},
-		// TestBasicReloadConfig's BasicWithoutWatchRoot
-		{name: "BasicWithoutWatchRoot", env: redisEnv(plain, "RUNTIME_WATCH_ROOT", "false"), r: plain},
+		{test: "TestBasicConfig", name: "WithoutPerSecondRedis", env: redisEnv(plain.Addr()), r: plain},
+		{test: "TestBasicConfig", name: "WithPerSecondRedis", env: redisEnv(plain.Addr(), perSecond...), r: plain},
+		{test: "TestBasicConfig", name: "WithoutPerSecondRedisWithLocalCache", env: redisEnv(plain.Addr(), local...), r: plain, localCache: true},
+		{test: "TestBasicConfig", name: "WithPerSecondRedisWithLocalCache", env: redisEnv(plain.Addr(), with(perSecond, local)...), r: plain, localCache: true},
+		{test: "TestBasicConfig", name: "WithoutPerSecondRedisWithCachePrefix", env: redisEnv(plain.Addr(), "CACHE_KEY_PREFIX", "prefix:"), r: plain},
+		{test: "TestBasicConfig", name: "WithoutPerSecondRedisWithstopCacheKeyIncrementWhenOverlimitConfig", env: redisEnv(plain.Addr(), stop...), r: plain, stop: true},
+		{test: "TestBasicConfig", name: "WithPerSecondRedisWithstopCacheKeyIncrementWhenOverlimitConfig", env: redisEnv(plain.Addr(), with(perSecond, stop)...), r: plain, stop: true},
+		{test: "TestBasicConfig", name: "WithoutPerSecondRedisWithLocalCacheAndstopCacheKeyIncrementWhenOverlimitConfig", env: redisEnv(plain.Addr(), with(local, stop)...), r: plain, stop: true, localCache: true},
+		{test: "TestBasicConfig", name: "WithPerSecondRedisWithLocalCacheAndstopCacheKeyIncrementWhenOverlimitConfig", env: redisEnv(plain.Addr(), with(perSecond, local, stop)...), r: plain, stop: true, localCache: true},
+		{test: "TestBasicAuthConfig", name: "WithoutPerSecondRedisAuth", env: redisEnv(auth.Addr(), pass...)},
+		{test: "TestBasicAuthConfig", name: "WithPerSecondRedisAuth", env: redisEnv(auth.Addr(), with(pass, perSecond)...)},
+		{test: "TestBasicAuthConfig", name: "WithoutPerSecondRedisAuthWithLocalCache", env: redisEnv(auth.Addr(), with(pass, local)...), localCache: true},
+		{test: "TestBasicAuthConfig", name: "WithPerSecondRedisAuthWithLocalCache", env: redisEnv(auth.Addr(), with(pass, perSecond, local)...), localCache: true},
+		{test: "TestBasicTLSConfig", name: "WithoutPerSecondRedisTLS", env: redisEnv(tlsRedis.TLSAddr(), with(pass, tlsEnv)...)},
+		{test: "TestBasicTLSConfig", name: "WithPerSecondRedisTLS", env: redisEnv(tlsRedis.TLSAddr(), with(pass, tlsEnv, perSecond)...)},
+		{test: "TestBasicTLSConfig", name: "WithoutPerSecondRedisTLSWithLocalCache", env: redisEnv(tlsRedis.TLSAddr(), with(pass, tlsEnv, local)...), localCache: true},
+		{test: "TestBasicTLSConfig", name: "WithPerSecondRedisTLSWithLocalCache", env: redisEnv(tlsRedis.TLSAddr(), with(pass, tlsEnv, perSecond, local)...), localCache: true},
+		{test: "TestBasicTLSConfig", name: "WithoutPerSecondRedisTLSWithClientCert", env: redisEnv(tlsClientRedis.TLSAddr(), with(pass, tlsEnv, []string{"REDIS_TLS_CLIENT_CERT", clientCert, "REDIS_TLS_CLIENT_KEY", clientKey})...)},
+		{test: "TestBasicAuthConfigWithRedisCluster", name: "WithoutPerSecondRedisAuth", env: redisEnv(clusterURL, with(pass, []string{"REDIS_TYPE", "cluster"})...)},
+		{test: "TestBasicAuthConfigWithRedisCluster", name: "WithPerSecondRedisAuth", env: redisEnv(clusterURL, with(pass, []string{"REDIS_TYPE", "cluster"}, perSecond)...)},
+		{test: "TestBasicAuthConfigWithRedisCluster", name: "WithoutPerSecondRedisAuthWithLocalCache", env: redisEnv(clusterURL, with(pass, []string{"REDIS_TYPE", "cluster"}, local)...), localCache: true},
+		{test: "TestBasicAuthConfigWithRedisCluster", name: "WithPerSecondRedisAuthWithLocalCache", env: redisEnv(clusterURL, with(pass, []string{"REDIS_TYPE", "cluster"}, perSecond, local)...), localCache: true},
+		{test: "TestBasicAuthConfigWithRedisSentinel", name: "WithoutPerSecondRedisAuth", env: redisEnv(sentinelURL, with(pass, []string{"REDIS_TYPE", "sentinel"})...)},
+		{test: "TestBasicAuthConfigWithRedisSentinel", name: "WithPerSecondRedisAuth", env: redisEnv(sentinelURL, with(pass, []string{"REDIS_TYPE", "sentinel"}, perSecond)...)},
+		{test: "TestBasicAuthConfigWithRedisSentinel", name: "WithoutPerSecondRedisAuthWithLocalCache", env: redisEnv(sentinelURL, with(pass, []string{"REDIS_TYPE", "sentinel"}, local)...), localCache: true},
+		{test: "TestBasicAuthConfigWithRedisSentinel", name: "WithPerSecondRedisAuthWithLocalCache", env: redisEnv(sentinelURL, with(pass, []string{"REDIS_TYPE", "sentinel"}, perSecond, local)...), localCache: true},
+		{test: "TestBasicReloadConfig", name: "BasicWithoutWatchRoot", env: redisEnv(plain.Addr(), "RUNTIME_WATCH_ROOT", "false"), r: plain},
 	}
+	// The expectations of one variant of testBasicBaseConfig, without and
+	// with a local cache, for the count of those not replayed.
+	var perVariant [2]int
 	for _, v := range variants {
-		t.Run("TestBasicConfig/"+v.name, func(t *testing.T) {
-			inOneMinute(t, tl, func(tl *tally) {
-				if v.r != auth {
+		t.Run(v.test+"/"+v.name, func(t *testing.T) {
+			n := inOneMinute(t, tl, func(tl *tally) {
+				if v.r != nil {
 					if _, err := v.r.Do("FLUSHALL"); err != nil {
 						t.Fatal(err)
 					}
 				}
 				s := startSluiceEnv(t, root, v.env)
-				defer s.srv.Stop()
 				basicBaseConfig(tl, s, v.stop, v.localCache)
 			})
+			perVariant[b2i(v.localCache)] = n
 		})
 	}
+	t.Run("TestBasicConfig_ExtraTags", func(t *testing.T) {
+		tl := tl.sub(t)
+		defer tl.commit()
+		s := startSluiceEnv(t, root, redisEnv(plain.Addr(), "EXTRA_TAGS", "foo:bar,a:b"))
+		extraTags(tl, s)
+	})
+	var reloadN int
 	for _, watchRoot := range []string{"true", "false"} {
 		t.Run("TestBasicReloadConfig/ReloadWatchRoot="+watchRoot, func(t *testing.T) {
 			tl := tl.sub(t)
 			defer tl.commit()
-			s := startSluiceEnv(t, root, redisEnv(plain, "RUNTIME_WATCH_ROOT", watchRoot))
+			s := startSluiceEnv(t, root, redisEnv(plain.Addr(), "RUNTIME_WATCH_ROOT", watchRoot))
 			configReload(tl, s)
+			reloadN = tl.count()
 		})
 	}
 	t.Run("TestShareThreshold", func(t *testing.T) {
@@ -121,20 +176,58 @@ func TestPeerIntegration(t *testing.T) {
 			if _, err := plain.Do("FLUSHALL"); err != nil {
 				t.Fatal(err)
 			}
-			s := startSluiceEnv(t, root, redisEnv(plain))
-			defer s.srv.Stop()
+			s := startSluiceEnv(t, root, redisEnv(plain.Addr()))
 			shareThreshold(tl, s)
 		})
 	})
-	var reasons []string
-	total := 0
-	for r, n := range tl.design {
-		reasons = append(reasons, fmt.Sprintf("%5d  %s", n, r))
-		total += n
+	if t.Failed() {
+		return
 	}
-	slices.Sort(reasons)
-	t.Logf("the peer's integration expectations: %d passed, %d differ by design, %d failed\n%s",
-		tl.passed, total, tl.failed, strings.Join(reasons, "\n"))
+	block := migrationBlock(tl, perVariant, reloadN)
+	t.Logf("the peer's integration expectations:\n%s", block)
+	checkDoc(t, filepath.Join(moduleDir(), "..", "..", "docs", "serve.md"), "peer-integration", block)
+}
+
+// peerPassword is the password of the peer's Redis servers in its tests.
+const peerPassword = "password123"
+
+// requirePass has r ask new connections for peerPassword. redistest's own
+// connection to it, opened before, stays authenticated.
+func requirePass(t *testing.T, r *redistest.Server) {
+	t.Helper()
+	if _, err := r.Do("PING"); err != nil { // the connection, kept for later calls
+		t.Fatal(err)
+	}
+	if _, err := r.Do("CONFIG", "SET", "requirepass", peerPassword); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// clientCertFiles writes a client certificate that ca signed, and its
+// key, to PEM files, for REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY.
+func clientCertFiles(t *testing.T, ca *redistest.CA) (certFile, keyFile string) {
+	t.Helper()
+	cert := ca.ClientCertificate(t, "sluice")
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // tally counts expectations.
@@ -190,16 +283,17 @@ func (tl *tally) expect(ok bool, design string, format string, args ...any) {
 const minuteRoom = 15 * time.Second
 
 // inOneMinute runs f, whose expectations hold only if no minute ends
-// during it, and commits its tally: the peer's tests expect a key of 20 a
-// minute to count 40 requests in one window (and one of 10 an hour, and
-// shared thresholds an hour, whose ends are minutes' ends too), but do
-// not wait for room in the window, so that a run that spans a minute's
-// end fails them. inOneMinute starts f with at least minuteRoom left of
-// the minute, and a run that took longer and spanned a minute's end is
-// discarded and made again (at most twice; the third is committed
-// whatever it spans). f starts a server of its own each time, whose stats
-// are fresh.
-func inOneMinute(t *testing.T, root *tally, f func(tl *tally)) {
+// during it, commits its tally and returns how many expectations it
+// made: the peer's tests expect a key of 20 a minute to count 40 requests
+// in one window (and one of 10 an hour, and shared thresholds an hour,
+// whose ends are minutes' ends too), but do not wait for room in the
+// window, so that a run that spans a minute's end fails them.
+// inOneMinute starts f with at least minuteRoom left of the minute, and a
+// run that took longer and spanned a minute's end is discarded and made
+// again (at most twice; the third is committed whatever it spans). f
+// starts a server of its own each time, whose stats are fresh; each stops
+// when the subtest ends, after its client's connection has closed.
+func inOneMinute(t *testing.T, root *tally, f func(tl *tally)) int {
 	t.Helper()
 	for try := 1; ; try++ {
 		waitForRoom(minuteRoom)
@@ -209,10 +303,19 @@ func inOneMinute(t *testing.T, root *tally, f func(tl *tally)) {
 		ended := time.Now()
 		if began.Truncate(time.Minute).Equal(ended.Truncate(time.Minute)) || try == 3 {
 			tl.commit()
-			return
+			return tl.count()
 		}
 		t.Logf("run %d took %v, across a minute's end: discarded, and made again", try, ended.Sub(began).Round(time.Millisecond))
 	}
+}
+
+// count returns how many expectations tl counted.
+func (tl *tally) count() int {
+	n := tl.passed + tl.failed
+	for _, d := range tl.design {
+		n += d
+	}
+	return n
 }
 
 // The reasons expectations differ by design.
@@ -220,7 +323,42 @@ const (
 	noGauges    = "ratelimit.localcache.hitCount and missCount: freecache's gauges; sluice's -local-cache (a cache of denials by key, stores/layered) keeps none"
 	atomicStack = "a denied request charges none of its descriptors (the atomic decision): the peer without STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT charges the allowed ones"
 	cachedWhole = "-local-cache: a request one of whose keys is cached as over its limit is denied whole without asking Redis; the others' statuses say limit_remaining 0 and carry no duration_until_reset"
+	noTags      = "EXTRA_TAGS: statsd's tags on every stat; sluice serves Prometheus series without them, and warns of the variable at start"
+	firstLoad   = "config_load_success counts the load at start; sluice_limits_reloads_total counts reloads after it, and sluice_limits_rules shows the configuration in force"
 )
+
+// reasonRows are the migration guide's columns for each reason: what the
+// peer does, what sluice serve does, and why.
+var reasonRows = map[string][3]string{
+	noGauges:    {"the gauges `ratelimit.localcache.hitCount` and `missCount`", "none", "they are freecache's; sluice's `-local-cache` is a cache of denials by key (stores/layered), which keeps no such counts"},
+	atomicStack: {"a request of two descriptors, one over its limit: the other is charged (its `limit_remaining` falls)", "the other is not charged: its `limit_remaining` is what the peer answers with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`", "the atomic decision: a denial charges nothing"},
+	cachedWhole: {"with a local cache, a request with a key cached as over its limit: the other descriptor is asked and charged", "denied whole without a Redis call; the other descriptor's status says `limit_remaining` 0 and carries no `duration_until_reset` (what it has left is not known here)", "the atomic decision, and a cached denial costs no round trip"},
+	noTags:      {"`EXTRA_TAGS`: the stat `total_hits` with the tags `foo:bar` and `a:b`", "`sluice_rls_descriptor_total_hits_total` without them, and a warning at start that `EXTRA_TAGS` is not honoured", "sluice serves Prometheus, not statsd"},
+	firstLoad:   {"`config_load_success` 1 after the load at start", "`sluice_limits_reloads_total` counts reloads after the first load; `sluice_limits_rules` says a configuration is in force", "a reload is what an operator watches for"},
+}
+
+// extraTags is the peer's TestBasicConfig_ExtraTags: one request, then
+// its total_hits and the count of configurations loaded, each carrying
+// the tags.
+func extraTags(tl *tally, s *peerServer) {
+	t := tl.t
+	tl.expect(true, "", "") // the connection (grpc.NewClient does not fail)
+	_, err := s.client.ShouldRateLimit(context.Background(), newRequest("basic", [][][2]string{{{"key1", "foo"}}}, 1))
+	tl.expect(err == nil, "", "basic key1: %v", err)
+	n := s.counter(t, "basic.key1", "total_hits")
+	warned := strings.Contains(s.srv.LogTail(), "EXTRA_TAGS")
+	design := ""
+	if n == 1 && warned {
+		design = noTags
+	}
+	tl.expect(false, design, "basic key1: total_hits %d (want 1), EXTRA_TAGS warned: %v\n%s", n, warned, s.srv.LogTail())
+	rules := s.gauge(t, "sluice_limits_rules")
+	design = ""
+	if rules > 0 {
+		design = firstLoad
+	}
+	tl.expect(false, design, "sluice_limits_rules %d, want a configuration in force", rules)
+}
 
 // peerServer is sluice serve started as the peer is in its tests, and a
 // client.
@@ -545,15 +683,21 @@ func configReload(tl *tally, s *peerServer) {
 // reloads returns sluice_limits_reloads_total.
 func (s *peerServer) reloads(t *testing.T) int {
 	t.Helper()
+	return s.gauge(t, "sluice_limits_reloads_total")
+}
+
+// gauge returns the value of the unlabelled series name on /metrics.
+func (s *peerServer) gauge(t *testing.T, name string) int {
+	t.Helper()
 	resp, err := http.Get("http://" + s.srv.HTTPAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^sluice_limits_reloads_total (\d+)$`).FindSubmatch(body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\d+)$`).FindSubmatch(body)
 	if m == nil {
-		t.Fatalf("/metrics has no sluice_limits_reloads_total:\n%s", body)
+		t.Fatalf("/metrics has no %s:\n%s", name, body)
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return n

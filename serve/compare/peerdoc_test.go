@@ -1,0 +1,120 @@
+package compare
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// migrationBlock is docs/serve.md's account of TestPeerIntegration's
+// counts: the expectations that passed and those that differ by design,
+// by reason, and those of the peer's tests that are not replayed, by
+// why. perVariant is one replayed variant of testBasicBaseConfig's count
+// of expectations, without and with a local cache; reload is
+// testConfigReload's. The peer's variants that are not replayed run the
+// same functions, so their expectations are counted from these.
+func migrationBlock(tl *tally, perVariant [2]int, reload int) string {
+	var b strings.Builder
+	design := 0
+	for _, n := range tl.design {
+		design += n
+	}
+	fmt.Fprintf(&b, "Of %d expectations, %d pass and %d differ by design, each checked to be the design's answer, none otherwise:\n\n",
+		tl.passed+design+tl.failed, tl.passed, design)
+	b.WriteString("| expectations | envoyproxy/ratelimit | sluice serve | why |\n|---|---|---|---|\n")
+	reasons := make([]string, 0, len(tl.design))
+	for r := range tl.design {
+		reasons = append(reasons, r)
+	}
+	slices.SortFunc(reasons, func(a, b string) int {
+		if c := tl.design[b] - tl.design[a]; c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	for _, r := range reasons {
+		row, ok := reasonRows[r]
+		if !ok {
+			row = [3]string{"", "", r}
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", tl.design[r], row[0], row[1], row[2])
+	}
+	without, with := perVariant[0], perVariant[1]
+	notReplayed := []struct {
+		n          int
+		tests, why string
+	}{
+		{5*without + with, "memcached: `TestBasicConfigMemcache` (3 variants, one with a local cache), `TestConfigMemcacheWithMaxIdleConns` (2), `TestMultiNodeMemcache` (1), each `testBasicBaseConfig`", "no memcached store: `BACKEND_TYPE=memcache` stops `sluice serve`"},
+		{2*without + 2*with + reload, "xDS: `TestXdsProviderBasicConfig` (4 variants of `testBasicBaseConfig`, two with a local cache), `TestXdsProviderBasicConfigReload` (`testConfigReload`)", "no configuration by xDS: `CONFIG_TYPE` other than `FILE` stops `sluice serve`"},
+		{peerAssertions("Test_mTLS") + peerAssertions("TestReloadGRPCServerCerts"), "TLS on the gRPC port: `Test_mTLS`, `TestReloadGRPCServerCerts` (their assertions)", "not built: `GRPC_SERVER_USE_TLS=true` stops `sluice serve`"},
+	}
+	total := 0
+	for _, r := range notReplayed {
+		total += r.n
+	}
+	fmt.Fprintf(&b, "\nNot replayed, %d expectations, of features `sluice serve` does not have:\n\n", total)
+	b.WriteString("| expectations | the peer's tests | why |\n|---|---|---|\n")
+	for _, r := range notReplayed {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", r.n, r.tests, r.why)
+	}
+	return b.String()
+}
+
+// peerSource is the peer's integration test's source, set by
+// TestPeerIntegration for peerAssertions.
+var peerSource string
+
+// peerAssertions counts the testify assertions (assert.NoError(...) and
+// the like, not assert.New) in the peer's integration test function name.
+func peerAssertions(name string) int {
+	i := strings.Index(peerSource, "\nfunc "+name+"(")
+	if i < 0 {
+		return 0
+	}
+	body := peerSource[i+1:]
+	if j := strings.Index(body, "\nfunc "); j >= 0 {
+		body = body[:j]
+	}
+	n := 0
+	for _, m := range regexp.MustCompile(`\bassert\.([A-Z]\w*)\(`).FindAllStringSubmatch(body, -1) {
+		if m[1] != "New" {
+			n++
+		}
+	}
+	return n
+}
+
+// checkDoc compares the block of path between the markers
+// "<!-- name:begin -->" and "<!-- name:end -->" with want: with
+// SLUICE_UPDATE_DOCS=1 it rewrites the block, and otherwise a block that
+// differs fails the test, so that the page cannot say what the test did
+// not measure.
+func checkDoc(t *testing.T, path, name, want string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	begin, end := "<!-- "+name+":begin", "<!-- "+name+":end -->"
+	i := strings.Index(doc, begin)
+	j := strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %s ... %s block", path, begin, end)
+	}
+	i += strings.Index(doc[i:], "-->\n") + len("-->\n")
+	if doc[i:j] == want {
+		return
+	}
+	if os.Getenv("SLUICE_UPDATE_DOCS") == "1" {
+		if err := os.WriteFile(path, []byte(doc[:i]+want+doc[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote the %s block of %s", name, path)
+		return
+	}
+	t.Errorf("%s: the %s block says\n%s\nand this run measured\n%s\n(SLUICE_UPDATE_DOCS=1 rewrites it)", path, name, doc[i:j], want)
+}
