@@ -172,6 +172,9 @@ func renderPage(set sideSettings, cs []contender, ws []workload, runs map[string
 	p("Every run sends %v of warmup and then measures %v, with fresh users; a run never spans the end of a minute, so a fixed window never resets during it. ", set.warmup, set.duration)
 	p("One request in %d is about one of %d *hot* users, each limited to %d a minute, who are soon denied; the others are about one of %s users whose limit, %s a minute, is never reached. So every server answers about the same share of denials, however fast it is. ", hotShare, hotUsers, hotLimit, thousands(coldUsers), thousands(coldLimit))
 	p("A one-descriptor request is `[{user=U}]`, a three-descriptor one `[{user=U}] [{tenant=T}] [{user=U}, {path=/api}]` (%d tenants). ", loadgen.Tenants)
+	if len(cs) > 3 {
+		p("A leased descriptor's first request takes its batch from Redis, and the users are fresh in every run: so in a run the leases contender pays a take for each user it sees (and for each user's path, with three descriptors), which a server that has run for a minute pays once a minute per key; the warmup absorbs what it can of it. ")
+	}
 	p("The servers take turns, workload by workload, in an order rotated every round; %d rounds. The limits:\n\n", set.rounds)
 	p("```yaml\n%s```\n\n", benchConfig(""))
 	p("Every figure is the median over the rounds, with the lowest and highest round in brackets where they differ. *Decisions/s* counts answered RPCs, one decision each however many descriptors it holds. Latency is the client's, from call to decoded answer. ")
