@@ -73,10 +73,9 @@ descriptors:
 		{rlsv3.RateLimitResponse_OK, 999},
 		{rlsv3.RateLimitResponse_OK, 998},
 		{rlsv3.RateLimitResponse_OVER_LIMIT, 998}, // not charged
-		// A lease's remaining is the budget as this instance last saw
-		// it, less what it spent since: the refund went to the store,
-		// which the lease has not seen since, so it reads one low.
-		{rlsv3.RateLimitResponse_OVER_LIMIT, 997},
+		// The refund went back into the lease, so the lease's remaining
+		// still reads what the instance holds.
+		{rlsv3.RateLimitResponse_OVER_LIMIT, 998},
 	} {
 		resp := ask()
 		if resp.OverallCode != want.code || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != want.remaining {
@@ -86,10 +85,10 @@ descriptors:
 			taken = 1000 - atStore() // the first batch
 		}
 	}
-	// No other take: the two denied requests' hot charges came back to
-	// the store, which holds what was taken less those two.
-	if got, want := atStore(), 1000-taken+2; got != want {
-		t.Errorf("hot's remaining at the store %d, want %d: a batch of %d taken, 2 denied requests' charges refunded", got, want, taken)
+	// No other take, and no refund asked of the store: the two denied
+	// requests' hot charges went back into the lease.
+	if got, want := atStore(), 1000-taken; got != want {
+		t.Errorf("hot's remaining at the store %d, want %d: a batch of %d taken, and the 2 denied requests' charges refunded into the lease", got, want, taken)
 	}
 	// Leased, not asked of the store: hot alone.
 	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{d("hot", "x")}})

@@ -65,7 +65,10 @@
 // its MaxBatch, never which algorithm it is; an algorithm that is not a
 // Batcher is not leased. Leases are also limited to plain single requests:
 // peeks are answered from a lease that holds enough but never take one,
-// refunds and reservations go to the remote, and batches
+// a refund goes back to the key's live lease if the lease has spent at
+// least its cost since its take (those tokens were charged to the remote
+// with the batch), and to the remote otherwise; reservations go to the
+// remote, and batches
 // ([Store.ApplyAll]) neither spend nor take leases. A lease never exceeds
 // the algorithm's MaxBatch for the limit (the burst, or the window's
 // rate) nor the request's batch, and a request of cost above the batch

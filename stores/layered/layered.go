@@ -225,6 +225,11 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	k := cacheKey{req.Key, req.Algorithm.Name()}
 	sh := s.shard(req.Key)
 	e, _ := sh.Get(k)
+	if req.Op == core.OpRefund && req.Now.IsZero() && e != nil {
+		if d, ok := e.refundLease(&req, s.now()); ok {
+			return d, nil
+		}
+	}
 	if req.Op == core.OpRefund || req.Op == core.OpReserve || req.Op == core.OpAtMost {
 		// A refund changes the key the other way; a reservation may be
 		// admitted with a delay where a plain request is denied; a

@@ -153,6 +153,26 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 	}
 }
 
+// refundLease gives a refund back to the key's live lease, under the same
+// limit, if the lease has spent at least its cost since its take: those
+// tokens were charged to the remote with the batch, so the lease may
+// spend them again, and the remote need not be asked. A lease thus never
+// holds more than it took, and what the instance admits, less what it
+// refunds, stays within what the remote charged. ok is false when the
+// refund is for the remote: no live lease, another limit, or a cost
+// above what the lease spent (a refund of what another instance
+// charged, or of more than was charged, which the remote bounds).
+func (e *entry) refundLease(req *core.Request, now int64) (d core.Decision, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l := e.lease
+	if e.dead || l == nil || l.taken == 0 || l.limit != req.Limit || now >= l.expires || l.taken-l.left < req.Cost {
+		return core.Decision{}, false
+	}
+	l.left += req.Cost
+	return l.decision(now, l.left), true
+}
+
 // decision is the decision for a request spent from the lease, leaving
 // left tokens in it. Remaining counts what the remote had left after the
 // take and what the lease still holds: the key's budget as this instance

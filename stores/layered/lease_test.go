@@ -152,6 +152,45 @@ func TestWindowLeaseTTL(t *testing.T) {
 	})
 }
 
+// TestLeaseRefund checks that a refund goes back to the key's live lease
+// when the lease has spent at least its cost, with no remote call, and to
+// the remote otherwise: a cost above what the lease spent, or a lease
+// that lapsed.
+func TestLeaseRefund(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	remote, calls := counted(newMem(t, c))
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10), LeaseTTL: time.Second})
+	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)}
+	steps := []struct {
+		advance   time.Duration
+		op        core.Op
+		cost      int64
+		remaining int64
+		source    core.Source
+		remote    int64
+	}{
+		{0, core.OpCharge, 1, 99, core.SourceLease, 1}, // take 10: 90 at the remote, 9 in the lease
+		{0, core.OpCharge, 3, 96, core.SourceLease, 0},
+		{0, core.OpRefund, 2, 98, core.SourceLease, 0}, // the lease spent 4: given back to it
+		{0, core.OpRefund, 3, 93, core.SourceStore, 1}, // the lease spent 2: the remote's, which knows nothing of the lease's 8
+		{0, core.OpCharge, 8, 90, core.SourceLease, 0}, // the lease's 8: the take's 90 and none left
+		{2 * time.Second, core.OpRefund, 1, 97, core.SourceStore, 1},
+	}
+	for i, st := range steps {
+		c.Advance(st.advance)
+		req.Op, req.Cost = st.op, st.cost
+		before := calls.Load()
+		d, err := s.Apply(context.Background(), req)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if made := calls.Load() - before; !d.Allowed || d.Remaining != st.remaining || d.Source != st.source || made != st.remote {
+			t.Errorf("step %d: %v %d = %s after %d remote calls; want allowed, remaining %d, from %v after %d", i, st.op, st.cost, describe(d), made, st.remaining, st.source, st.remote)
+		}
+	}
+}
+
 // TestLeaseNotUsed checks the requests that are never leased: explicit
 // instants, the sliding windows, costs above the batch, batches of 1,
 // and limits whose capacity is below 2.
