@@ -1,8 +1,10 @@
 package compare
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -88,33 +90,76 @@ func peerAssertions(name string) int {
 }
 
 // checkDoc compares the block of path between the markers
-// "<!-- name:begin -->" and "<!-- name:end -->" with want: with
+// "<!-- name:begin ... -->" and "<!-- name:end -->" with want: with
 // SLUICE_UPDATE_DOCS=1 it rewrites the block, and otherwise a block that
 // differs fails the test, so that the page cannot say what the test did
 // not measure.
 func checkDoc(t *testing.T, path, name, want string) {
 	t.Helper()
+	rewrote, err := syncBlock(path, name, want, os.Getenv("SLUICE_UPDATE_DOCS") == "1")
+	switch {
+	case err != nil:
+		t.Error(err)
+	case rewrote:
+		t.Logf("rewrote the %s block of %s", name, path)
+	}
+}
+
+// errStaleBlock is syncBlock's error for a block that says other than
+// what was measured.
+var errStaleBlock = errors.New("the block disagrees with what this run measured (SLUICE_UPDATE_DOCS=1 rewrites it)")
+
+// syncBlock compares path's block name with want, and rewrites it if
+// update; a block that differs is otherwise an error wrapping
+// errStaleBlock, which quotes both.
+func syncBlock(path, name, want string, update bool) (rewrote bool, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		return false, err
 	}
 	doc := string(data)
 	begin, end := "<!-- "+name+":begin", "<!-- "+name+":end -->"
 	i := strings.Index(doc, begin)
 	j := strings.Index(doc, end)
 	if i < 0 || j < i {
-		t.Fatalf("%s has no %s ... %s block", path, begin, end)
+		return false, fmt.Errorf("%s has no %s ... %s block", path, begin, end)
 	}
-	i += strings.Index(doc[i:], "-->\n") + len("-->\n")
-	if doc[i:j] == want {
-		return
+	k := strings.Index(doc[i:j], "-->\n")
+	if k < 0 {
+		return false, fmt.Errorf("%s: %s ... is not closed on its line", path, begin)
 	}
-	if os.Getenv("SLUICE_UPDATE_DOCS") == "1" {
-		if err := os.WriteFile(path, []byte(doc[:i]+want+doc[j:]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("rewrote the %s block of %s", name, path)
-		return
+	i += k + len("-->\n")
+	switch {
+	case doc[i:j] == want:
+		return false, nil
+	case update:
+		return true, os.WriteFile(path, []byte(doc[:i]+want+doc[j:]), 0o644)
 	}
-	t.Errorf("%s: the %s block says\n%s\nand this run measured\n%s\n(SLUICE_UPDATE_DOCS=1 rewrites it)", path, name, doc[i:j], want)
+	return false, fmt.Errorf("%s, %s: %w; it says\n%s\nand this run measured\n%s", path, name, errStaleBlock, doc[i:j], want)
+}
+
+// TestSyncBlock checks that a block that disagrees fails, unless asked to
+// be rewritten, and that a rewritten one agrees.
+func TestSyncBlock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "page.md")
+	page := "intro\n<!-- counts:begin: written by a test -->\nOf 10, 7 pass.\n<!-- counts:end -->\nafter\n"
+	if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rewrote, err := syncBlock(path, "counts", "Of 10, 7 pass.\n", false); rewrote || err != nil {
+		t.Errorf("the same block: rewrote %v, %v; want nothing to do", rewrote, err)
+	}
+	if _, err := syncBlock(path, "counts", "Of 11, 8 pass.\n", false); !errors.Is(err, errStaleBlock) {
+		t.Errorf("another count: %v, want errStaleBlock", err)
+	}
+	if rewrote, err := syncBlock(path, "counts", "Of 11, 8 pass.\n", true); !rewrote || err != nil {
+		t.Errorf("another count, to be rewritten: rewrote %v, %v", rewrote, err)
+	}
+	data, _ := os.ReadFile(path)
+	if want := strings.Replace(page, "Of 10, 7", "Of 11, 8", 1); string(data) != want {
+		t.Errorf("rewritten:\n%s\nwant\n%s", data, want)
+	}
+	if _, err := syncBlock(path, "missing", "", false); err == nil || errors.Is(err, errStaleBlock) {
+		t.Errorf("no such block: %v, want an error naming it", err)
+	}
 }
