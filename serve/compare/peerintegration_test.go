@@ -37,14 +37,17 @@ import (
 // startSluiceEnv), and every assertion of testBasicBaseConfig,
 // testConfigReload and testShareThreshold, in the same order, with the
 // per-descriptor stats read from sluice's /metrics; a variant is run
-// again if it spanned a minute's end (see inOneMinute). It counts the expectations that pass and
-// those that differ by design, each under its reason (docs/serve.md,
-// "Migrating from envoyproxy/ratelimit", lists them with their counts),
-// and fails on any other difference.
+// again if it spanned a minute's end (see inOneMinute). It counts the
+// expectations that pass and those that differ by design, each under its
+// reason, and fails on any other difference, and on a count that
+// docs/serve.md ("Migrating from envoyproxy/ratelimit") does not show:
+// SLUICE_UPDATE_DOCS=1 writes them there.
 //
 // The variants are the peer's TestBasicConfig, TestBasicAuthConfig,
-// TestBasicReloadConfig and TestShareThreshold on one Redis (Redis
-// Cluster, Sentinel, TLS, memcached and xDS variants are not replayed).
+// TestBasicTLSConfig, TestBasicAuthConfigWithRedisCluster,
+// TestBasicAuthConfigWithRedisSentinel, TestBasicConfig_ExtraTags,
+// TestBasicReloadConfig and TestShareThreshold (the memcached, xDS and
+// gRPC TLS tests are not replayed: sluice serve has none of them).
 func TestPeerIntegration(t *testing.T) {
 	if _, err := SluiceBinary(); err != nil {
 		t.Skipf("sluice serve does not build: %v", err)

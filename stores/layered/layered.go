@@ -83,8 +83,9 @@ type Config struct {
 	// unspent tokens lapse with it. It bounds how far leasing moves
 	// admissions in time (see the package documentation). A lease under
 	// an algorithm whose capacity comes back when a window ends, such as
-	// the fixed window, also lapses when the window it was taken in ends.
-	// The default is [DefaultLeaseTTL]; negative is an error.
+	// the fixed window, lives for WindowLeaseTTL instead, and lapses when
+	// the window it was taken in ends. The default is [DefaultLeaseTTL];
+	// negative is an error.
 	LeaseTTL time.Duration
 
 	// WindowLeaseTTL is LeaseTTL for a lease under an algorithm whose
