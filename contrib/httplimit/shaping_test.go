@@ -279,10 +279,10 @@ func runShapingBurst(t *testing.T, store core.Store, line int, opts ...httplimit
 		t.Fatalf("the error handler was called: %v", errs)
 	}
 	var (
-		admitted    []arrival
-		refused     int
+		admitted     []arrival
+		refused      int
 		lastDecision time.Time
-		slowest429  time.Duration // at the client
+		slowest429   time.Duration // at the client
 	)
 	wantT := fmt.Sprintf(`"api";r=0;t=%d`, ceilSec(time.Duration(line+1)*interval))
 	for i, res := range results {
