@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/spawn"
+	"github.com/sluicehq/sluice/redistest/spawn"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/spawn"
+	"github.com/sluicehq/sluice/redistest/spawn"
 )
 
 // rawConn is a connection through a proxy that sends inline PINGs and

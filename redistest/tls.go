@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/spawn"
+	"github.com/sluicehq/sluice/redistest/spawn"
 )
 
 // certValidity is how long a test certificate is valid, from an hour

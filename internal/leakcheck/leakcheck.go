@@ -31,12 +31,12 @@ var markers = []string{
 
 // ignored are frames of goroutines that are not the code's own: this
 // package's, the test runner's, and the test kits' process spawner
-// (internal/spawn's, for redistest, pgtest and mysqltest), which lives as
+// (redistest/spawn's, for redistest, pgtest and mysqltest), which lives as
 // long as the test binary by design. A child's reaper, spawn.Start's,
 // is not ignored: it ends when its server is killed.
 var ignored = []string{
 	"github.com/sluicehq/sluice/internal/leakcheck.",
-	"github.com/sluicehq/sluice/internal/spawn.start",
+	"github.com/sluicehq/sluice/redistest/spawn.start",
 	"testing.(*M).",
 	"testing.tRunner",
 	"testing.runTests",

@@ -18,7 +18,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // the driver of DSN's connections
 
-	"github.com/sluicehq/sluice/internal/spawn"
+	"github.com/sluicehq/sluice/redistest/spawn"
 )
 
 // Timeouts. Each is generous: a slow machine should make a test slower,

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 
-	"github.com/sluicehq/sluice/internal/spawn"
+	"github.com/sluicehq/sluice/redistest/spawn"
 )
 
 func Example() {
