@@ -429,6 +429,10 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	b.calls.Add(1)
 	start := b.now() // the monotonic clock alone: half the cost of time.Now
 	b.meter.awake(start)
+	// The process clock now, not b.meter.at(start) once the call ends: a
+	// reading of a past instant is projected back at the wall clock's pace,
+	// and would count in full a stall during the call.
+	began := b.meter.at(start)
 	t := b.deadlines.at(start)
 	var err error
 	if b.steady(start) {
@@ -437,7 +441,7 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		err = b.callDetached(ctx, reqs, out, t)
 	}
 	if err == nil {
-		b.deadlines.observe(t, b.meter.at(b.now())-b.meter.at(start))
+		b.deadlines.observe(t, b.procNow()-began)
 		return answered, nil
 	}
 	// A client may report a timeout as soon as the deadline passes, before
@@ -563,7 +567,7 @@ func (b *Breaker) callDetached(ctx context.Context, reqs []core.Request, out []c
 	} else {
 		rs = append(rs, reqs...)
 	}
-	cctx := b.meter.context(ctx, callGrace*t.timeout, t.start)
+	cctx := b.meter.context(ctx, callGrace*t.timeout, b.now())
 	go func() {
 		defer cctx.stop()
 		var r detached

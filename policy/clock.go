@@ -155,7 +155,10 @@ func (m *meter) run() {
 
 // at returns the process clock at the wall instant now (ns after base).
 // Read at instants in order, it does not go back. While the meter rests
-// it keeps pace with the wall clock: no call is being timed.
+// it keeps pace with the wall clock: no call is being timed. now is the
+// present: an instant before the last reading is projected back at the
+// wall clock's pace, counting in full any stall since, so a span is
+// timed by readings taken at its start and at its end.
 func (m *meter) at(now int64) int64 {
 	r := m.last.Load()
 	if m.resting.Load() {
