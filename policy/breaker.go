@@ -174,7 +174,8 @@ type Breaker struct {
 	state       atomic.Uint32 // State, as of the last change
 	openUntil   atomic.Int64  // ns after base at which an open circuit lets probes through
 	closedAt    atomic.Int64  // the process clock when the circuit last closed, or NewBreaker ran
-	runStart    int64         // the process clock at the current run of failures' first; under gobreaker's lock
+	runStart    int64         // the process clock since which the store has answered nothing (see ReadyToTrip); under gobreaker's lock
+	lastAnswer  atomic.Int64  // the process clock at the store's latest answer, to within answerGrain
 	steadyAfter atomic.Int64  // ns after base from which calls may run inline (see steady)
 	ramp        atomic.Int64  // the slow start's cap on calls in flight; 0: none
 	inflight    atomic.Int64  // calls in flight to the store
@@ -242,7 +243,11 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			now := b.procNow()
 			if c.ConsecutiveFailures <= 1 {
-				b.runStart = now // a success ended the last run
+				// A success ended the last run. The store has answered
+				// nothing since its latest answer, or since this failed
+				// call began, a deadline ago if it timed out: whichever
+				// is later.
+				b.runStart = max(b.lastAnswer.Load(), now-b.deadlines.timeout.Load())
 			}
 			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
 				return false
@@ -441,7 +446,11 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		err = b.callDetached(ctx, reqs, out, t)
 	}
 	if err == nil {
-		b.deadlines.observe(t, b.procNow()-began)
+		now := b.procNow()
+		b.deadlines.observe(t, now-began)
+		if now-b.lastAnswer.Load() >= answerGrain {
+			b.lastAnswer.Store(now) // a racing caller's may be a little later: it is within the grain
+		}
 		return answered, nil
 	}
 	// A client may report a timeout as soon as the deadline passes, before
@@ -532,6 +541,11 @@ func (b *Breaker) callInline(ctx context.Context, t *tick, inline func(context.C
 	}
 	return inline(&callContext{Context: ctx, tick: t})
 }
+
+// answerGrain is how precisely a breaker records when its store last
+// answered: a store shared by every caller is written at most once a
+// grain, not by every answer.
+const answerGrain = int64(50 * time.Microsecond)
 
 // callGrace is how many per-call deadlines a detached call may run after
 // its caller has had the mode's answer. A call that opens a connection (a
