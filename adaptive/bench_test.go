@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
@@ -40,7 +41,7 @@ func BenchmarkReport(b *testing.B) {
 // a fixed limit ("fixed"), through a policy without an override
 // ("policy"), through an override returning a constant ("constant"), and
 // through policy.WithOverride(ctrl.Override) ("adaptive"), and with the
-// limiter following the controller (core.Limiter.Following, "following"):
+// limiter following the controller (sluice.Limiter.Following, "following"):
 // the target is an adaptive decision within 1.1× of a fixed one.
 func BenchmarkDecision(b *testing.B) {
 	ctrl, err := adaptive.New(core.PerSecond(1_000_000_000), adaptive.AIMD(), adaptive.WithBounds(1, 1_000_000_000))
@@ -65,13 +66,13 @@ func BenchmarkDecision(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			lim, err := core.NewLimiter(store, algorithms.TokenBucket, limit)
+			lim, err := sluice.NewLimiter(store, algorithms.TokenBucket, limit)
 			if err != nil {
 				b.Fatal(err)
 			}
 			if c.name == "following" {
 				// The limiter reads the controller's limit itself: no
-				// policy in the way (core.Limiter.Following).
+				// policy in the way (sluice.Limiter.Following).
 				if lim, err = lim.Following(ctrl); err != nil {
 					b.Fatal(err)
 				}

@@ -269,7 +269,7 @@ func WithOnChange(f func(Change)) Option {
 }
 
 // WithRule makes [Controller.Override] adapt only the requests of the
-// [core.Stack] rule named name; other requests keep their limits.
+// sluice.Stack rule named name; other requests keep their limits.
 func WithRule(name string) Option {
 	return optionFunc(func(c *Controller) error {
 		if name == "" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
@@ -213,9 +214,9 @@ func TestOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack, err := core.NewStack(p,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)},
-		core.Rule{Name: "downstream", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
+	stack, err := sluice.NewStack(p,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)},
+		sluice.Rule{Name: "downstream", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -15,16 +15,16 @@
 // Every step is capped ([WithMaxStep]) and bounded ([WithBounds]); both
 // laws back off on failures ([ErrorRatio]) and on explicit overload.
 //
-// A [core.Limiter] decides under the adapted limit by following the
+// A sluice.Limiter decides under the adapted limit by following the
 // controller, which costs a decision one atomic load:
 //
 //	ctrl, err := adaptive.New(core.PerSecond(100), adaptive.Gradient())
-//	lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(100))
+//	lim, err := sluice.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(100))
 //	lim, err = lim.Following(ctrl)
 //	go ctrl.Run(ctx)
 //	defer ctrl.Close()
 //
-// A rule of a [core.Stack], or any request a policy sees, uses it through
+// A rule of a sluice.Stack, or any request a policy sees, uses it through
 // [policy.WithOverride] and [Controller.Override] instead
 // (policy.New(store, policy.WithOverride(ctrl.Override))), at the cost of
 // the policy's hop.

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
@@ -18,7 +18,7 @@ func Example() {
 	store, _ := memstore.New(memstore.Config{})
 	defer store.Close()
 	law := adaptive.AIMD(adaptive.LatencyAbove(0.99, 50*time.Millisecond), adaptive.Increase(10))
-	ctrl, err := adaptive.New(core.PerSecond(100), law, adaptive.WithBounds(10, 1000),
+	ctrl, err := adaptive.New(sluice.PerSecond(100), law, adaptive.WithBounds(10, 1000),
 		adaptive.WithOnChange(func(c adaptive.Change) { fmt.Printf("%v -> %v (%v)\n", c.Old, c.New, c.Reason) }))
 	if err != nil {
 		fmt.Println(err)
@@ -26,7 +26,7 @@ func Example() {
 	}
 	defer ctrl.Close()
 	p, _ := policy.New(store, policy.WithOverride(ctrl.Override))
-	lim, _ := core.NewLimiter(p, algorithms.TokenBucket, core.PerSecond(100))
+	lim, _ := sluice.NewLimiter(p, algorithms.TokenBucket, sluice.PerSecond(100))
 
 	ctx := context.Background()
 	// In production: go ctrl.Run(ctx), which updates once an interval.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
@@ -334,7 +335,7 @@ func fleetChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := core.NewLimiter(p, algorithms.TokenBucket, initial)
+	lim, err := sluice.NewLimiter(p, algorithms.TokenBucket, initial)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
@@ -58,7 +58,7 @@ type completion struct {
 // limiter that decides through it.
 type instance struct {
 	ctrl *adaptive.Controller
-	lim  *core.Limiter
+	lim  *sluice.Limiter
 	next time.Time // its next update
 }
 
@@ -104,7 +104,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 	}
 	t.Cleanup(func() { store.Close() })
 	ctx := context.Background()
-	initial := core.PerSecond(cfg.start).WithBurst(max(cfg.start/10, 1))
+	initial := sluice.PerSecond(cfg.start).WithBurst(max(cfg.start/10, 1))
 	fleet := make([]instance, max(cfg.instances, 1))
 	for i := range fleet {
 		opts := []adaptive.Option{adaptive.WithInterval(simInterval), adaptive.WithBounds(1, 10000)}
@@ -119,7 +119,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lim, err := core.NewLimiter(p, algorithms.TokenBucket, initial)
+		lim, err := sluice.NewLimiter(p, algorithms.TokenBucket, initial)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,7 @@ const MaxConcurrency = 10_000
 //   - a peek says whether n slots are free.
 //
 // A denied acquisition's RetryAfter is the time until the first lease
-// expires: a release may free a slot sooner. Use [core.Limiter.Acquire],
+// expires: a release may free a slot sooner. Use sluice.Limiter.Acquire,
 // which makes leases, rather than requests of your own.
 //
 // State: T the last change (µs); A the slots held; E when the last lease

@@ -41,5 +41,5 @@
 // and what it does when a key's limit changes.
 //
 // [Concurrency] is of another kind: it limits how many leases a key holds
-// at once rather than a rate, and is used through core.Limiter's Acquire.
+// at once rather than a rate, and is used through sluice.Limiter's Acquire.
 package algorithms

@@ -24,8 +24,8 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/memstore"
@@ -151,11 +151,11 @@ func startAll(n int, start func(i int) (Contender, error)) ([]Contender, error) 
 	return out, nil
 }
 
-// sluiceContender decides with a core.Limiter over store: the API a user
+// sluiceContender decides with a sluice.Limiter over store: the API a user
 // calls, not the store's Apply. If modeAnswers is not nil it counts the
 // decisions a breaker's mode answered instead of the store.
-func sluiceContender(name string, store core.Store, lim Limit, closeClient func(), modeAnswers *atomic.Int64) (Contender, error) {
-	limiter, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(int64(lim.Rate)).WithBurst(int64(lim.Burst)))
+func sluiceContender(name string, store sluice.Store, lim Limit, closeClient func(), modeAnswers *atomic.Int64) (Contender, error) {
+	limiter, err := sluice.NewLimiter(store, algorithms.TokenBucket, sluice.PerSecond(int64(lim.Rate)).WithBurst(int64(lim.Burst)))
 	if err != nil {
 		store.Close()
 		closeClient()
@@ -180,8 +180,8 @@ func sluiceContender(name string, store core.Store, lim Limit, closeClient func(
 
 // isModeAnswer reports whether a decision is a breaker's answer for a store
 // that failed or was too slow.
-func isModeAnswer(s core.Source) bool {
-	return s == core.SourceFailOpen || s == core.SourceFailClosed || s == core.SourceDegraded
+func isModeAnswer(s sluice.Source) bool {
+	return s == sluice.SourceFailOpen || s == sluice.SourceFailClosed || s == sluice.SourceDegraded
 }
 
 func newRedisStore(addr string, lim Limit) (Contender, error) {
@@ -234,17 +234,17 @@ func newRueidisChain(breaker []policy.BreakerOption) func(string, Limit) (Conten
 	}
 }
 
-// chainContender decides, as sluiceContender does, with a core.Limiter,
+// chainContender decides, as sluiceContender does, with a sluice.Limiter,
 // over the production chain built on store: telemetry (no-op providers)
 // → policy (no options) → breaker (configured by breaker: the defaults
 // unless a test says otherwise) → layered (zero Config) → store. It counts
 // the decisions the breaker's mode answered.
-func chainContender(name string, store core.Store, lim Limit, closeClient func(), breaker []policy.BreakerOption) (Contender, error) {
+func chainContender(name string, store sluice.Store, lim Limit, closeClient func(), breaker []policy.BreakerOption) (Contender, error) {
 	var (
-		chain   core.Store = store
+		chain   sluice.Store = store
 		circuit *policy.Breaker
 	)
-	wrap := func(f func(core.Store) (core.Store, error)) error {
+	wrap := func(f func(sluice.Store) (sluice.Store, error)) error {
 		outer, err := f(chain)
 		if err != nil {
 			chain.Close()
@@ -254,15 +254,15 @@ func chainContender(name string, store core.Store, lim Limit, closeClient func()
 		chain = outer
 		return nil
 	}
-	for _, f := range []func(core.Store) (core.Store, error){
-		func(s core.Store) (core.Store, error) { return layered.New(s, layered.Config{}) },
-		func(s core.Store) (core.Store, error) {
+	for _, f := range []func(sluice.Store) (sluice.Store, error){
+		func(s sluice.Store) (sluice.Store, error) { return layered.New(s, layered.Config{}) },
+		func(s sluice.Store) (sluice.Store, error) {
 			b, err := policy.NewBreaker(s, breaker...)
 			circuit = b
 			return b, err
 		},
-		func(s core.Store) (core.Store, error) { return policy.New(s) },
-		func(s core.Store) (core.Store, error) {
+		func(s sluice.Store) (sluice.Store, error) { return policy.New(s) },
+		func(s sluice.Store) (sluice.Store, error) {
 			return telemetry.New(s,
 				telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
 				telemetry.WithMeterProvider(metricnoop.NewMeterProvider()))

@@ -7,12 +7,12 @@ import (
 
 	limiterstore "github.com/sethvargo/go-limiter/memorystore"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
-// BenchmarkDirect calls sluice's memstore through core.Limiter and
+// BenchmarkDirect calls sluice's memstore through sluice.Limiter and
 // sethvargo/go-limiter's memory store through its Take, serially on one
 // hot key under BenchmarkMemory's limit (so both deny), with nothing of
 // BenchmarkMemory's loop around them: each library's own cost of a
@@ -27,7 +27,7 @@ func BenchmarkDirect(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer store.Close()
-		lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(int64(memoryLimit.Rate)).WithBurst(int64(memoryLimit.Burst)))
+		lim, err := sluice.NewLimiter(store, algorithms.TokenBucket, sluice.PerSecond(int64(memoryLimit.Rate)).WithBurst(int64(memoryLimit.Burst)))
 		if err != nil {
 			b.Fatal(err)
 		}

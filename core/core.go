@@ -34,6 +34,14 @@ var (
 	// as asked, such as a MaxWait on a request that is not a reservation,
 	// or a batch naming one key and algorithm twice.
 	ErrInvalidRequest = errors.New("sluice: invalid request")
+	// ErrCleanup reports a refund or a release that sluice made on a
+	// caller's behalf and could not confirm within [CleanupTimeout]: the
+	// capacity may still be charged, until the key's state recovers or
+	// the lease expires. A refund that timed out may nonetheless have
+	// been applied (a store never replays a call that timed out), so
+	// sluice does not try it again; it reports it, joined with the
+	// error that made the caller give up.
+	ErrCleanup = errors.New("sluice: refund or release not confirmed")
 )
 
 // MaxKeyLen is the longest key, in bytes, a request may carry. Keys come
@@ -127,11 +135,11 @@ type Decision struct {
 	// Level is the key's level right after the decision (for a peek,
 	// after the charge it would make), exactly, in fractions of a token:
 	// below zero while the key owes more than it holds. A decision of cost
-	// 0 ([Limiter.Level]) reports the level at its instant. Its PerToken
+	// 0 (sluice.Limiter.Level) reports the level at its instant. Its PerToken
 	// is 0 where the level is unknown (see [Level]).
 	Level Level
 	// Admitted is, for a partial admission ([OpAtMost],
-	// [Limiter.AllowAtMost]), the cost admitted and charged: 1 to the
+	// sluice.Limiter.AllowAtMost), the cost admitted and charged: 1 to the
 	// request's Cost when Allowed, 0 when denied. It is 0 for every other
 	// operation, which admits the whole of its cost or none of it.
 	Admitted int64
@@ -146,7 +154,8 @@ type Decision struct {
 // window weighs in part, and below zero when a lowered rate leaves the
 // window holding more than it admits; for the concurrency algorithm, the
 // free slots. A Decision carries the level right after it; a decision of
-// cost 0 ([Limiter.Level], [Stack.Level]) reads it without changing it.
+// cost 0 (sluice.Limiter.Level, sluice.Stack.Level) reads it without
+// changing it.
 //
 // Levels are exact: Units and PerToken are integers below 2^53, the same
 // from every store. The zero Level is an unknown one.
@@ -217,7 +226,7 @@ type Request struct {
 	// instant between two is rounded down to the earlier (as
 	// [time.Time.Truncate] rounds it), and the decision's At shows the
 	// instant used. The zero value means the store's own clock (the
-	// server's clock for Redis). [Limiter.At] and [Stack.At] set it.
+	// server's clock for Redis). sluice.Limiter.At and sluice.Stack.At set it.
 	Now time.Time
 	// Op is what the request does: charge (the zero value), peek, refund,
 	// reserve or admit in part. See [Op].
@@ -243,12 +252,12 @@ type Request struct {
 	// store. Counted in cost rather than time, the bound holds whatever
 	// the limit each request carries. Zero means no bound but MaxWait; it
 	// must be zero for every operation but [OpReserve], and at most
-	// [MaxUnits]. [Limiter.WithQueue] and [Stack.WithQueue] set it.
+	// [MaxUnits]. sluice.Limiter.WithQueue and sluice.Stack.WithQueue set it.
 	MaxQueue int64
 	// Lease names a lease of the concurrency algorithm
 	// (algorithms.Concurrency), 1 to [MaxUnits]: a charge acquires Cost
 	// slots under it, or renews them if the key holds it already; a
-	// refund releases them. Other algorithms ignore it. [Limiter.Acquire]
+	// refund releases them. Other algorithms ignore it. sluice.Limiter.Acquire
 	// chooses leases at random.
 	Lease int64
 }
@@ -326,8 +335,8 @@ func (r *Request) Step(now int64) Step {
 	return st
 }
 
-// Op is what a request does to its key: the verbs of [Limiter] and
-// [Stack] as a store receives them.
+// Op is what a request does to its key: the verbs of sluice.Limiter and
+// sluice.Stack as a store receives them.
 type Op uint8
 
 // The operations. An algorithm's [Step] carries only the first three (a
@@ -569,4 +578,50 @@ type Store interface {
 	// the store it wraps, so that a chain closes as one. Later calls fail
 	// with [ErrClosed].
 	Close() error
+}
+
+// Named returns alg under another name, alg's own followed by "/" and
+// name, so that a rule's state is kept apart from every other state of
+// the same key (two token buckets on one key: a burst and a daily quota).
+// It decides exactly as alg, and keeps every ability alg has: its
+// Unwrap returns alg, which [AlgorithmAs] looks through.
+func Named(alg Algorithm, name string) Algorithm {
+	return named{Algorithm: alg, name: alg.Name() + "/" + name}
+}
+
+type named struct {
+	Algorithm
+	name string
+}
+
+func (n named) Name() string { return n.name }
+
+// Unwrap returns the algorithm named.
+func (n named) Unwrap() Algorithm { return n.Algorithm }
+
+// CleanupTimeout bounds each refund or release sluice makes on a
+// caller's behalf: sluice.Reservation.Cancel, the refund of a
+// sluice.Limiter.Wait or sluice.Stack.Wait whose context ended,
+// sluice.Lease.Release, stores.ApplyInTurn's refunds, and the release
+// of a lease whose acquisition was cut short. Such a call runs with the
+// caller's context values but not its cancellation, since it is made
+// because the caller gave up, and ends at this deadline: no call of
+// sluice outlives its context by more than CleanupTimeout, even when the
+// store hangs. A store that answers at all answers far sooner.
+const CleanupTimeout = 500 * time.Millisecond
+
+// Leaser is implemented by algorithms that hold leases ([Request.Lease]):
+// the concurrency algorithm, which limits how many leases a key holds at
+// once rather than a rate.
+type Leaser interface {
+	Algorithm
+	// Leases reports whether the algorithm honours [Request.Lease].
+	Leases() bool
+}
+
+// Leases reports whether alg holds leases: it is a [Leaser] (or wraps
+// one, see [AlgorithmAs]) that says it does.
+func Leases(alg Algorithm) bool {
+	l, ok := AlgorithmAs[Leaser](alg)
+	return ok && l.Leases()
 }

@@ -136,3 +136,11 @@ func (r *Request) Answer(d Decision) Decision {
 
 // micros returns the instant n µs after the Unix epoch, in UTC.
 func micros(n int64) time.Time { return time.UnixMicro(n).UTC() }
+
+// Unlimited returns the decision for a request under [Inf]: allowed, with
+// no limit in sight, and a level of [math.MaxInt64] tokens. Stores answer
+// Inf requests with it without touching any state, at the request's
+// instant (see [Run] and [Request.Answer]).
+func Unlimited() Decision {
+	return Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64, Level: Level{Units: math.MaxInt64, PerToken: 1}}
+}

@@ -21,7 +21,7 @@ import (
 // between their steps.
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Two rules, as a core.Stack names them: a per-user token bucket and a
+// Two rules, as a sluice.Stack names them: a per-user token bucket and a
 // per-tenant GCRA.
 var (
 	userRule   = core.Named(algorithms.TokenBucket, "user")

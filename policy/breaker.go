@@ -146,7 +146,7 @@ var (
 // within a tenth of the window after closing, or after [NewBreaker] (see
 // [WithTrip]).
 //
-// A batch ([Breaker.ApplyAll], which a [core.Stack] of several rules
+// A batch ([Breaker.ApplyAll], which a sluice.Stack of several rules
 // calls) is one call of the store and of the circuit, and is answered
 // as a whole: while the store cannot decide, the mode answers every
 // request of the batch alike, so that a stack's verdict never mixes the

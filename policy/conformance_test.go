@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
@@ -95,39 +96,39 @@ func TestConformance(t *testing.T) {
 func TestStackOneCall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	three := []core.Rule{
+	three := []sluice.Rule{
 		{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3)},
 		{Name: "tenant", Algorithm: algorithms.GCRA, Limit: core.PerMinute(100)},
 		{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1000)},
 	}
 	// Reservations need rules whose algorithm reserves.
-	two := []core.Rule{three[0], {Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.Per(1000, 24*time.Hour)}}
+	two := []sluice.Rule{three[0], {Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.Per(1000, 24*time.Hour)}}
 	for _, d := range decorators {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
 			counter := storetest.NewCounter(newMem(t))
 			s := d.wrap(t, counter)
-			stack3, err := core.NewStack(s, three...)
+			stack3, err := sluice.NewStack(s, three...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			stack2, err := core.NewStack(s, two...)
+			stack2, err := sluice.NewStack(s, two...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i, op := range []struct {
 				name    string
-				do      func() (core.Verdict, error)
+				do      func() (sluice.Verdict, error)
 				allowed bool
 			}{
-				{"Allow", func() (core.Verdict, error) { return stack3.Allow(ctx, "u", "t", "all") }, true},
-				{"Peek", func() (core.Verdict, error) { return stack3.Peek(ctx, "u", "t", "all") }, true},
-				{"AllowN over the user rule", func() (core.Verdict, error) { return stack3.AllowN(ctx, []string{"u", "t", "all"}, 3) }, false},
-				{"Allow again", func() (core.Verdict, error) { return stack3.Allow(ctx, "u", "t", "all") }, true},
-				{"ReserveN", func() (core.Verdict, error) {
+				{"Allow", func() (sluice.Verdict, error) { return stack3.Allow(ctx, "u", "t", "all") }, true},
+				{"Peek", func() (sluice.Verdict, error) { return stack3.Peek(ctx, "u", "t", "all") }, true},
+				{"AllowN over the user rule", func() (sluice.Verdict, error) { return stack3.AllowN(ctx, []string{"u", "t", "all"}, 3) }, false},
+				{"Allow again", func() (sluice.Verdict, error) { return stack3.Allow(ctx, "u", "t", "all") }, true},
+				{"ReserveN", func() (sluice.Verdict, error) {
 					r, err := stack2.ReserveN(ctx, []string{"u2", "t"}, 1, time.Second)
 					if err != nil {
-						return core.Verdict{}, err
+						return sluice.Verdict{}, err
 					}
 					return r.Verdict, nil
 				}, true},

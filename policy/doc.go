@@ -30,7 +30,7 @@
 //     number of instances ([WithInstances]), marked
 //     [core.SourceDegraded].
 //
-// A [core.Stack] of several rules reaches a decorator as one batch
+// A sluice.Stack of several rules reaches a decorator as one batch
 // ([core.Store].ApplyAll), and each decorator of this package keeps it
 // one. The breaker makes one call of the store, and of the circuit, per
 // decision; while the store cannot decide, its mode answers the whole

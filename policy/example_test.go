@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
@@ -41,7 +42,7 @@ func Example() {
 	// A new circuit does not trip within a tenth of its window: a client's
 	// first calls open its connections, and may be slow together.
 	time.Sleep(10 * time.Millisecond)
-	api, err := core.NewLimiter(breaker, algorithms.TokenBucket, core.PerMinute(100))
+	api, err := sluice.NewLimiter(breaker, algorithms.TokenBucket, core.PerMinute(100))
 	if err != nil {
 		panic(err)
 	}
@@ -62,7 +63,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	login, err := core.NewLimiter(failClosed, algorithms.GCRA, core.PerMinute(5))
+	login, err := sluice.NewLimiter(failClosed, algorithms.GCRA, core.PerMinute(5))
 	if err != nil {
 		panic(err)
 	}
@@ -92,16 +93,16 @@ func Example_stack() {
 		panic(err)
 	}
 	defer breaker.Close()
-	stack, err := core.NewStack(breaker,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)},
-		core.Rule{Name: "global", Algorithm: algorithms.GCRA, Limit: core.PerMinute(40)},
+	stack, err := sluice.NewStack(breaker,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.GCRA, Limit: core.PerMinute(40)},
 	)
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	admitted := 0
-	var last core.Verdict
+	var last sluice.Verdict
 	for range 30 {
 		v, err := stack.Allow(ctx, "user:42", "all")
 		if err != nil {
@@ -157,7 +158,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	limiter, _ := core.NewLimiter(p, algorithms.TokenBucket, core.PerSecond(2))
+	limiter, _ := sluice.NewLimiter(p, algorithms.TokenBucket, core.PerSecond(2))
 	ctx := context.Background()
 	for _, key := range []string{"free:1", "pro:1", "health-check"} {
 		allowed := 0

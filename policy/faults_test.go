@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
@@ -611,9 +612,9 @@ func TestFailClosedIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := settled(newBreaker(t, goRedis.store(t, srv.Addr(), nil), WithMode(FailClosed)))
-	stack, err := core.NewStack(b,
-		core.Rule{Name: "per-client", Algorithm: algorithms.GCRA, Limit: core.PerMinute(5)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1000)},
+	stack, err := sluice.NewStack(b,
+		sluice.Rule{Name: "per-client", Algorithm: algorithms.GCRA, Limit: core.PerMinute(5)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1000)},
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 // near-limit admission is then signalled, and in shadow mode a denial is
 // reported as allowed.
 //
-// A batch ([Policy.ApplyAll], which a [core.Stack] of several rules calls)
+// A batch ([Policy.ApplyAll], which a sluice.Stack of several rules calls)
 // is treated per rule, and stays one call of the inner store: a rule whose
 // key is on the deny list denies the whole batch without asking the store,
 // rules on the allow list are left out of the store's batch, and the rest

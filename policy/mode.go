@@ -11,7 +11,7 @@ import (
 // the circuit is open (and the call is not a probe), and for a call that
 // failed as the store's failure. Every such answer is a [core.Decision]
 // with a nil error, marked with its [core.Source]. A batch (a
-// [core.Stack] of several rules) is answered as a whole: every request
+// sluice.Stack of several rules) is answered as a whole: every request
 // allowed, every request denied, or the batch decided atomically on the
 // local store, each request under the share of its own limit.
 type Mode uint8

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
@@ -16,7 +17,7 @@ import (
 	"github.com/sluicehq/sluice/stores/storetest"
 )
 
-// The stack outage test: a two-rule core.Stack, a per-user token bucket
+// The stack outage test: a two-rule sluice.Stack, a per-user token bucket
 // and a global GCRA, over a breaker over a real Redis that is killed
 // under load and restarted.
 
@@ -24,7 +25,7 @@ import (
 // a second (burst 25) per user and 100 a second (burst 100) in all: the
 // load's 4 users together can spend the global share, so that both rules
 // bind.
-var stackRules = []core.Rule{
+var stackRules = []sluice.Rule{
 	{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)},
 	{Name: "global", Algorithm: algorithms.GCRA, Limit: core.PerSecond(400)},
 }
@@ -54,7 +55,7 @@ type stackLoad struct {
 // zero pause for a burst that opens a client's connections. The stacks'
 // keys are prefixed with their modes, so that each mode has keys of its
 // own.
-func startStackLoad(stacks []*core.Stack, modes []Mode, t0 time.Time, pause time.Duration) *stackLoad {
+func startStackLoad(stacks []*sluice.Stack, modes []Mode, t0 time.Time, pause time.Duration) *stackLoad {
 	l := &stackLoad{stop: make(chan struct{})}
 	for g := range loadGoroutines {
 		l.wg.Go(func() {
@@ -124,10 +125,10 @@ func testStackKillRestart(t *testing.T, cl client) {
 	ch := &changes{}
 	b := newBreaker(t, counter, WithInstances(instances), WithOnChange(ch.add))
 	modes := []Mode{FailOpen, FailClosed, Degrade}
-	var direct, stacks []*core.Stack
+	var direct, stacks []*sluice.Stack
 	for _, m := range modes {
 		for _, store := range []core.Store{counter, withMode(t, b, m)} {
-			s, err := core.NewStack(store, stackRules...)
+			s, err := sluice.NewStack(store, stackRules...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
@@ -40,7 +41,7 @@ func TestSynctestBreaker(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() }) // closes f and the memstore
-		lim, err := core.NewLimiter(b, algorithms.TokenBucket, core.PerSecond(100))
+		lim, err := sluice.NewLimiter(b, algorithms.TokenBucket, core.PerSecond(100))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,8 +119,8 @@ func TestWaitWhileDown(t *testing.T) {
 		is, isnt error
 		says     string
 	}{
-		{policy.FailClosed, core.ErrUnavailable, core.ErrWaitTooLong, "fail-closed"},
-		{policy.Degrade, core.ErrWaitTooLong, core.ErrUnavailable, "degraded"},
+		{policy.FailClosed, core.ErrUnavailable, sluice.ErrWaitTooLong, "fail-closed"},
+		{policy.Degrade, sluice.ErrWaitTooLong, core.ErrUnavailable, "degraded"},
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			t.Parallel()
@@ -139,7 +140,7 @@ func TestWaitWhileDown(t *testing.T) {
 				}
 				t.Cleanup(func() { b.Close() })
 				// A burst of 1 at 1/s: the second wait needs a second.
-				lim, err := core.NewLimiter(b, algorithms.TokenBucket, core.PerSecond(1))
+				lim, err := sluice.NewLimiter(b, algorithms.TokenBucket, core.PerSecond(1))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -24,7 +25,7 @@ func ExampleFunc() {
 		}
 		return d, err
 	})
-	limiter, _ := core.NewLimiter(counting, algorithms.GCRA, core.PerHour(2))
+	limiter, _ := sluice.NewLimiter(counting, algorithms.GCRA, core.PerHour(2))
 	for range 5 {
 		limiter.Allow(context.Background(), "k")
 	}
@@ -40,9 +41,9 @@ func ExampleApplyInTurn() {
 	mem, _ := memstore.New(memstore.Config{})
 	defer mem.Close()
 	var store core.Store = inTurn{mem}
-	stack, _ := core.NewStack(store,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10)},
-		core.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(1)},
+	stack, _ := sluice.NewStack(store,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10)},
+		sluice.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(1)},
 	)
 	ctx := context.Background()
 	for range 3 {

@@ -89,7 +89,7 @@ const (
 	BatchSizeKey = attribute.Key("ratelimit.batch.size")
 	// BindingKey is the index, from 0, of a batch's binding request, the
 	// one whose decision the span's decision attributes describe (the
-	// rule [core.Verdict].Binding names): an index into
+	// rule sluice.Verdict.Binding names): an index into
 	// [BatchAlgorithmsKey], [BatchAllowedKey] and [BatchRemainingKey];
 	// int, absent when the batch failed.
 	BindingKey = attribute.Key("ratelimit.binding")

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -48,21 +49,21 @@ func total(t testing.TB, ms map[string]metricdata.Metrics, name string, want ...
 }
 
 // threeRules are a stack's rules: a user's, their tenant's and everyone's.
-var threeRules = []core.Rule{
+var threeRules = []sluice.Rule{
 	{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(5)},
 	{Name: "tenant", Algorithm: algorithms.GCRA, Limit: core.PerMinute(3)},
 	{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(100)},
 }
 
 // ruleRequest returns the request a stack makes of rule r for key.
-func ruleRequest(r core.Rule, key string, op core.Op) core.Request {
+func ruleRequest(r sluice.Rule, key string, op core.Op) core.Request {
 	return core.Request{Key: key, Algorithm: core.Named(r.Algorithm, r.Name), Limit: r.Limit, Cost: 1, Op: op}
 }
 
 // wantBatch returns the attributes of a batch's span: the binding
 // request's decision attributes, with the verdict's outcome and delay,
 // and the batch's.
-func wantBatch(limiter string, reqs []core.Request, v core.Verdict) map[attribute.Key]attribute.Value {
+func wantBatch(limiter string, reqs []core.Request, v sluice.Verdict) map[attribute.Key]attribute.Value {
 	want := wantDecision(limiter, "memstore", reqs[v.Binding], v.Decision)
 	algs := make([]string, len(reqs))
 	allowed := make([]bool, len(reqs))
@@ -90,7 +91,7 @@ func wantBatch(limiter string, reqs []core.Request, v core.Verdict) map[attribut
 func TestStackSpan(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nearAt(t, newClockedMem(t), 0.7), telemetry.WithName("stack"))
-	stack, err := core.NewStack(h.store, threeRules...)
+	stack, err := sluice.NewStack(h.store, threeRules...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,11 +200,11 @@ func TestStackSpan(t *testing.T) {
 func TestStackReservation(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, newClockedMem(t), telemetry.WithName("reserve"))
-	rules := []core.Rule{
+	rules := []sluice.Rule{
 		{Name: "fast", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
 		{Name: "slow", Algorithm: algorithms.TokenBucket, Limit: core.Per(1, 2*time.Second)},
 	}
-	stack, err := core.NewStack(h.store, rules...)
+	stack, err := sluice.NewStack(h.store, rules...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +370,7 @@ func TestStackOneCall(t *testing.T) {
 	counter := storetest.NewCounter(newMem(t))
 	h := newHarness(t, counter)
 	ctx := context.Background()
-	stack, err := core.NewStack(h.store, threeRules...)
+	stack, err := sluice.NewStack(h.store, threeRules...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +390,7 @@ func TestStackOneCall(t *testing.T) {
 		t.Errorf("the backend saw %d Apply and %d ApplyAll calls, want 0 and %d", apply, all, n+1)
 	}
 
-	one, err := core.NewStack(h.store, threeRules[0])
+	one, err := sluice.NewStack(h.store, threeRules[0])
 	if err != nil {
 		t.Fatal(err)
 	}

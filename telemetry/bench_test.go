@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -203,7 +204,7 @@ func benchBatches(b *testing.B, store core.Store, parallel bool) {
 }
 
 func benchDecisions(b *testing.B, store core.Store, parallel bool) {
-	lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(1_000_000_000))
+	lim, err := sluice.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(1_000_000_000))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package telemetry traces and measures rate-limit decisions with
 // OpenTelemetry: [New] wraps any [core.Store] in a decorator that opens
-// one span per decision (one for all the rules of a [core.Stack]'s
+// one span per decision (one for all the rules of a sluice.Stack's
 // decision, see [Store.ApplyAll]) and records metrics an operator can
 // alert on.
 //

@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
@@ -46,7 +47,7 @@ func Example() {
 		panic(err)
 	}
 	defer store.Close() // closes mem too
-	limiter, _ := core.NewLimiter(store, algorithms.TokenBucket, core.PerMinute(2))
+	limiter, _ := sluice.NewLimiter(store, algorithms.TokenBucket, core.PerMinute(2))
 
 	ctx := context.Background()
 	for range 3 {

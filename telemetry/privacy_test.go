@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
@@ -120,7 +121,7 @@ func TestNoKeyLeaks(t *testing.T) {
 			})
 			breaker := &fakeBreaker{inner: inner, state: "closed"}
 			h := newHarness(t, breaker, append(mode.opts, telemetry.WithName("privacy"))...)
-			lim, err := core.NewLimiter(h.store, algorithms.GCRA, core.PerMinute(2))
+			lim, err := sluice.NewLimiter(h.store, algorithms.GCRA, core.PerMinute(2))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,9 +234,9 @@ func TestNoKeyLeaksThroughMiddleware(t *testing.T) {
 	const clients = 5_000
 	const maxSeries = 50
 	h := newHarness(t, newMem(t), telemetry.WithName("api"))
-	stack, err := core.NewStack(h.store,
-		core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(2)},
-		core.Rule{Name: "per-user", Algorithm: algorithms.GCRA, Limit: core.PerMinute(2)},
+	stack, err := sluice.NewStack(h.store,
+		sluice.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(2)},
+		sluice.Rule{Name: "per-user", Algorithm: algorithms.GCRA, Limit: core.PerMinute(2)},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +328,7 @@ func TestNoKeyLeaksThroughMiddleware(t *testing.T) {
 func TestServerSpanOfADenial(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, newMem(t), telemetry.WithName("api"))
-	stack, err := core.NewStack(h.store, core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(2)})
+	stack, err := sluice.NewStack(h.store, sluice.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(2)})
 	if err != nil {
 		t.Fatal(err)
 	}

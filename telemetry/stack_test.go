@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
@@ -46,7 +47,7 @@ func TestStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wrap(t, breaker, telemetry.WithName("stack"))
-	lim, err := core.NewLimiter(h.store, algorithms.GCRA, core.PerHour(1))
+	lim, err := sluice.NewLimiter(h.store, algorithms.GCRA, core.PerHour(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestStack(t *testing.T) {
 	// A new key, so that the cache does not answer. The breaker opens
 	// after enough failures (how many, and how soon, is policy's
 	// business): decide until it does.
-	lim2, _ := core.NewLimiter(h.store, algorithms.GCRA, core.PerHour(1))
+	lim2, _ := sluice.NewLimiter(h.store, algorithms.GCRA, core.PerHour(1))
 	failedOpen := 0
 	for deadline := time.Now().Add(10 * time.Second); breaker.State() != policy.Open; {
 		if time.Now().After(deadline) {

@@ -41,7 +41,7 @@ const Version = "0.1.0"
 const (
 	// SpanName names the span of every decision ([Store.Apply]), peeks,
 	// refunds and reservations included, and of every batch of requests
-	// decided together ([Store.ApplyAll], a [core.Stack] of several rules):
+	// decided together ([Store.ApplyAll], a sluice.Stack of several rules):
 	// one span per batch.
 	SpanName = "ratelimit.decide"
 	// ResetSpanName names the span of [Store.Reset].
@@ -343,7 +343,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	return d, err
 }
 
-// ApplyAll decides reqs together with the inner store, as a [core.Stack]
+// ApplyAll decides reqs together with the inner store, as a sluice.Stack
 // of several rules asks, in one span named [SpanName]. The span's
 // decision attributes are those of the batch's binding request
 // ([core.Binding]), whose outcome is the batch's; for an admitted

@@ -43,7 +43,7 @@
 //	go run ./cmd/sluice sim -traffic constant:400/s -downstream 200/s -capacity-change 30s:100/s -adapt gradient -duration 60s
 //
 // -queue and -max-delay shape the traffic instead (token bucket and GCRA):
-// each request reserves its turn ([github.com/sluicehq/sluice/core.Limiter.WithQueue])
+// each request reserves its turn ([github.com/sluicehq/sluice/sluice.Limiter.WithQueue])
 // and waits in line, or is refused at once when the line is full or the
 // wait too long; the table adds what left the line in each interval and
 // the line's length, and the summary the gaps between releases:

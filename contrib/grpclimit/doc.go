@@ -1,4 +1,4 @@
-// Package grpclimit is gRPC server middleware over a sluice [core.Stack]:
+// Package grpclimit is gRPC server middleware over a sluice sluice.Stack:
 // unary and stream interceptors that find each call's key under every
 // rule of the stack, charge the call's cost to all of them at once, all
 // or nothing, and fail the calls they must with the status each outcome
@@ -11,14 +11,14 @@
 // everyone together. Rules without one are keyed by the default key
 // function ([WithKeyFunc]), by default the peer's address ([PeerKey]:
 // IPv4 unmapped, IPv6 by /64). A call is charged once, through the stack
-// ([core.Stack.AllowN]): if any rule denies it, no rule is charged. A
+// (sluice.Stack.AllowN): if any rule denies it, no rule is charged. A
 // stream is charged once, when it starts. A stack with a concurrency rule
 // ([core.Leases]) holds the call's slots while its handler runs, and
 // releases them when the handler returns or panics (the panic goes on).
 //
 //   - Allowed: the call is served.
 //   - Denied: codes.ResourceExhausted, with a google.rpc.RetryInfo whose
-//     retry_delay is the binding rule's wait ([core.Verdict].Binding: the
+//     retry_delay is the binding rule's wait (sluice.Verdict.Binding: the
 //     denying rule with the longest wait), rounded up to the millisecond
 //     and never less than 1ms (left out when the call's cost can never be
 //     admitted), and a google.rpc.QuotaFailure with a violation for every

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/grpclimit"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -28,9 +28,9 @@ func Example() {
 		panic(err)
 	}
 	defer store.Close()
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "per-key", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1000)},
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "per-key", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(2)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(1000)},
 	)
 	if err != nil {
 		panic(err)

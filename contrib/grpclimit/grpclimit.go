@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/core"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -126,7 +127,7 @@ func WithErrorHandler(f ErrorFunc) Option {
 }
 
 // WithNow makes the interceptor decide each call at the instant now
-// returns, through [core.Stack.At], instead of on the store's clock: a
+// returns, through [sluice.Stack.At], instead of on the store's clock: a
 // test steps a clock of its own and asserts at exact instants, on any
 // store. The default decides on the store's clock. Deciding each call at
 // now costs an allocation; it is meant for tests and replays, not for a
@@ -143,11 +144,11 @@ type rule struct {
 	key   KeyFunc // nil: the default key function
 }
 
-// Interceptor limits the calls a gRPC server serves with a [core.Stack]:
+// Interceptor limits the calls a gRPC server serves with a [sluice.Stack]:
 // [Interceptor.Unary] and [Interceptor.Stream] return its server
 // interceptors. Make one with [New]; it is safe for concurrent use.
 type Interceptor struct {
-	stack  *core.Stack
+	stack  *sluice.Stack
 	rules  []rule
 	leases bool // a rule holds concurrency leases
 	settings
@@ -162,7 +163,7 @@ type Interceptor struct {
 // New fails with an error wrapping [ErrInvalidOption] for a nil stack, a
 // [WithKey] naming a rule the stack lacks (or naming one twice, or with a
 // nil function), and a prefix length out of range.
-func New(stack *core.Stack, opts ...Option) (*Interceptor, error) {
+func New(stack *sluice.Stack, opts ...Option) (*Interceptor, error) {
 	if stack == nil {
 		return nil, fmt.Errorf("%w: nil stack", ErrInvalidOption)
 	}
@@ -290,7 +291,7 @@ func (in *Interceptor) keys(ctx context.Context, method string, buf []string) ([
 // decide charges a call and returns nil to serve it, with the lease to
 // release when it ends if the stack holds leases, or the status error to
 // fail it with.
-func (in *Interceptor) decide(ctx context.Context, method string) (*core.Lease, error) {
+func (in *Interceptor) decide(ctx context.Context, method string) (*sluice.Lease, error) {
 	var buf [4]string // the keys of a stack of up to 4 rules, without allocating
 	keys, err := in.keys(ctx, method, buf[:])
 	if err != nil {
@@ -309,8 +310,8 @@ func (in *Interceptor) decide(ctx context.Context, method string) (*core.Lease, 
 		stack = stack.At(in.now())
 	}
 	var (
-		v     core.Verdict
-		lease *core.Lease
+		v     sluice.Verdict
+		lease *sluice.Lease
 	)
 	if in.leases {
 		if lease, err = stack.AcquireN(ctx, keys, cost); err == nil {
@@ -351,7 +352,7 @@ func unavailable() error {
 // rounded up to the millisecond, at least 1ms; none when the cost can
 // never be admitted) and a QuotaFailure with a violation for every rule
 // that denied.
-func (in *Interceptor) denied(v core.Verdict, cost int64) error {
+func (in *Interceptor) denied(v sluice.Verdict, cost int64) error {
 	qf := &errdetails.QuotaFailure{}
 	for i, d := range v.Rules {
 		if d.Allowed {

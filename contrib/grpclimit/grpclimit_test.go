@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/grpclimit"
 	"github.com/sluicehq/sluice/core"
@@ -41,9 +42,9 @@ func newStore(t testing.TB) *memstore.Store {
 	return s
 }
 
-func newStack(t testing.TB, s core.Store, rules ...core.Rule) *core.Stack {
+func newStack(t testing.TB, s core.Store, rules ...sluice.Rule) *sluice.Stack {
 	t.Helper()
-	st, err := core.NewStack(s, rules...)
+	st, err := sluice.NewStack(s, rules...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,15 +52,15 @@ func newStack(t testing.TB, s core.Store, rules ...core.Rule) *core.Stack {
 }
 
 // oneRule returns a stack of one rule, "default", over s.
-func oneRule(t testing.TB, s core.Store, alg core.Algorithm, l core.Limit) *core.Stack {
+func oneRule(t testing.TB, s core.Store, alg core.Algorithm, l core.Limit) *sluice.Stack {
 	t.Helper()
-	return newStack(t, s, core.Rule{Name: "default", Algorithm: alg, Limit: l})
+	return newStack(t, s, sluice.Rule{Name: "default", Algorithm: alg, Limit: l})
 }
 
 // serve starts a gRPC server with the health service behind an
 // interceptor made of stack and opts, on a loopback TCP port, and returns
 // a client connected to it.
-func serve(t testing.TB, stack *core.Stack, opts ...grpclimit.Option) healthpb.HealthClient {
+func serve(t testing.TB, stack *sluice.Stack, opts ...grpclimit.Option) healthpb.HealthClient {
 	t.Helper()
 	in, err := grpclimit.New(stack, opts...)
 	if err != nil {
@@ -125,7 +126,7 @@ func violated(t *testing.T, err error) []string {
 
 func TestUnaryDenied(t *testing.T) {
 	t.Parallel()
-	stack := newStack(t, newStore(t), core.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)})
+	stack := newStack(t, newStore(t), sluice.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)})
 	c := serve(t, stack)
 	ctx := context.Background()
 	for i := range 2 {
@@ -315,8 +316,8 @@ func TestQuotaLeak(t *testing.T) {
 // quotaLeak runs TestQuotaLeak's calls on store.
 func quotaLeak(t *testing.T, store core.Store) {
 	stack := newStack(t, store,
-		core.Rule{Name: "per-minute", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10)},
-		core.Rule{Name: "per-day", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(1)})
+		sluice.Rule{Name: "per-minute", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10)},
+		sluice.Rule{Name: "per-day", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(1)})
 	c := serve(t, stack)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -364,10 +365,10 @@ func quotaLeak(t *testing.T, store core.Store) {
 func TestKeyPerRule(t *testing.T) {
 	t.Parallel()
 	stack := newStack(t, newStore(t),
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)},
-		core.Rule{Name: "tenant", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerHour(3)},
-		core.Rule{Name: "peer", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(5)})
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)},
+		sluice.Rule{Name: "tenant", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerHour(3)},
+		sluice.Rule{Name: "peer", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(5)})
 	c := serve(t, stack,
 		grpclimit.WithKey("user", grpclimit.MetadataKey("x-api-key")),
 		grpclimit.WithKey("tenant", grpclimit.MetadataKey("x-tenant")),
@@ -480,11 +481,11 @@ func TestPeerKey(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	stack := newStack(t, newStore(t),
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)})
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)})
 	for _, tc := range []struct {
 		name  string
-		stack *core.Stack
+		stack *sluice.Stack
 		opts  []grpclimit.Option
 	}{
 		{"nil stack", nil, nil},

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/grpclimit"
-	"github.com/sluicehq/sluice/core"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -64,7 +64,7 @@ func (g *gate) checkRecovered(t *testing.T) {
 
 // serveGated starts a server whose chain is: a recovery interceptor, the
 // limiter's, and g's.
-func serveGated(t *testing.T, stack *core.Stack, g *gate, opts ...grpclimit.Option) healthpb.HealthClient {
+func serveGated(t *testing.T, stack *sluice.Stack, g *gate, opts ...grpclimit.Option) healthpb.HealthClient {
 	t.Helper()
 	in, err := grpclimit.New(stack, opts...)
 	if err != nil {
@@ -96,15 +96,15 @@ func serveGated(t *testing.T, stack *core.Stack, g *gate, opts ...grpclimit.Opti
 // inflight is a stack of a concurrency rule, one call at a time, and an
 // hourly rule of 100. The store's clock is stuck: a slot never expires,
 // only a release frees it.
-func inflight(t *testing.T) *core.Stack {
+func inflight(t *testing.T) *sluice.Stack {
 	return newStack(t, newStore(t),
-		core.Rule{Name: "inflight", Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute)},
-		core.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)})
+		sluice.Rule{Name: "inflight", Algorithm: algorithms.Concurrency, Limit: sluice.Per(1, time.Minute)},
+		sluice.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(100)})
 }
 
 // checkServed checks the hourly rule of an inflight stack was charged
 // served calls, and that the slot is free.
-func checkServed(t *testing.T, stack *core.Stack, served int64) {
+func checkServed(t *testing.T, stack *sluice.Stack, served int64) {
 	t.Helper()
 	v, err := stack.Peek(context.Background(), "ip:127.0.0.1", "ip:127.0.0.1")
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package httplimit is net/http middleware over a sluice [core.Stack]: it
+// Package httplimit is net/http middleware over a sluice sluice.Stack: it
 // finds each request's key under every rule of the stack, charges the
 // request's cost to all of them at once, all or nothing, and answers with
 // the status, headers and body each outcome calls for.
@@ -28,7 +28,7 @@
 // # All or nothing
 //
 // A request is charged through the stack in one decision
-// ([core.Stack.AllowN]): if every rule admits it, every rule is charged;
+// (sluice.Stack.AllowN): if every rule admits it, every rule is charged;
 // if any rule denies it, none is. A per-minute limit of 10 in front of a
 // daily limit of 1 answers one 200, then 429s, and the per-minute rule
 // keeps 9 of its 10 however many requests the daily rule denies. On
@@ -37,7 +37,7 @@
 //
 // A stack with a concurrency rule (algorithms.Concurrency, [core.Leases])
 // limits how many requests are in the handler at once: the middleware
-// acquires the request's slots with [core.Stack.AcquireN], holds them
+// acquires the request's slots with sluice.Stack.AcquireN, holds them
 // while the handler runs, and releases them when it returns or panics
 // (the panic goes on). The rule's Period is the slots' time to live, and
 // must be longer than the slowest handler.
@@ -46,7 +46,7 @@
 //
 // With [WithQueue] or [WithMaxDelay] the middleware shapes traffic, as
 // nginx's limit_req does, rather than only limiting it: a request the
-// stack cannot admit at once is reserved ([core.Stack.ReserveN]; the
+// stack cannot admit at once is reserved (sluice.Stack.ReserveN; the
 // token bucket and GCRA reserve) and waits its turn, honouring the
 // request's context, then is served; one that finds the line full (or
 // would wait longer than the delay) is answered 429 at once, its

@@ -9,9 +9,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -28,9 +28,9 @@ func Example() {
 		panic(err)
 	}
 	defer store.Close()
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "per-client", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerHour(2)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1000)},
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "per-client", Algorithm: algorithms.SlidingWindowLog, Limit: sluice.PerHour(2)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(1000)},
 	)
 	if err != nil {
 		panic(err)
@@ -95,8 +95,8 @@ func ExampleWithQueue() {
 		panic(err)
 	}
 	defer store.Close()
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "api", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10).WithBurst(1)})
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "api", Algorithm: algorithms.GCRA, Limit: sluice.PerSecond(10).WithBurst(1)})
 	if err != nil {
 		panic(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice"
 )
 
 // Headers selects the rate-limit header fields a [Middleware] sends. The
@@ -15,10 +15,10 @@ import (
 type Headers uint8
 
 // The header sets. Each describes one rule's decision, the binding rule's
-// ([core.Verdict].Binding): after a denial, the denying rule with the
+// ([sluice.Verdict].Binding): after a denial, the denying rule with the
 // longest wait; when every rule admitted, the one closest to exhaustion.
 // Only [HeadersDraft] also lists every rule, as a policy. A rule whose
-// limit is [core.Inf] is never described, nor a decision that carries no
+// limit is [sluice.Inf] is never described, nor a decision that carries no
 // capacity (a fail-open one).
 const (
 	// HeadersNone sends no rate-limit header. Retry-After is still sent
@@ -68,7 +68,7 @@ const (
 // draft's fields are Lists, which may be split over several field lines,
 // so they are added to any a handler earlier in the chain set; the others
 // hold one value and are replaced.
-func (m *Middleware) setHeaders(h http.Header, p *rule, d core.Decision) {
+func (m *Middleware) setHeaders(h http.Header, p *rule, d sluice.Decision) {
 	r := sfInt(d.Remaining)
 	t := resetSeconds(d)
 	if m.headers&HeadersDraft != 0 {
@@ -110,8 +110,8 @@ func (m *Middleware) setHeaders(h http.Header, p *rule, d core.Decision) {
 // waitOf returns the wait the reset fields describe: after a denial that
 // can be retried, until the request would pass; otherwise until the key
 // is back to full capacity.
-func waitOf(d core.Decision) time.Duration {
-	if d.RetryAfter > 0 && d.RetryAfter != core.RetryNever {
+func waitOf(d sluice.Decision) time.Duration {
+	if d.RetryAfter > 0 && d.RetryAfter != sluice.RetryNever {
 		return d.RetryAfter
 	}
 	return d.ResetAfter
@@ -121,7 +121,7 @@ func waitOf(d core.Decision) time.Duration {
 // client never comes back early, and clamped to a structured field
 // Integer. A 429's Retry-After is never less, but a shaping
 // middleware's, which says when a place in the line frees (untilPlace).
-func resetSeconds(d core.Decision) int64 { return sfInt(ceilSeconds(waitOf(d))) }
+func resetSeconds(d sluice.Decision) int64 { return sfInt(ceilSeconds(waitOf(d))) }
 
 // jitter returns a random delay from 0 to max inclusive.
 func jitter(max time.Duration) time.Duration {

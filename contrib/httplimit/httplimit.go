@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/core"
 )
 
@@ -39,7 +40,7 @@ type Denial struct {
 	Violated []string
 	// Verdict is the stack's answer: the binding rule's decision, and
 	// each rule's in Verdict.Rules. No rule was charged.
-	Verdict core.Verdict
+	Verdict sluice.Verdict
 	// Cost is what the request would have cost under each rule.
 	Cost int64
 	// RetryAfter is the delay sent in the Retry-After header: the binding
@@ -62,10 +63,10 @@ type rule struct {
 }
 
 // Middleware limits the requests an [http.Handler] serves with a
-// [core.Stack]. Make one with [New] and wrap handlers with
+// [sluice.Stack]. Make one with [New] and wrap handlers with
 // [Middleware.Handler]. It is safe for concurrent use.
 type Middleware struct {
-	stack   *core.Stack
+	stack   *sluice.Stack
 	rules   []rule
 	leases  bool   // a rule holds concurrency leases
 	shaping bool   // WithQueue or WithMaxDelay: requests wait their turn
@@ -84,7 +85,7 @@ type Middleware struct {
 // nil function), and a bad key or header configuration (a prefix length
 // out of range, an invalid trusted proxy prefix, an unknown forwarding
 // header or header set).
-func New(stack *core.Stack, opts ...Option) (*Middleware, error) {
+func New(stack *sluice.Stack, opts ...Option) (*Middleware, error) {
 	if stack == nil {
 		return nil, fmt.Errorf("%w: nil stack", ErrInvalidOption)
 	}
@@ -199,7 +200,7 @@ func (m *Middleware) rule(name string) int {
 }
 
 // validName reports a rule name that cannot be sent as a structured field
-// String: one with a byte outside printable ASCII. [core.NewStack] allows
+// String: one with a byte outside printable ASCII. [sluice.NewStack] allows
 // only letters, digits, '-', '_' and '.', all of them printable ASCII; the
 // check keeps the headers valid should that ever widen. A printable ASCII
 // name, quoted by [strconv.Quote], is exactly its sf-string
@@ -277,8 +278,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		stack = stack.At(m.now())
 	}
 	var (
-		v     core.Verdict
-		lease *core.Lease
+		v     sluice.Verdict
+		lease *sluice.Lease
 	)
 	switch {
 	case m.shaping:
@@ -353,11 +354,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // with, served false if ctx ended while it slept: the reservation was then
 // cancelled and nothing is to be answered. A refund that could not be
 // confirmed goes to the error handler, for the record: its client is gone.
-func (m *Middleware) wait(ctx context.Context, stack *core.Stack, keys []string, cost int64) (core.Verdict, bool, error) {
+func (m *Middleware) wait(ctx context.Context, stack *sluice.Stack, keys []string, cost int64) (sluice.Verdict, bool, error) {
 	r, err := stack.ReserveN(ctx, keys, cost, m.maxDelay)
 	if err != nil || !r.Allowed || r.Delay == 0 {
 		if err != nil {
-			return core.Verdict{}, false, err
+			return sluice.Verdict{}, false, err
 		}
 		return r.Verdict, true, nil
 	}
@@ -368,9 +369,9 @@ func (m *Middleware) wait(ctx context.Context, stack *core.Stack, keys []string,
 		return r.Verdict, true, nil
 	case <-ctx.Done():
 		if err := r.Cancel(ctx); err != nil {
-			return core.Verdict{}, false, errors.Join(ctx.Err(), err)
+			return sluice.Verdict{}, false, errors.Join(ctx.Err(), err)
 		}
-		return core.Verdict{}, false, nil
+		return sluice.Verdict{}, false, nil
 	}
 }
 
@@ -382,7 +383,7 @@ func (m *Middleware) wait(ctx context.Context, stack *core.Stack, keys []string,
 // queue's tokens at the rule's rate, or the longest delay
 // ([WithMaxDelay]), whichever is shorter. The line's length is rounded
 // down, so that the wait is never short.
-func (m *Middleware) untilPlace(v core.Verdict) time.Duration {
+func (m *Middleware) untilPlace(v sluice.Verdict) time.Duration {
 	var wait time.Duration
 	for i, d := range v.Rules {
 		if d.Allowed || m.rules[i].limit.IsInf() {
@@ -414,7 +415,7 @@ func queueTime(q int64, l core.Limit) time.Duration {
 
 // failedClosed returns the index of a rule the stack's failure policy
 // denied because the store was down ([core.SourceFailClosed]), or -1.
-func failedClosed(v core.Verdict) int {
+func failedClosed(v sluice.Verdict) int {
 	if v.Allowed {
 		return -1
 	}
@@ -432,7 +433,7 @@ func failedClosed(v core.Verdict) int {
 // (denials only, after a denial), the one [core.Binding] picks. A rule
 // under [core.Inf], and a decision without a capacity (a fail-open one),
 // cannot be described.
-func (m *Middleware) shown(v core.Verdict) int {
+func (m *Middleware) shown(v sluice.Verdict) int {
 	if m.describable(v.Binding, v.Rules[v.Binding]) {
 		return v.Binding
 	}

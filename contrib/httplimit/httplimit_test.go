@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
@@ -41,9 +42,9 @@ func newStore(t testing.TB) *memstore.Store {
 }
 
 // newStack returns a stack of rules over s.
-func newStack(t testing.TB, s core.Store, rules ...core.Rule) *core.Stack {
+func newStack(t testing.TB, s core.Store, rules ...sluice.Rule) *sluice.Stack {
 	t.Helper()
-	st, err := core.NewStack(s, rules...)
+	st, err := sluice.NewStack(s, rules...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,12 +52,12 @@ func newStack(t testing.TB, s core.Store, rules ...core.Rule) *core.Stack {
 }
 
 // oneRule returns a stack of one rule, "default", over s.
-func oneRule(t testing.TB, s core.Store, alg core.Algorithm, l core.Limit) *core.Stack {
+func oneRule(t testing.TB, s core.Store, alg core.Algorithm, l core.Limit) *sluice.Stack {
 	t.Helper()
-	return newStack(t, s, core.Rule{Name: "default", Algorithm: alg, Limit: l})
+	return newStack(t, s, sluice.Rule{Name: "default", Algorithm: alg, Limit: l})
 }
 
-func newMiddleware(t testing.TB, stack *core.Stack, opts ...httplimit.Option) *httplimit.Middleware {
+func newMiddleware(t testing.TB, stack *sluice.Stack, opts ...httplimit.Option) *httplimit.Middleware {
 	t.Helper()
 	m, err := httplimit.New(stack, opts...)
 	if err != nil {
@@ -208,7 +209,7 @@ func TestDefaultIsDraft(t *testing.T) {
 // problem details body, byte for byte.
 func TestDenied(t *testing.T) {
 	t.Parallel()
-	stack := newStack(t, newStore(t), core.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)})
+	stack := newStack(t, newStore(t), sluice.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)})
 	srv := serve(t, newMiddleware(t, stack))
 	steps := []struct {
 		status  int
@@ -457,8 +458,8 @@ func TestInfLimit(t *testing.T) {
 	// and never named by RateLimit, even when it binds (all rules fresh,
 	// the Inf rule first).
 	stack = newStack(t, newStore(t),
-		core.Rule{Name: "unlimited", Algorithm: algorithms.TokenBucket, Limit: core.Inf},
-		core.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10)})
+		sluice.Rule{Name: "unlimited", Algorithm: algorithms.TokenBucket, Limit: core.Inf},
+		sluice.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10)})
 	r = get(t, serve(t, newMiddleware(t, stack, httplimit.WithCost(func(*http.Request) int64 { return 0 }))).URL)
 	if want := "RateLimit-Policy: \"hourly\";q=10;w=3600\nRateLimit: \"hourly\";r=10;t=0\n"; r.status != 200 || limitHeaders(r.header) != want {
 		t.Errorf("Inf and hourly: %d, headers\n%s\nwant 200 and\n%s", r.status, limitHeaders(r.header), want)
@@ -598,9 +599,9 @@ func TestStack(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	stack := newStack(t, s,
-		core.Rule{Name: "minute", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(3)},
-		core.Rule{Name: "hour", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerHour(3)},
-		core.Rule{Name: "day", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(10)})
+		sluice.Rule{Name: "minute", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(3)},
+		sluice.Rule{Name: "hour", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerHour(3)},
+		sluice.Rule{Name: "day", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(10)})
 	srv := serve(t, newMiddleware(t, stack))
 	policyWant := `"minute";q=3;w=60, "hour";q=3;w=3600, "day";q=10;w=86400`
 	for i, s := range []struct {
@@ -645,11 +646,11 @@ func TestStack(t *testing.T) {
 func TestKeyPerRule(t *testing.T) {
 	t.Parallel()
 	stack := newStack(t, newStore(t),
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)},
-		core.Rule{Name: "tenant", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(3)},
-		core.Rule{Name: "ip", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)},
-		core.Rule{Name: "ip-daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(100)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(5)})
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)},
+		sluice.Rule{Name: "tenant", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(3)},
+		sluice.Rule{Name: "ip", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)},
+		sluice.Rule{Name: "ip-daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(100)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(5)})
 	var defaultCalls atomic.Int64
 	client, err := httplimit.NewClientIP(httplimit.IPConfig{})
 	if err != nil {
@@ -701,11 +702,11 @@ func TestKeyPerRule(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	stack := newStack(t, newStore(t),
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)})
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)})
 	for _, tc := range []struct {
 		name  string
-		stack *core.Stack
+		stack *sluice.Stack
 		opts  []httplimit.Option
 	}{
 		{"nil stack", nil, nil},
@@ -847,8 +848,8 @@ func TestAddressKeys(t *testing.T) {
 func TestWireBytes(t *testing.T) {
 	t.Parallel()
 	stack := newStack(t, newStore(t),
-		core.Rule{Name: "per-ip.v2", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)},
-		core.Rule{Name: "global_all", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10)})
+		sluice.Rule{Name: "per-ip.v2", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)},
+		sluice.Rule{Name: "global_all", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10)})
 	srv := serve(t, newMiddleware(t, stack, httplimit.WithKey("global_all", httplimit.GlobalKey)))
 	for i, want := range []string{"HTTP/1.1 200 OK\r\n", "HTTP/1.1 429 Too Many Requests\r\n"} {
 		conn, err := net.Dial("tcp", srv.Listener.Addr().String())

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -68,7 +69,7 @@ func TestPolicyItem(t *testing.T) {
 // TestRuleNamesAreStructuredFieldStrings checks every byte core accepts in
 // a rule name against RFC 9651's sf-string: each is printable ASCII other
 // than '"' and '\', so the quoted name is the name between quotes, and
-// the headers need no escaping. It fails if core.NewStack ever accepts a
+// the headers need no escaping. It fails if sluice.NewStack ever accepts a
 // byte a header cannot carry as it is.
 func TestRuleNamesAreStructuredFieldStrings(t *testing.T) {
 	store := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return core.Decision{}, nil })
@@ -78,7 +79,7 @@ func TestRuleNamesAreStructuredFieldStrings(t *testing.T) {
 		if c >= 0x80 {
 			name = "a" + string([]byte{byte(c)})
 		}
-		if _, err := core.NewStack(store, core.Rule{Name: name, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}); err != nil {
+		if _, err := sluice.NewStack(store, sluice.Rule{Name: name, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}); err != nil {
 			continue
 		}
 		accepted++

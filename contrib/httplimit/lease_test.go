@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
-	"github.com/sluicehq/sluice/core"
 )
 
 // TestConcurrencyRule checks a stack with a concurrency rule (one request
@@ -23,8 +23,8 @@ import (
 func TestConcurrencyRule(t *testing.T) {
 	t.Parallel()
 	stack := newStack(t, newStore(t), // the clock is stuck: a slot never expires, only a release frees it
-		core.Rule{Name: "inflight", Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute)},
-		core.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)})
+		sluice.Rule{Name: "inflight", Algorithm: algorithms.Concurrency, Limit: sluice.Per(1, time.Minute)},
+		sluice.Rule{Name: "hourly", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(100)})
 	m := newMiddleware(t, stack)
 	entered, leave := make(chan struct{}), make(chan struct{})
 	mux := http.NewServeMux()
@@ -107,7 +107,7 @@ func TestConcurrencyRule(t *testing.T) {
 // rule whose store fails answers 503, like any other.
 func TestConcurrencyRuleStoreError(t *testing.T) {
 	t.Parallel()
-	stack := newStack(t, failing, core.Rule{Name: "inflight", Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute)})
+	stack := newStack(t, failing, sluice.Rule{Name: "inflight", Algorithm: algorithms.Concurrency, Limit: sluice.Per(1, time.Minute)})
 	if r := get(t, serve(t, newMiddleware(t, stack, httplimit.WithKey("inflight", httplimit.GlobalKey))).URL); r.status != 503 {
 		t.Errorf("store error: %d, want 503", r.status)
 	}

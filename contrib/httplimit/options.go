@@ -172,7 +172,7 @@ func WithNoKeyHandler(f ErrorFunc) Option {
 }
 
 // WithNow makes the middleware decide each request at the instant now
-// returns, through [core.Stack.At], instead of on the store's clock, and
+// returns, through sluice.Stack.At, instead of on the store's clock, and
 // read the epoch seconds of [HeadersXEpoch] from it: a test steps a clock
 // of its own and asserts at exact instants, on any store (see
 // docs/testing.md). A shaping middleware ([WithQueue], [WithMaxDelay])
@@ -189,7 +189,7 @@ func WithNow(now func() time.Time) Option {
 // WithQueue makes the middleware shape traffic rather than only limit it:
 // a request the stack cannot admit at once waits in line for its turn,
 // and is served when it comes, if at most n requests' costs wait on each
-// rule's key (see [core.Stack.WithQueue]); the request beyond is denied
+// rule's key (see sluice.Stack.WithQueue); the request beyond is denied
 // at once with 429 and a Retry-After of the whole seconds until a place
 // in the line frees, at least 1 (see [Denial].RetryAfter). The line is
 // the keys' debt in the store, so n holds across every instance sharing

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
@@ -28,8 +29,8 @@ func TestShadowPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	stack := newStack(t, shadow,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)})
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(100)})
 	srv := serve(t, newMiddleware(t, stack, httplimit.WithKey("global", httplimit.GlobalKey)))
 	const policyH = "RateLimit-Policy: \"user\";q=1;w=3600, \"global\";q=100;w=3600\n"
 	for i, want := range []string{

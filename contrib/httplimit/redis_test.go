@@ -14,9 +14,9 @@ import (
 	mnoop "go.opentelemetry.io/otel/metric/noop"
 	tnoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/layered"
@@ -50,7 +50,7 @@ func newRedisStore(t testing.TB, addr string) *redisstore.Store {
 // per-call deadline is generous (a loaded test machine must not trip it:
 // a trip would answer 503s and fail the test loudly), a layered deny
 // cache, and redisstore.
-func fullChain(t testing.TB, addr string) core.Store {
+func fullChain(t testing.TB, addr string) sluice.Store {
 	t.Helper()
 	lay, err := layered.New(newRedisStore(t, addr), layered.Config{})
 	if err != nil {
@@ -80,8 +80,8 @@ func fullChain(t testing.TB, addr string) core.Store {
 func TestQuotaLeak(t *testing.T) {
 	t.Parallel()
 	stack := newStack(t, newRedisStore(t, redistest.Start(t).Addr()),
-		core.Rule{Name: "per-minute", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10)},
-		core.Rule{Name: "per-day", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(1)})
+		sluice.Rule{Name: "per-minute", Algorithm: algorithms.TokenBucket, Limit: sluice.PerMinute(10)},
+		sluice.Rule{Name: "per-day", Algorithm: algorithms.TokenBucket, Limit: sluice.PerDay(1)})
 	srv := serve(t, newMiddleware(t, stack))
 	ctx := context.Background()
 	const key = "ip:127.0.0.1"
@@ -119,8 +119,8 @@ func TestQuotaLeak(t *testing.T) {
 }
 
 // threeRules is a stack's rules per user, per tenant and for everyone.
-func threeRules(user, tenant, global core.Limit) []core.Rule {
-	return []core.Rule{
+func threeRules(user, tenant, global sluice.Limit) []sluice.Rule {
+	return []sluice.Rule{
 		{Name: "user", Algorithm: algorithms.TokenBucket, Limit: user},
 		{Name: "tenant", Algorithm: algorithms.SlidingWindowLog, Limit: tenant},
 		{Name: "global", Algorithm: algorithms.GCRA, Limit: global},
@@ -142,7 +142,7 @@ var threeKeys = []httplimit.Option{
 func TestFullChain(t *testing.T) {
 	t.Parallel()
 	addr := redistest.Start(t).Addr()
-	rules := threeRules(core.PerHour(3), core.PerHour(5), core.PerHour(8))
+	rules := threeRules(sluice.PerHour(3), sluice.PerHour(5), sluice.PerHour(8))
 	srv := serve(t, newMiddleware(t, newStack(t, fullChain(t, addr), rules...), threeKeys...))
 	const policyH = "RateLimit-Policy: \"user\";q=3;w=3600, \"tenant\";q=5;w=3600, \"global\";q=8;w=3600\n"
 	for i, s := range []struct {
@@ -208,7 +208,7 @@ func TestFullChain(t *testing.T) {
 func TestFullChainConcurrent(t *testing.T) {
 	t.Parallel()
 	addr := redistest.Start(t).Addr()
-	rules := threeRules(core.PerHour(3), core.PerHour(20), core.PerHour(40))
+	rules := threeRules(sluice.PerHour(3), sluice.PerHour(20), sluice.PerHour(40))
 	srv := serve(t, newMiddleware(t, newStack(t, fullChain(t, addr), rules...), threeKeys...))
 	const clients = 64
 	status := make([]int, clients)
@@ -275,7 +275,7 @@ func TestBreakerModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := threeRules(core.PerHour(3), core.PerHour(5), core.PerHour(8))
+	rules := threeRules(sluice.PerHour(3), sluice.PerHour(5), sluice.PerHour(8))
 	var gotErr error
 	closedSrv := serve(t, newMiddleware(t, newStack(t, br, rules...), append(threeKeys,
 		httplimit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {

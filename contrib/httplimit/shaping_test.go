@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
 	"github.com/sluicehq/sluice/core"
@@ -94,7 +95,7 @@ type shaper struct {
 	srv    *httptest.Server
 	client *http.Client
 	rec    *recorder
-	peek   *core.Stack // the middleware's stack on the store, unrecorded
+	peek   *sluice.Stack // the middleware's stack on the store, unrecorded
 	mu     sync.Mutex
 	errs   []error // what the error handler was given
 
@@ -114,7 +115,7 @@ type shaper struct {
 func newShaper(t *testing.T, store core.Store, limit core.Limit, gate int, opts ...httplimit.Option) *shaper {
 	t.Helper()
 	s := &shaper{rec: &recorder{arrivals: map[string]*arrival{}}, gate: gate, open: make(chan struct{})}
-	rule := core.Rule{Name: "api", Algorithm: algorithms.GCRA, Limit: limit}
+	rule := sluice.Rule{Name: "api", Algorithm: algorithms.GCRA, Limit: limit}
 	stack := newStack(t, recordingStore{store, s.rec}, rule)
 	s.peek = newStack(t, store, rule)
 	opts = append(opts, httplimit.WithKey("api", httplimit.HeaderKey("X-Key")),

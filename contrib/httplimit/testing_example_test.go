@@ -14,9 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/memstore"
@@ -29,8 +29,8 @@ var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.W
 
 // limited returns hello behind a middleware of one rule, per client, on
 // store.
-func limited(store core.Store, limit core.Limit) http.Handler {
-	stack, err := core.NewStack(store, core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: limit})
+func limited(store sluice.Store, limit sluice.Limit) http.Handler {
+	stack, err := sluice.NewStack(store, sluice.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: limit})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func Example_testing() {
 		log.Fatal(err)
 	}
 	defer store.Close()
-	h := limited(store, core.PerHour(2))
+	h := limited(store, sluice.PerHour(2))
 	for range 3 {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
@@ -85,7 +85,7 @@ func Example_testingOutage() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		h := limited(breaker, core.PerHour(2))
+		h := limited(breaker, sluice.PerHour(2))
 
 		faulty.Fail(storetest.ErrOutage)
 		rec := httptest.NewRecorder()
@@ -112,7 +112,7 @@ func Example_testingClock() {
 		log.Fatal(err)
 	}
 	defer store.Close()
-	h := limited(store, core.PerMinute(1))
+	h := limited(store, sluice.PerMinute(1))
 	get := func() *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
@@ -146,7 +146,7 @@ func Example_testingRedis() {
 		t.Fatal(err)
 	}
 	defer store.Close() // it leaves the client open
-	ts := httptest.NewServer(limited(store, core.PerHour(1)))
+	ts := httptest.NewServer(limited(store, sluice.PerHour(1)))
 	defer ts.Close()
 
 	for i, want := range []struct {
@@ -184,7 +184,7 @@ func Example_testingSynctest() {
 			t.Fatal(err)
 		}
 		defer store.Close() // stops the sweeper, which the bubble waits for
-		h := limited(store, core.PerHour(1))
+		h := limited(store, sluice.PerHour(1))
 		get := func() *httptest.ResponseRecorder {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))

@@ -11,9 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/memstore"
@@ -34,7 +34,7 @@ func TestSynctestRetryAfter(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() }) // runs inside the bubble
-		stack, err := core.NewStack(store, core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)})
+		stack, err := sluice.NewStack(store, sluice.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestSynctestQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		stack, err := core.NewStack(store, core.Rule{Name: "api", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10).WithBurst(1)})
+		stack, err := sluice.NewStack(store, sluice.Rule{Name: "api", Algorithm: algorithms.GCRA, Limit: sluice.PerSecond(10).WithBurst(1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestRedisHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { breaker.Close() }) // closes the store too
-	stack, err := core.NewStack(breaker, core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)})
+	stack, err := sluice.NewStack(breaker, sluice.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,16 +186,16 @@ func TestHandlerAtInstants(t *testing.T) {
 	srv := redistest.Start(t)
 	stores := []struct {
 		name string
-		open func(t *testing.T) core.Store
+		open func(t *testing.T) sluice.Store
 	}{
-		{"memstore", func(t *testing.T) core.Store {
+		{"memstore", func(t *testing.T) sluice.Store {
 			store, err := memstore.New(memstore.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return store
 		}},
-		{"redis", func(t *testing.T) core.Store {
+		{"redis", func(t *testing.T) sluice.Store {
 			client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			t.Cleanup(func() { client.Close() })
 			store, err := redisstore.New(client, redisstore.Config{})
@@ -210,7 +210,7 @@ func TestHandlerAtInstants(t *testing.T) {
 			store := s.open(t)
 			t.Cleanup(func() { store.Close() })
 			// Two requests a minute per client: one more every 30 s.
-			stack, err := core.NewStack(store, core.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(2)})
+			stack, err := sluice.NewStack(store, sluice.Rule{Name: "per-client", Algorithm: algorithms.TokenBucket, Limit: sluice.PerMinute(2)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,7 +6,7 @@
 // Each user (by X-API-Key header, else by address; see -trust for
 // proxies) may send a burst of 5 requests, then 1 a second, and 1000 a
 // day; the whole server serves at most 50 a second. The three limits are
-// one core.Stack, charged all or nothing: a request the daily quota
+// one sluice.Stack, charged all or nothing: a request the daily quota
 // denies costs nothing under the other two. /expensive costs 5. The
 // limits live in an in-process store (memstore), or in Redis when -redis
 // gives its address, so that several instances share them.
@@ -30,24 +30,24 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/contrib/httplimit"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
 // limits are the server's three rules.
 type limits struct {
-	perUser core.Limit // a token bucket per user: bursts, then a steady rate
-	daily   core.Limit // a fixed window of a day per user
-	global  core.Limit // a token bucket for the whole server
+	perUser sluice.Limit // a token bucket per user: bursts, then a steady rate
+	daily   sluice.Limit // a fixed window of a day per user
+	global  sluice.Limit // a token bucket for the whole server
 }
 
 var defaultLimits = limits{
-	perUser: core.PerSecond(1).WithBurst(5),
-	daily:   core.PerDay(1000),
-	global:  core.PerSecond(50).WithBurst(100),
+	perUser: sluice.PerSecond(1).WithBurst(5),
+	daily:   sluice.PerDay(1000),
+	global:  sluice.PerSecond(50).WithBurst(100),
 }
 
 func main() {
@@ -105,8 +105,8 @@ func run(addr, trust, redisAddr string) error {
 // function that releases it: an in-process memstore when redisAddr is
 // empty (limits per process, forgotten on restart), else a redisstore on
 // the Redis server at redisAddr, shared by every instance that uses it.
-// The middleware sees only a core.Store either way.
-func newStore(redisAddr string) (core.Store, string, func() error, error) {
+// The middleware sees only a sluice.Store either way.
+func newStore(redisAddr string) (sluice.Store, string, func() error, error) {
 	if redisAddr == "" {
 		store, err := memstore.New(memstore.Config{})
 		if err != nil {
@@ -134,11 +134,11 @@ func newStore(redisAddr string) (core.Store, string, func() error, error) {
 
 // newHandler returns the server's routes behind the rate-limit middleware:
 // "/" answers hello, "/expensive" costs 5.
-func newHandler(store core.Store, l limits, proxies []netip.Prefix) (http.Handler, error) {
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "per-user", Algorithm: algorithms.TokenBucket, Limit: l.perUser},
-		core.Rule{Name: "daily", Algorithm: algorithms.FixedWindow, Limit: l.daily},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: l.global},
+func newHandler(store sluice.Store, l limits, proxies []netip.Prefix) (http.Handler, error) {
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "per-user", Algorithm: algorithms.TokenBucket, Limit: l.perUser},
+		sluice.Rule{Name: "daily", Algorithm: algorithms.FixedWindow, Limit: l.daily},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: l.global},
 	)
 	if err != nil {
 		return nil, err

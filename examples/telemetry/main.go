@@ -39,8 +39,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/telemetry"
@@ -100,12 +100,12 @@ func run(ctx context.Context, w io.Writer, addr, key string, n int) error {
 
 // newLimiter returns the example's limiter, on Redis at addr, traced with
 // tp and measured with mp, and a function that closes what it opened.
-func newLimiter(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (*core.Limiter, func(), error) {
+func newLimiter(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (*sluice.Limiter, func(), error) {
 	store, closeAll, err := newStore(addr, tp, mp)
 	if err != nil {
 		return nil, nil, err
 	}
-	lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(1).WithBurst(3))
+	lim, err := sluice.NewLimiter(store, algorithms.TokenBucket, sluice.PerSecond(1).WithBurst(3))
 	if err != nil {
 		closeAll()
 		return nil, nil, err
@@ -115,9 +115,9 @@ func newLimiter(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (
 
 // newStore returns the example's chain of stores, on Redis at addr,
 // traced with tp and measured with mp, and a function that closes what it
-// opened. A core.Stack of several rules over it is decided in one span
+// opened. A sluice.Stack of several rules over it is decided in one span
 // and one Redis call.
-func newStore(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (core.Store, func(), error) {
+func newStore(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (sluice.Store, func(), error) {
 	client := redis.NewUniversalClient(redisstore.ClientOptions([]string{addr}, 0))
 	// db.statement would quote the command, and so the key: keep it off.
 	if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp), redisotel.WithDBStatement(false)); err != nil {
@@ -155,7 +155,7 @@ func newStore(addr string, tp trace.TracerProvider, mp metric.MeterProvider) (co
 
 // handle makes n decisions for key, inside a span of its own as a request
 // handler would.
-func handle(ctx context.Context, tracer trace.Tracer, lim *core.Limiter, key string, n int) error {
+func handle(ctx context.Context, tracer trace.Tracer, lim *sluice.Limiter, key string, n int) error {
 	ctx, span := tracer.Start(ctx, "GET /api/items", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	admitted := 0

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/telemetry"
 )
@@ -158,10 +158,10 @@ func TestStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeAll)
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(3)},
-		core.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: core.PerMinute(100)},
-		core.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1000)},
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(1).WithBurst(3)},
+		sluice.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: sluice.PerMinute(100)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: sluice.PerMinute(1000)},
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
@@ -958,7 +959,7 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		}
 		st = p
 	}
-	lim, err := core.NewLimiter(st, alg, cfg.limit)
+	lim, err := sluice.NewLimiter(st, alg, cfg.limit)
 	if err != nil {
 		return nil, err
 	}
@@ -1106,7 +1107,7 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 		now = cfg.start.Add(off)
 		var d core.Decision
 		if cfg.shape != nil {
-			var r *core.Reservation
+			var r *sluice.Reservation
 			r, err = lim.ReserveN(ctx, simKey, cost, cfg.shape.maxWait())
 			if r != nil {
 				d = r.Decision

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/redistest"
 )
@@ -26,12 +26,12 @@ func BenchmarkChain(b *testing.B) {
 	srv := redistest.Start(b)
 	backends := []struct {
 		name string
-		new  func(testing.TB) core.Store
+		new  func(testing.TB) sluice.Store
 	}{
 		{"rueidisstore", onRueidis(newRueidis(b, srv.Addr()))},
 		{"redisstore", onGoRedis(newGoRedis(b, srv.Addr()))},
 	}
-	high := core.PerSecond(1 << 30)
+	high := sluice.PerSecond(1 << 30)
 	for _, be := range backends {
 		b.Run(be.name+"/bare/1-rule", func(b *testing.B) {
 			store := be.new(b)
@@ -46,10 +46,10 @@ func BenchmarkChain(b *testing.B) {
 		b.Run(be.name+"/chain/3-rules", func(b *testing.B) {
 			store, _ := chain(b, be.new(b))
 			defer store.Close()
-			stack, err := core.NewStack(store,
-				core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: high},
-				core.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: high},
-				core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: high},
+			stack, err := sluice.NewStack(store,
+				sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: high},
+				sluice.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: high},
+				sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: high},
 			)
 			if err != nil {
 				b.Fatal(err)
@@ -63,8 +63,8 @@ func BenchmarkChain(b *testing.B) {
 }
 
 // oneRule runs a token bucket's decisions on store.
-func oneRule(b *testing.B, store core.Store, limit core.Limit) {
-	lim, err := core.NewLimiter(store, algorithms.TokenBucket, limit)
+func oneRule(b *testing.B, store sluice.Store, limit sluice.Limit) {
+	lim, err := sluice.NewLimiter(store, algorithms.TokenBucket, limit)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/storetest"
@@ -19,12 +19,12 @@ const decisions = 100
 // global rule, every one of them roomy enough to admit the counting
 // tests' decisions: a denial would be cached by the layered store and
 // answered with no round trip, which is right, but not what is counted.
-func threeRules(t testing.TB, store core.Store) *core.Stack {
+func threeRules(t testing.TB, store sluice.Store) *sluice.Stack {
 	t.Helper()
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100).WithBurst(decisions)},
-		core.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1000).WithBurst(decisions)},
-		core.Rule{Name: "global", Algorithm: algorithms.SlidingWindowCounter, Limit: core.PerMinute(10 * decisions)},
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(100).WithBurst(decisions)},
+		sluice.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: sluice.PerSecond(1000).WithBurst(decisions)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.SlidingWindowCounter, Limit: sluice.PerMinute(10 * decisions)},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func keysOf(i int) []string {
 
 // decide makes the counting tests' decisions on stack, and fails t unless
 // each is admitted.
-func decide(t *testing.T, stack *core.Stack) {
+func decide(t *testing.T, stack *sluice.Stack) {
 	t.Helper()
 	for i := range decisions {
 		v, err := stack.Allow(context.Background(), keysOf(i)...)
@@ -88,7 +88,7 @@ func TestStackOneCallMemstore(t *testing.T) {
 func TestStackOneScript(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	for name, open := range map[string]func(t testing.TB) core.Store{
+	for name, open := range map[string]func(t testing.TB) sluice.Store{
 		"redisstore":   onGoRedis(newGoRedis(t, srv.Addr())),
 		"rueidisstore": onRueidis(newRueidis(t, srv.Addr())),
 	} {

@@ -4,7 +4,7 @@
 //	telemetry → policy → breaker → layered → backend
 //
 // is still a store that keeps every promise of core.Store, and that a
-// core.Stack over it is decided in one backend call, one Redis script
+// sluice.Stack over it is decided in one backend call, one Redis script
 // call, per decision. It holds tests only.
 //
 // Each test builds the chain as a user would, from each package's own

@@ -6,8 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
@@ -29,9 +29,9 @@ func TestSynctestChain(t *testing.T) {
 		faulty := storetest.NewFaulty(mem)
 		store, counter := chain(t, faulty)
 		t.Cleanup(func() { store.Close() }) // closes every layer down to the memstore
-		stack, err := core.NewStack(store,
-			core.Rule{Name: "user", Algorithm: algorithms.GCRA, Limit: core.PerMinute(1)},
-			core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)},
+		stack, err := sluice.NewStack(store,
+			sluice.Rule{Name: "user", Algorithm: algorithms.GCRA, Limit: sluice.PerMinute(1)},
+			sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(1)},
 		)
 		if err != nil {
 			t.Fatal(err)
@@ -53,7 +53,7 @@ func TestSynctestChain(t *testing.T) {
 
 		faulty.Fail(storetest.ErrOutage)
 		v, err := stack.Allow(ctx, "u", "all")
-		if err != nil || !v.Allowed || v.Source != core.SourceFailOpen {
+		if err != nil || !v.Allowed || v.Source != sluice.SourceFailOpen {
 			t.Errorf("Allow during an outage = %+v, %v; want allowed fail-open", v, err)
 		}
 	})

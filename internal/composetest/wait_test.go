@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
@@ -44,11 +45,11 @@ func TestStackWait(t *testing.T) {
 			ops := &byOp{Store: open(t)}
 			store, counter := chain(t, ops)
 			defer store.Close()
-			stack, err := core.NewStack(store,
+			stack, err := sluice.NewStack(store,
 				// Its burst covers the shared rule's: only the shared rule
 				// binds, from the first admission on.
-				core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(2 * rate).WithBurst(2 * burst)},
-				core.Rule{Name: "shared", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(rate).WithBurst(burst)},
+				sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(2 * rate).WithBurst(2 * burst)},
+				sluice.Rule{Name: "shared", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(rate).WithBurst(burst)},
 			)
 			if err != nil {
 				t.Fatal(err)
@@ -94,7 +95,7 @@ func TestStackWait(t *testing.T) {
 							at = append(at, time.Since(start))
 							mu.Unlock()
 							continue
-						case errors.Is(err, core.ErrWaitTooLong):
+						case errors.Is(err, sluice.ErrWaitTooLong):
 							gaveUp.Add(1)
 						case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
 							// Wait reports a deadline that has passed

@@ -6,7 +6,7 @@
 // TestOptionsDocumented and TestNoStaleOptions keep the option
 // reference so: they parse sluice's packages and the sluice command, list
 // every configuration knob they export (each With… option, each field of
-// a Config struct and of core.Request and core.Rule, each Default…, Max…
+// a Config struct and of core.Request and sluice.Rule, each Default…, Max…
 // and Min… constant, the constants of the breaker's modes and of the HTTP
 // header sets, the Limit constructors, and every flag of sluice sim,
 // inspect and bench), and fail when docs/options.md does not name one in

@@ -14,6 +14,7 @@ import (
 // sluicePackages maps the names the docs qualify identifiers with to the
 // directories of sluice's packages, from root.
 var sluicePackages = map[string]string{
+	"sluice":       ".",
 	"core":         "core",
 	"algorithms":   "algorithms",
 	"stores":       "stores",
@@ -78,7 +79,7 @@ func TestDocsNameExports(t *testing.T) {
 					checked++
 					if !e.names[m[2]] {
 						t.Errorf("%s:%d names %s.%s, which %s does not export", page, i+1, m[1], m[2], dir)
-					} else if m[3] != "" && !e.members(m[2])[m[3]] {
+					} else if m[3] != "" && !memberOf(t, exports, e, m[2], m[3]) {
 						t.Errorf("%s:%d names %s.%s.%s: %s.%s has no method or field %s", page, i+1, m[1], m[2], m[3], m[1], m[2], m[3])
 					}
 				}
@@ -96,6 +97,29 @@ type pkgExports struct {
 	names    map[string]bool            // top-level identifiers
 	methods  map[string]map[string]bool // by type: methods and fields
 	embedded map[string][]string        // by type: the package's types it embeds
+	aliases  map[string][2]string       // by type alias: the package and type it names
+}
+
+// memberOf reports whether typ of e has the method or field name, looking
+// through a type alias to the type it names (sluice.Limit is core.Limit).
+func memberOf(t *testing.T, exports map[string]*pkgExports, e *pkgExports, typ, name string) bool {
+	if e.members(typ)[name] {
+		return true
+	}
+	to, ok := e.aliases[typ]
+	if !ok {
+		return false
+	}
+	dir, ok := sluicePackages[to[0]]
+	if !ok {
+		return false
+	}
+	target := exports[dir]
+	if target == nil {
+		target = readExports(t, dir)
+		exports[dir] = target
+	}
+	return target.members(to[1])[name]
 }
 
 // members returns the methods and fields of typ, those of the types it
@@ -123,7 +147,7 @@ func (e *pkgExports) members(typ string) map[string]bool {
 // readExports parses the non-test files of dir, from root.
 func readExports(t *testing.T, dir string) *pkgExports {
 	t.Helper()
-	e := &pkgExports{names: map[string]bool{}, methods: map[string]map[string]bool{}, embedded: map[string][]string{}}
+	e := &pkgExports{names: map[string]bool{}, methods: map[string]map[string]bool{}, embedded: map[string][]string{}, aliases: map[string][2]string{}}
 	member := func(typ, name string) {
 		if e.methods[typ] == nil {
 			e.methods[typ] = map[string]bool{}
@@ -169,6 +193,11 @@ func readExports(t *testing.T, dir string) *pkgExports {
 						}
 					case *ast.TypeSpec:
 						e.names[sp.Name.Name] = true
+						if sel, ok := sp.Type.(*ast.SelectorExpr); ok && sp.Assign.IsValid() {
+							if pkg, ok := sel.X.(*ast.Ident); ok {
+								e.aliases[sp.Name.Name] = [2]string{pkg.Name, sel.Sel.Name}
+							}
+						}
 						var fields *ast.FieldList
 						switch ty := sp.Type.(type) {
 						case *ast.StructType:

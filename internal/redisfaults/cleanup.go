@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 )
 
-// cleanupSlack is what a cleanup may take beyond core.CleanupTimeout on a
+// cleanupSlack is what a cleanup may take beyond sluice.CleanupTimeout on a
 // busy two-core machine under the race detector: scheduling, not Redis.
 const cleanupSlack = 300 * time.Millisecond
 
@@ -19,23 +19,23 @@ const cleanupSlack = 300 * time.Millisecond
 // Acquire, Release and a stack's Wait hold capacity on store, pauses the
 // store's Redis with pause (CLIENT PAUSE ALL), and gives them all up:
 // each call must return within its context's end plus
-// core.CleanupTimeout (and cleanupSlack for a loaded machine) and report
-// the refund or release it could not confirm (core.ErrCleanup) with the
+// sluice.CleanupTimeout (and cleanupSlack for a loaded machine) and report
+// the refund or release it could not confirm (sluice.ErrCleanup) with the
 // reason its caller gave up.
-func CheckBoundedCleanup(t *testing.T, store core.Store, pause func()) {
+func CheckBoundedCleanup(t *testing.T, store sluice.Store, pause func()) {
 	ctx := context.Background()
-	slow := core.Every(10 * time.Second) // a token every 10s: every wait is long
-	lim, err := core.NewLimiter(store, algorithms.GCRA, slow)
+	slow := sluice.Every(10 * time.Second) // a token every 10s: every wait is long
+	lim, err := sluice.NewLimiter(store, algorithms.GCRA, slow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conc, err := core.NewLimiter(store, algorithms.Concurrency, core.Per(4, time.Minute))
+	conc, err := sluice.NewLimiter(store, algorithms.Concurrency, sluice.Per(4, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: slow},
-		core.Rule{Name: "global", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1000)})
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: slow},
+		sluice.Rule{Name: "global", Algorithm: algorithms.GCRA, Limit: sluice.PerSecond(1000)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +101,11 @@ func CheckBoundedCleanup(t *testing.T, store core.Store, pause func()) {
 	var wg sync.WaitGroup
 	check := func(name string, err error, end time.Time, ended time.Time, cause error) {
 		t.Helper()
-		if took := end.Sub(ended); took > core.CleanupTimeout+cleanupSlack {
-			t.Errorf("%s returned %v after its context ended; want at most CleanupTimeout %v + %v", name, took, core.CleanupTimeout, cleanupSlack)
+		if took := end.Sub(ended); took > sluice.CleanupTimeout+cleanupSlack {
+			t.Errorf("%s returned %v after its context ended; want at most CleanupTimeout %v + %v", name, took, sluice.CleanupTimeout, cleanupSlack)
 		}
-		if !errors.Is(err, core.ErrCleanup) {
-			t.Errorf("%s = %v; want the unconfirmed refund reported (core.ErrCleanup)", name, err)
+		if !errors.Is(err, sluice.ErrCleanup) {
+			t.Errorf("%s = %v; want the unconfirmed refund reported (sluice.ErrCleanup)", name, err)
 		}
 		if cause != nil && !errors.Is(err, cause) {
 			t.Errorf("%s = %v; want it to carry %v", name, err, cause)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/redistest"
@@ -56,9 +57,9 @@ const (
 // errors by kind.
 func ReshardUnderLoad(t *testing.T, c *redistest.Cluster, store core.Store, keys Keyed) ReshardResult {
 	limit := core.PerSecond(200)
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "bucket", Algorithm: algorithms.TokenBucket, Limit: limit},
-		core.Rule{Name: "log", Algorithm: algorithms.SlidingWindowLog, Limit: limit},
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "bucket", Algorithm: algorithms.TokenBucket, Limit: limit},
+		sluice.Rule{Name: "log", Algorithm: algorithms.SlidingWindowLog, Limit: limit},
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/core"
 )
 
@@ -53,7 +54,7 @@ func CheckShaping(t *testing.T, store core.Store, alg core.Algorithm) {
 		queue    = 100
 	)
 	interval := 20 * time.Millisecond
-	lim, err := core.NewLimiter(timed{store}, alg, core.PerSecond(50).WithBurst(1))
+	lim, err := sluice.NewLimiter(timed{store}, alg, core.PerSecond(50).WithBurst(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func CheckShaping(t *testing.T, store core.Store, alg core.Algorithm) {
 			if r.d.Delay > queue*interval {
 				t.Errorf("request %d admitted with a delay of %v; the line holds at most %v", i, r.d.Delay, queue*interval)
 			}
-		case errors.Is(r.err, core.ErrQueueFull):
+		case errors.Is(r.err, sluice.ErrQueueFull):
 			refused++
 			if r.d.RetryAfter <= queue*interval || r.d.RetryAfter > (queue+1)*interval {
 				t.Errorf("request %d refused with RetryAfter %v; want (%v, %v]: exactly %d waiting", i, r.d.RetryAfter, queue*interval, (queue+1)*interval, queue)
@@ -161,7 +162,7 @@ func CheckShaping(t *testing.T, store core.Store, alg core.Algorithm) {
 	// A waiter that gives up is refunded, and the next arrival takes its
 	// place. At a token every 10s with a line of 3, nothing leaves during
 	// the test.
-	slow, err := core.NewLimiter(store, alg, core.Every(10*time.Second))
+	slow, err := sluice.NewLimiter(store, alg, core.Every(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func CheckShaping(t *testing.T, store core.Store, alg core.Algorithm) {
 	for range 3 {
 		enqueue()
 	}
-	if _, err := line.Wait(ctx, key); !errors.Is(err, core.ErrQueueFull) {
+	if _, err := line.Wait(ctx, key); !errors.Is(err, sluice.ErrQueueFull) {
 		t.Fatalf("a 4th waiter = %v; want ErrQueueFull", err)
 	}
 	waiters[1].cancel()
@@ -208,7 +209,7 @@ func CheckShaping(t *testing.T, store core.Store, alg core.Algorithm) {
 	if err != nil || !r.OK() || r.Delay <= 20*time.Second || r.Delay > 30*time.Second {
 		t.Fatalf("the next arrival = %+v, %v; want a place in line, 20s to 30s away", r, err)
 	}
-	if _, err := line.Wait(ctx, key); !errors.Is(err, core.ErrQueueFull) {
+	if _, err := line.Wait(ctx, key); !errors.Is(err, sluice.ErrQueueFull) {
 		t.Fatalf("the arrival after it = %v; want ErrQueueFull", err)
 	}
 	if err := r.Cancel(ctx); err != nil {

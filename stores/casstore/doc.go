@@ -11,7 +11,7 @@
 //     plus the offset the last reply showed), which the backend confirms
 //     lies within MaxLag before its own;
 //   - and asks the backend to swap the states it expected for the new
-//     ones, all or none: a decision or a batch (ApplyAll, a core.Stack)
+//     ones, all or none: a decision or a batch (ApplyAll, a sluice.Stack)
 //     is one Swap. On a mismatch the backend returns what it found and
 //     its clock, and the store decides again on them;
 //   - a process's calls for one key take turns, so that only other

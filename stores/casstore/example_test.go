@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/casstore"
@@ -18,7 +19,7 @@ func Example() {
 		panic(err)
 	}
 	defer store.Close()
-	limiter, _ := core.NewLimiter(store, algorithms.GCRA, core.PerMinute(2))
+	limiter, _ := sluice.NewLimiter(store, algorithms.GCRA, core.PerMinute(2))
 	for range 3 {
 		d, _ := limiter.Allow(context.Background(), "user:42")
 		fmt.Println(d.Allowed, d.Remaining)

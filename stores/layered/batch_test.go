@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -16,7 +17,7 @@ import (
 
 // batchRig is a layered store over a storetest.Counter over a memstore,
 // all on one virtual clock, and two rules to batch: a per-user token
-// bucket and a shared fixed window, named as a core.Stack names them.
+// bucket and a shared fixed window, named as a sluice.Stack names them.
 type batchRig struct {
 	t       *testing.T
 	c       *clock
@@ -413,15 +414,15 @@ func TestBatchErrors(t *testing.T) {
 	}
 }
 
-// TestBatchStack checks a two-rule core.Stack over the layered store: a
+// TestBatchStack checks a two-rule sluice.Stack over the layered store: a
 // decision is one remote ApplyAll while the rules admit, and none once a
 // rule's denial is cached.
 func TestBatchStack(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t, layered.Config{Lease: fixed(10)})
-	stack, err := core.NewStack(r.s,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3)},
-		core.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1000)},
+	stack, err := sluice.NewStack(r.s,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1000)},
 	)
 	if err != nil {
 		t.Fatal(err)

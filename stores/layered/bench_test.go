@@ -18,7 +18,7 @@ import (
 //   - DenyHit: a key whose denial is cached, serially and from
 //     GOMAXPROCS goroutines; the remote denies with a wait of an hour,
 //     so every timed decision is a cache hit.
-//   - DenyHitBatch: a two-rule batch (a core.Stack's) whose first rule's
+//   - DenyHitBatch: a two-rule batch (a sluice.Stack's) whose first rule's
 //     denial is cached, denied without a remote call.
 //   - LeaseSpend: a leased key under a limit that admits everything
 //     (batches of 1,000 from a memstore), serially and in parallel.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/layered"
@@ -35,7 +36,7 @@ func TestClockStepsBack(t *testing.T) {
 	c := newClock()
 	t0 := c.Now()
 	s := newLayered(t, newMem(t, c), layered.Config{Now: c.Now})
-	lim, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1))
+	lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestLeaseClockStepsBack(t *testing.T) {
 	c := newClock()
 	t0 := c.Now()
 	s := newLayered(t, newMem(t, c), layered.Config{Now: c.Now, Lease: func(core.Request) int64 { return 2 }})
-	lim, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1).WithBurst(2))
+	lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1).WithBurst(2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@
 //
 // Leases are limited to the algorithms that say they may be taken in
 // batches by implementing [Batcher]: the token bucket, GCRA and the
-// fixed window, the same under [core.Named] (a [core.Stack]'s rules), and
+// fixed window, the same under [core.Named] (a sluice.Stack's rules), and
 // an algorithm of your own that implements it. The store asks
 // its MaxBatch, never which algorithm it is; an algorithm that is not a
 // Batcher is not leased. Leases are also limited to plain single requests:
@@ -108,7 +108,7 @@
 //
 // # Batches
 //
-// [Store.ApplyAll] decides a batch (a [core.Stack] of several rules) as
+// [Store.ApplyAll] decides a batch (a sluice.Stack of several rules) as
 // one unit. A charge or peek that meets a live cached denial for any of
 // its requests is denied here, with no round trip: the denied requests
 // carry their cached decisions, and the others are reported allowed with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -24,7 +25,7 @@ func Example() {
 		panic(err)
 	}
 	defer store.Close() // closes the remote too
-	limiter, _ := core.NewLimiter(store, algorithms.TokenBucket, core.PerMinute(2))
+	limiter, _ := sluice.NewLimiter(store, algorithms.TokenBucket, core.PerMinute(2))
 
 	ctx := context.Background()
 	for range 4 {
@@ -58,7 +59,7 @@ func Example_lease() {
 		panic(err)
 	}
 	defer store.Close()
-	limiter, _ := core.NewLimiter(store, algorithms.GCRA, core.PerSecond(100))
+	limiter, _ := sluice.NewLimiter(store, algorithms.GCRA, core.PerSecond(100))
 
 	ctx := context.Background()
 	for range 10 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/layered"
@@ -443,7 +444,7 @@ func TestLeaseByAbility(t *testing.T) {
 	}
 }
 
-// TestLeaseStackRule checks leasing through a one-rule core.Stack, whose
+// TestLeaseStackRule checks leasing through a one-rule sluice.Stack, whose
 // rule's algorithm is a core.Named token bucket: the stack's requests
 // are leased like the limiter's.
 func TestLeaseStackRule(t *testing.T) {
@@ -451,7 +452,7 @@ func TestLeaseStackRule(t *testing.T) {
 	c := newClock()
 	remote, calls := counted(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10)})
-	stack, err := core.NewStack(s, core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)})
+	stack, err := sluice.NewStack(s, sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/layered"
@@ -36,7 +37,7 @@ func TestSynctestDenyCache(t *testing.T) {
 		t.Cleanup(func() { s.Close() }) // closes remote and the memstore
 		ctx := context.Background()
 		calls := func() int { return len(remote.Calls()) }
-		check := func(what string, lim *core.Limiter, allowed bool, src core.Source, retry time.Duration, remoteCalls int) {
+		check := func(what string, lim *sluice.Limiter, allowed bool, src core.Source, retry time.Duration, remoteCalls int) {
 			t.Helper()
 			before := calls()
 			d, err := lim.Allow(ctx, "k")
@@ -49,7 +50,7 @@ func TestSynctestDenyCache(t *testing.T) {
 		}
 
 		// The sliding window log is never leased: its denials are cached.
-		deny, err := core.NewLimiter(s, algorithms.SlidingWindowLog, core.PerHour(1))
+		deny, err := sluice.NewLimiter(s, algorithms.SlidingWindowLog, core.PerHour(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func TestSynctestDenyCache(t *testing.T) {
 		// A token bucket is leased: a batch taken in one call (the
 		// request that takes it is answered from it) is spent locally
 		// until it lapses, a minute later.
-		lease, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerHour(100))
+		lease, err := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerHour(100))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -27,9 +27,9 @@ var benchKeys = func() []string {
 // The limit is high enough that most decisions are admissions, which write.
 func BenchmarkAllow(b *testing.B) {
 	for _, alg := range algorithms.All() {
-		limit := core.PerSecond(1_000_000_000)
+		limit := sluice.PerSecond(1_000_000_000)
 		if alg == algorithms.SlidingWindowLog {
-			limit = core.PerSecond(algorithms.MaxLogRate)
+			limit = sluice.PerSecond(algorithms.MaxLogRate)
 		}
 		b.Run(alg.Name(), func(b *testing.B) {
 			b.Run("serial/hot", func(b *testing.B) { benchAllow(b, alg, limit, 1, false) })
@@ -40,13 +40,13 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
-func benchAllow(b *testing.B, alg core.Algorithm, limit core.Limit, keys int, parallel bool) {
+func benchAllow(b *testing.B, alg sluice.Algorithm, limit sluice.Limit, keys int, parallel bool) {
 	s, err := memstore.New(memstore.Config{MaxKeys: 2 * manyKeys})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	lim, err := core.NewLimiter(s, alg, limit)
+	lim, err := sluice.NewLimiter(s, alg, limit)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -58,7 +58,7 @@ func TestClockStepsBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			lim, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1))
+			lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, sluice.PerSecond(1))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/storetest"
@@ -91,11 +92,11 @@ func TestCollidingRunsUnlink(t *testing.T) {
 	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := colliding(t, Config{MaxKeys: 5, Shards: 1, SweepInterval: -1, Now: func() time.Time { return clock }}, 0)
 	ctx := context.Background()
-	short, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
-	long, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerHour(1))
+	short, _ := sluice.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
+	long, _ := sluice.NewLimiter(s, algorithms.FixedWindow, core.PerHour(1))
 	// held reports which of the keys are still charged: a charged key is
 	// denied a second request under its limit.
-	held := func(lim *core.Limiter, keys ...string) []string {
+	held := func(lim *sluice.Limiter, keys ...string) []string {
 		var out []string
 		for _, k := range keys {
 			if d, _ := lim.Peek(ctx, k); !d.Allowed {
@@ -170,7 +171,7 @@ func TestCollidingRunsUnlink(t *testing.T) {
 // sharing one hash and one prefix: each has its own state.
 func TestKeysInlineAndLong(t *testing.T) {
 	s := colliding(t, Config{Shards: 1}, 0)
-	lim, _ := core.NewLimiter(s, algorithms.TokenBucket, core.PerHour(1))
+	lim, _ := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerHour(1))
 	ctx := context.Background()
 	long := strings.Repeat("k", 3*inlineKey)
 	var keys []string

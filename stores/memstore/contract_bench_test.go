@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 )
@@ -12,7 +13,7 @@ import (
 // the in-memory limit of make bench-compare (10,000 a second, a burst of
 // 10,000, so that the key is denied):
 //
-//   - limiter: core.Limiter.Allow, what users call;
+//   - limiter: sluice.Limiter.Allow, what users call;
 //   - apply: Store.Apply, called on the *Store itself;
 //   - decide: the store's locked decision alone, given a request already
 //     checked and the clock read;
@@ -31,7 +32,7 @@ func BenchmarkContract(b *testing.B) {
 	}
 	defer s.Close()
 	limit := core.PerSecond(10_000).WithBurst(10_000)
-	lim, err := core.NewLimiter(s, algorithms.TokenBucket, limit)
+	lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, limit)
 	if err != nil {
 		b.Fatal(err)
 	}

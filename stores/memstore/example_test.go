@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -24,7 +24,7 @@ func Example() {
 		panic(err)
 	}
 	defer store.Close()
-	limiter, _ := core.NewLimiter(store, algorithms.TokenBucket, core.PerMinute(60))
+	limiter, _ := sluice.NewLimiter(store, algorithms.TokenBucket, sluice.PerMinute(60))
 
 	ctx := context.Background()
 	limiter.AllowN(ctx, "k", 60)

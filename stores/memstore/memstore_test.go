@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -58,7 +59,7 @@ func TestKeyFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	lim, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerMinute(10))
+	lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerMinute(10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +143,8 @@ func TestEvictionPrefersExpired(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	short, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
-	long, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerHour(1))
+	short, _ := sluice.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
+	long, _ := sluice.NewLimiter(s, algorithms.FixedWindow, core.PerHour(1))
 	for i := range 4 {
 		short.Allow(ctx, fmt.Sprint("short", i))
 		long.Allow(ctx, fmt.Sprint("long", i))
@@ -171,7 +172,7 @@ func TestSweeper(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lim, _ := core.NewLimiter(s, algorithms.GCRA, core.Every(100*time.Millisecond).WithBurst(5))
+		lim, _ := sluice.NewLimiter(s, algorithms.GCRA, core.Every(100*time.Millisecond).WithBurst(5))
 		ctx := context.Background()
 		for i := range 10 {
 			lim.AllowN(ctx, fmt.Sprint("k", i), 5)
@@ -227,7 +228,7 @@ func TestStoreFuncAndLimiterReset(t *testing.T) {
 	s, _ := memstore.New(memstore.Config{})
 	defer s.Close()
 	ctx := context.Background()
-	lim, _ := core.NewLimiter(s, algorithms.SlidingWindowLog, core.PerMinute(1))
+	lim, _ := sluice.NewLimiter(s, algorithms.SlidingWindowLog, core.PerMinute(1))
 	if d, _ := lim.Allow(ctx, "k"); !d.Allowed {
 		t.Fatal("first request denied")
 	}
@@ -241,7 +242,7 @@ func TestStoreFuncAndLimiterReset(t *testing.T) {
 		t.Fatal("request after Reset denied")
 	}
 	// A store without Reset: the limiter says so.
-	plain, _ := core.NewLimiter(stores.Func(s.Apply), algorithms.GCRA, core.PerMinute(1))
+	plain, _ := sluice.NewLimiter(stores.Func(s.Apply), algorithms.GCRA, core.PerMinute(1))
 	if err := plain.Reset(ctx, "k"); !errors.Is(err, core.ErrUnsupported) {
 		t.Fatalf("Reset through a StoreFunc: %v, want %v", err, core.ErrUnsupported)
 	}
@@ -252,7 +253,7 @@ func TestStoreFuncAndLimiterReset(t *testing.T) {
 func TestClockBeforeEpoch(t *testing.T) {
 	s, _ := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(-5, 0) }})
 	defer s.Close()
-	lim, _ := core.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
+	lim, _ := sluice.NewLimiter(s, algorithms.FixedWindow, core.PerSecond(1))
 	_, err := lim.Allow(context.Background(), "k")
 	if err == nil || errors.Is(err, core.ErrInvalidTime) {
 		t.Fatalf("Allow on a clock before 1970: err = %v, want a store failure, not bad input", err)
@@ -264,7 +265,7 @@ func TestClockBeforeEpoch(t *testing.T) {
 func TestKeysAreCopied(t *testing.T) {
 	s, _ := memstore.New(memstore.Config{})
 	defer s.Close()
-	lim, _ := core.NewLimiter(s, algorithms.TokenBucket, core.PerHour(1))
+	lim, _ := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerHour(1))
 	ctx := context.Background()
 	buf := []byte("client-a")
 	key := unsafe.String(&buf[0], len(buf)) // a key that shares the caller's buffer
@@ -358,7 +359,7 @@ func TestPanickingAlgorithmReleasesShard(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		lim, _ := core.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1))
+		lim, _ := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1))
 		lim.Allow(ctx, "other")
 		s.Close()
 	}()

@@ -6,8 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -25,7 +25,7 @@ func TestSynctestClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() }) // stops the sweeper, inside the bubble
-		lim, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerHour(1))
+		lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, sluice.PerHour(1))
 		if err != nil {
 			t.Fatal(err)
 		}

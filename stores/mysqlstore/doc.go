@@ -12,7 +12,7 @@
 // within [casstore.Config.MaxLag] before the server's clock. A decision that
 // writes nothing (a denial, a peek) is one SELECT. So decisions are
 // exact and atomic across processes, on the server's clock, and a batch
-// (ApplyAll, a core.Stack) is one transaction, all or nothing.
+// (ApplyAll, a sluice.Stack) is one transaction, all or nothing.
 //
 // A charge takes about five round trips where pgstore's function takes
 // one: MySQL has no array parameters for a stored procedure to take a

@@ -8,6 +8,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/mysqlstore"
@@ -30,7 +31,7 @@ func Example() {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	lim, err := core.NewLimiter(store, algorithms.GCRA, core.PerSecond(10).WithBurst(3))
+	lim, err := sluice.NewLimiter(store, algorithms.GCRA, core.PerSecond(10).WithBurst(3))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@
 // server's clock (clock_timestamp()); otherwise it writes nothing and
 // returns the rows and the clock, and the store decides again. So
 // decisions are exact and atomic across processes, on the server's
-// clock, and a batch (ApplyAll, a core.Stack) is one call, all or
+// clock, and a batch (ApplyAll, a sluice.Stack) is one call, all or
 // nothing.
 //
 // Idle keys expire: each row carries the instant from which it decides as

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/pgstore"
@@ -29,7 +30,7 @@ func Example() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := core.NewLimiter(store, algorithms.GCRA, core.PerSecond(10).WithBurst(3))
+	lim, err := sluice.NewLimiter(store, algorithms.GCRA, core.PerSecond(10).WithBurst(3))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/redistest"
@@ -27,7 +28,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := core.NewLimiter(store, algorithms.GCRA, core.PerMinute(10).WithBurst(3))
+	limiter, err := sluice.NewLimiter(store, algorithms.GCRA, core.PerMinute(10).WithBurst(3))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -66,9 +67,9 @@ func Example_cluster() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	burst := core.Rule{Name: "burst", Algorithm: algorithms.GCRA, Limit: core.PerMinute(1).WithBurst(2)}
-	daily := core.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(100)}
-	stack, err := core.NewStack(store, burst, daily)
+	burst := sluice.Rule{Name: "burst", Algorithm: algorithms.GCRA, Limit: core.PerMinute(1).WithBurst(2)}
+	daily := sluice.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(100)}
+	stack, err := sluice.NewStack(store, burst, daily)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func Example_cluster() {
 	// The denial charged neither rule: the daily quota paid for the two
 	// admissions only, so a peek finds that one more request would leave
 	// 97 of its 100.
-	quota, err := core.NewLimiter(store, core.Named(daily.Algorithm, daily.Name), daily.Limit)
+	quota, err := sluice.NewLimiter(store, core.Named(daily.Algorithm, daily.Name), daily.Limit)
 	if err != nil {
 		log.Fatal(err)
 	}

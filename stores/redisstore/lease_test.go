@@ -12,15 +12,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
 
 const leaseHolderEnv = "SLUICE_LEASE_HOLDER" // the address a holder process uses
 
 // leaseLimit is 3 leases at once, each living 2 s unless renewed.
-var leaseLimit = core.Per(3, 2*time.Second)
+var leaseLimit = sluice.Per(3, 2*time.Second)
 
 // TestLeasesOfAKilledProcess starts a process that acquires every slot of
 // a key and holds them, and kills it with SIGKILL: its slots stay held
@@ -58,7 +58,7 @@ func TestLeasesOfAKilledProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := core.NewLimiter(store, algorithms.Concurrency, leaseLimit)
+	lim, err := sluice.NewLimiter(store, algorithms.Concurrency, leaseLimit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func holdLeases(addr string) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	lim, _ := core.NewLimiter(store, algorithms.Concurrency, leaseLimit)
+	lim, _ := sluice.NewLimiter(store, algorithms.Concurrency, leaseLimit)
 	for range leaseLimit.Rate() {
 		if l, err := lim.Acquire(context.Background(), os.Getenv("SLUICE_LEASE_KEY")); err != nil || !l.OK() {
 			fmt.Println("error", err)

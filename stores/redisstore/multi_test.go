@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
@@ -24,10 +25,10 @@ func TestStackOneCall(t *testing.T) {
 	t.Parallel()
 	srv, stores := serverAndStores(t, "one")
 	for name, store := range stores {
-		stack, err := core.NewStack(store,
-			core.Rule{Name: "burst", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(3)},
-			core.Rule{Name: "daily", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerDay(100)},
-			core.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.Per(1000, time.Hour)},
+		stack, err := sluice.NewStack(store,
+			sluice.Rule{Name: "burst", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(3)},
+			sluice.Rule{Name: "daily", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerDay(100)},
+			sluice.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.Per(1000, time.Hour)},
 		)
 		if err != nil {
 			t.Fatal(err)
@@ -83,9 +84,9 @@ func TestStackClusterOneKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, store := range map[string]core.Store{"redisstore": rs, "rueidisstore": us} {
-		stack, err := core.NewStack(store,
-			core.Rule{Name: "burst", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1).WithBurst(2)},
-			core.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(10)},
+		stack, err := sluice.NewStack(store,
+			sluice.Rule{Name: "burst", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1).WithBurst(2)},
+			sluice.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(10)},
 		)
 		if err != nil {
 			t.Fatal(err)
@@ -193,9 +194,9 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 	t.Parallel()
 	srv, stores := serverAndStores(t, "flush")
 	for name, store := range stores {
-		stack, err := core.NewStack(store,
-			core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
-			core.Rule{Name: "all", Algorithm: algorithms.GCRA, Limit: core.PerSecond(100)},
+		stack, err := sluice.NewStack(store,
+			sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
+			sluice.Rule{Name: "all", Algorithm: algorithms.GCRA, Limit: core.PerSecond(100)},
 		)
 		if err != nil {
 			t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
 )
@@ -51,7 +51,7 @@ func TestQuietDialFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(10))
+		lim, err := sluice.NewLimiter(store, algorithms.TokenBucket, sluice.PerSecond(10))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 	"github.com/sluicehq/sluice/stores/storetest"
@@ -25,8 +25,8 @@ import (
 // its refund).
 func TestWaitFollowsTheRate(t *testing.T) {
 	addr := testAddr(t)
-	stores := map[string]func(t *testing.T) core.Store{
-		"redisstore": func(t *testing.T) core.Store {
+	stores := map[string]func(t *testing.T) sluice.Store{
+		"redisstore": func(t *testing.T) sluice.Store {
 			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { c.Close() })
 			s, err := redisstore.New(c, redisstore.Config{Prefix: "wait:"})
@@ -35,7 +35,7 @@ func TestWaitFollowsTheRate(t *testing.T) {
 			}
 			return s
 		},
-		"rueidisstore": func(t *testing.T) core.Store {
+		"rueidisstore": func(t *testing.T) sluice.Store {
 			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 			if err != nil {
 				t.Fatal(err)
@@ -52,7 +52,7 @@ func TestWaitFollowsTheRate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			c := storetest.NewCounter(open(t))
-			lim, err := core.NewLimiter(c, algorithms.TokenBucket, core.PerSecond(10).WithBurst(1))
+			lim, err := sluice.NewLimiter(c, algorithms.TokenBucket, sluice.PerSecond(10).WithBurst(1))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 )
@@ -30,7 +30,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := core.NewLimiter(store, algorithms.GCRA, core.PerMinute(10).WithBurst(3))
+	limiter, err := sluice.NewLimiter(store, algorithms.GCRA, sluice.PerMinute(10).WithBurst(3))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func Example_cluster() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := core.NewLimiter(store, algorithms.GCRA, core.PerMinute(10).WithBurst(2))
+	limiter, err := sluice.NewLimiter(store, algorithms.GCRA, sluice.PerMinute(10).WithBurst(2))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func ExampleDial() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerSecond(5))
+	limiter, err := sluice.NewLimiter(store, algorithms.TokenBucket, sluice.PerSecond(5))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"log"
 	"testing"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/storetest"
 )
@@ -16,7 +16,7 @@ import (
 // memstore runs it.
 func ExampleRun() {
 	var t *testing.T // your test's *testing.T
-	storetest.Run(t, func(t *testing.T) core.Store {
+	storetest.Run(t, func(t *testing.T) sluice.Store {
 		s, err := memstore.New(memstore.Config{})
 		if err != nil {
 			t.Fatal(err)
@@ -30,8 +30,8 @@ func ExampleRun() {
 // on a Cluster, where a batch of keys in different slots cannot be one
 // script call.
 func ExampleInTurn() {
-	var t *testing.T                                // your test's *testing.T
-	var newClusterStore func(*testing.T) core.Store // your store on a Redis Cluster
+	var t *testing.T                                  // your test's *testing.T
+	var newClusterStore func(*testing.T) sluice.Store // your store on a Redis Cluster
 	storetest.Run(t, newClusterStore, storetest.InTurn())
 }
 
@@ -45,9 +45,9 @@ func ExampleCounter() {
 	}
 	counter := storetest.NewCounter(backend)
 	defer counter.Close()
-	stack, err := core.NewStack(counter,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
-		core.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1000)},
+	stack, err := sluice.NewStack(counter,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(10)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: sluice.PerMinute(1000)},
 	)
 	if err != nil {
 		log.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"log"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/storetest"
@@ -29,7 +29,7 @@ func newStore() *memstore.Store {
 func ExampleFaulty() {
 	f := storetest.NewFaulty(newStore())
 	defer f.Close()
-	lim, err := core.NewLimiter(f, algorithms.TokenBucket, core.PerSecond(10))
+	lim, err := sluice.NewLimiter(f, algorithms.TokenBucket, sluice.PerSecond(10))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func ExampleFaulty() {
 func ExampleFaulty_FailNext() {
 	f := storetest.NewFaulty(newStore())
 	defer f.Close()
-	lim, _ := core.NewLimiter(f, algorithms.GCRA, core.PerMinute(60))
+	lim, _ := sluice.NewLimiter(f, algorithms.GCRA, sluice.PerMinute(60))
 	errTimeout := fmt.Errorf("read: %w", context.DeadlineExceeded)
 	f.FailNext(2, errTimeout)
 	for i := range 3 {
@@ -75,14 +75,14 @@ func ExampleFaulty_Fail() {
 		log.Fatal(err)
 	}
 	defer b.Close() // closes f, which closes the memstore
-	lim, _ := core.NewLimiter(b, algorithms.TokenBucket, core.PerSecond(100))
+	lim, _ := sluice.NewLimiter(b, algorithms.TokenBucket, sluice.PerSecond(100))
 	// A new circuit does not open within a tenth of its window (see
 	// policy.WithTrip).
 	time.Sleep(policy.DefaultWindow / 10)
 	f.Fail(storetest.ErrOutage)
 	for range 10 {
 		d, err := lim.Allow(context.Background(), "user:42")
-		if err != nil || d.Allowed || d.Source != core.SourceFailClosed {
+		if err != nil || d.Allowed || d.Source != sluice.SourceFailClosed {
 			log.Fatalf("%+v, %v", d, err)
 		}
 	}
@@ -100,7 +100,7 @@ func ExampleFaulty_Fail() {
 func ExampleFaulty_SetLatency() {
 	f := storetest.NewFaulty(newStore())
 	defer f.Close()
-	lim, _ := core.NewLimiter(f, algorithms.TokenBucket, core.PerSecond(10))
+	lim, _ := sluice.NewLimiter(f, algorithms.TokenBucket, sluice.PerSecond(10))
 	f.SetLatency(20 * time.Millisecond)
 
 	start := time.Now()
@@ -122,7 +122,7 @@ func ExampleFaulty_SetLatency() {
 func ExampleFaulty_Blackhole() {
 	f := storetest.NewFaulty(newStore())
 	defer f.Close()
-	lim, _ := core.NewLimiter(f, algorithms.TokenBucket, core.PerSecond(10))
+	lim, _ := sluice.NewLimiter(f, algorithms.TokenBucket, sluice.PerSecond(10))
 	release := f.Blackhole()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
@@ -130,7 +130,7 @@ func ExampleFaulty_Blackhole() {
 	_, err := lim.Allow(ctx, "user:42")
 	fmt.Println("with a deadline:", err)
 
-	done := make(chan core.Decision)
+	done := make(chan sluice.Decision)
 	go func() {
 		d, _ := lim.Allow(context.Background(), "user:42")
 		done <- d
@@ -154,7 +154,7 @@ func ExampleFaulty_Heal() {
 	f.SetLatency(time.Hour)
 	f.Blackhole()
 	f.Heal()
-	lim, _ := core.NewLimiter(f, algorithms.TokenBucket, core.PerSecond(10))
+	lim, _ := sluice.NewLimiter(f, algorithms.TokenBucket, sluice.PerSecond(10))
 	d, err := lim.Allow(context.Background(), "user:42")
 	fmt.Println(d.Allowed, err)
 	// Output:
@@ -166,11 +166,11 @@ func ExampleFaulty_Heal() {
 func ExampleFaulty_Requests() {
 	f := storetest.NewFaulty(newStore())
 	defer f.Close()
-	stack, _ := core.NewStack(f,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000)},
+	stack, _ := sluice.NewStack(f,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(10)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(1000)},
 	)
-	lim, _ := core.NewLimiter(f, algorithms.GCRA, core.PerMinute(5))
+	lim, _ := sluice.NewLimiter(f, algorithms.GCRA, sluice.PerMinute(5))
 	ctx := context.Background()
 	stack.AllowN(ctx, []string{"user:42", "all"}, 3)
 	lim.Peek(ctx, "user:42")
@@ -188,9 +188,9 @@ func ExampleFaulty_Requests() {
 func ExampleFaulty_Calls() {
 	f := storetest.NewFaulty(newStore())
 	defer f.Close()
-	stack, _ := core.NewStack(f,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
-		core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000)},
+	stack, _ := sluice.NewStack(f,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(10)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(1000)},
 	)
 	ctx := context.Background()
 	f.FailNext(1, storetest.ErrOutage)
@@ -208,13 +208,13 @@ func ExampleFaulty_Calls() {
 }
 
 // ErrOutage is a store failure to package policy; an error of your own
-// is one too if it wraps core.ErrUnavailable, and is otherwise the
+// is one too if it wraps sluice.ErrUnavailable, and is otherwise the
 // request's error, which a breaker passes on and does not count.
 func ExampleErrOutage() {
 	mine := errors.New("my backend is down")
 	fmt.Println(policy.IsStoreFailure(storetest.ErrOutage))
 	fmt.Println(policy.IsStoreFailure(mine))
-	fmt.Println(policy.IsStoreFailure(fmt.Errorf("%w: %w", core.ErrUnavailable, mine)))
+	fmt.Println(policy.IsStoreFailure(fmt.Errorf("%w: %w", sluice.ErrUnavailable, mine)))
 	// Output:
 	// true
 	// false

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 )
 
-// This file checks what a user asks through core.Limiter and core.Stack at
+// This file checks what a user asks through sluice.Limiter and sluice.Stack at
 // instants of their own (At): a key's level (Level), partial admissions
 // (AllowAtMost) and the instant each decision reports (Decision.At), on
 // step tables at fixed instants from T0.
@@ -102,7 +103,7 @@ var bucketInstants = []instantStep{
 	{at: 10*time.Second + 300*ms, verb: "at-most", n: 3, allowed: true, admitted: 1, level: 0},
 }
 
-// testInstants runs alg's instants table through a core.Limiter over the
+// testInstants runs alg's instants table through a sluice.Limiter over the
 // store, each call at its instant (Limiter.At): levels, partial
 // admissions and the instant of every decision.
 func testInstants(t *testing.T, s core.Store, alg core.Algorithm) {
@@ -110,7 +111,7 @@ func testInstants(t *testing.T, s core.Store, alg core.Algorithm) {
 	if !ok {
 		t.Fatalf("no instants table for %s", alg.Name())
 	}
-	lim, err := core.NewLimiter(s, alg, table.limit)
+	lim, err := sluice.NewLimiter(s, alg, table.limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func testInstants(t *testing.T, s core.Store, alg core.Algorithm) {
 		case "at-most":
 			d, err = at.AllowAtMost(ctx, key, st.n)
 		case "reserve":
-			var r *core.Reservation
+			var r *sluice.Reservation
 			if r, err = at.ReserveN(ctx, key, st.n, time.Second); err == nil {
 				d = r.Decision
 			}
@@ -163,7 +164,7 @@ func testInstants(t *testing.T, s core.Store, alg core.Algorithm) {
 // free slots as its level and admits nothing in part.
 func testInstantsCommon(t *testing.T, s core.Store) {
 	ctx := context.Background()
-	lim, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(10))
+	lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func testInstantsCommon(t *testing.T, s core.Store) {
 	}
 
 	// A concurrency limit's level is its free slots.
-	conc, err := core.NewLimiter(s, algorithms.Concurrency, core.Per(3, time.Minute))
+	conc, err := sluice.NewLimiter(s, algorithms.Concurrency, core.Per(3, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func testInstantsCommon(t *testing.T, s core.Store) {
 }
 
 // testBatchAtMost runs a stack of a token bucket and a fixed window
-// through core.Stack at fixed instants (Stack.At): a partial admission
+// through sluice.Stack at fixed instants (Stack.At): a partial admission
 // charges every rule the most all of them admit, or none, in one store
 // call; the rules' levels read together; each rule's decision matches the
 // reference's.
@@ -242,9 +243,9 @@ func testBatchAtMost(t *testing.T, s core.Store) {
 		[]core.Limit{core.PerSecond(10).WithBurst(5), core.PerSecond(8)}) {
 		t.Run(name, func(t *testing.T) {
 			ref := make(reference)
-			stack, err := core.NewStack(s,
-				core.Rule{Name: "bucket", Algorithm: rules[0].alg, Limit: rules[0].limit},
-				core.Rule{Name: "window", Algorithm: rules[1].alg, Limit: rules[1].limit},
+			stack, err := sluice.NewStack(s,
+				sluice.Rule{Name: "bucket", Algorithm: rules[0].alg, Limit: rules[0].limit},
+				sluice.Rule{Name: "window", Algorithm: rules[1].alg, Limit: rules[1].limit},
 			)
 			if err != nil {
 				t.Fatal(err)
@@ -275,7 +276,7 @@ func testBatchAtMost(t *testing.T, s core.Store) {
 				{at: 1050 * ms, level: true, allowed: true, binding: 0, levels: [2]float64{0.5, 3}},
 			} {
 				at := stack.At(T0.Add(st.at))
-				var v core.Verdict
+				var v sluice.Verdict
 				what := "AllowAtMost"
 				if st.level {
 					what = "Level"

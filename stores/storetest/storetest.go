@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 )
@@ -987,7 +988,7 @@ func testLeases(t *testing.T, s core.Store) {
 // have released, every slot is free.
 func testLeasesConcurrentSafe(t *testing.T, s core.Store) {
 	const goroutines, each, n = 64, 20, 5
-	lim, err := core.NewLimiter(s, algorithms.Concurrency, core.Per(n, time.Minute))
+	lim, err := sluice.NewLimiter(s, algorithms.Concurrency, core.Per(n, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

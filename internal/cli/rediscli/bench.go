@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 )
@@ -58,7 +58,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice bench: -algorithm: %v\n", err)
 		return 2
 	}
-	limit, err := core.ParseLimit(*limitArg)
+	limit, err := sluice.ParseLimit(*limitArg)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: -limit: %v\n", err)
 		return 2
@@ -79,7 +79,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	opts.IsClusterMode = *cluster
 	gr := redis.NewUniversalClient(opts)
 	defer gr.Close()
-	var store core.Store
+	var store sluice.Store
 	if *clientN == "go-redis" {
 		store, err = redisstore.New(gr, redisstore.Config{Prefix: *prefix})
 	} else {
@@ -96,7 +96,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice bench: %s: %v\n", *addr, err)
 		return 1
 	}
-	lim, err := core.NewLimiter(store, alg, limit)
+	lim, err := sluice.NewLimiter(store, alg, limit)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: -limit with -algorithm %s: %v\n", alg.Name(), err)
 		return 2
@@ -121,7 +121,7 @@ type result struct {
 
 // bench runs the decisions and measures them, printing progress to
 // progress once a second.
-func bench(server redis.UniversalClient, lim *core.Limiter, keys, workers int, d time.Duration, progress io.Writer) (*result, error) {
+func bench(server redis.UniversalClient, lim *sluice.Limiter, keys, workers int, d time.Duration, progress io.Writer) (*result, error) {
 	ctx := context.Background()
 	before, err := scriptCalls(ctx, server)
 	if err != nil {

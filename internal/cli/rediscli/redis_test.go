@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/redisstore"
@@ -27,7 +27,7 @@ func TestInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := core.NewLimiter(store, algorithms.TokenBucket, core.PerMinute(10).WithBurst(50))
+	lim, err := sluice.NewLimiter(store, algorithms.TokenBucket, sluice.PerMinute(10).WithBurst(50))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package core
+package sluice
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/sluicehq/sluice/core"
 )
 
 // Rule is one limit of a [Stack]: a name, which headers and telemetry
@@ -64,13 +66,13 @@ func NewStack(store Store, rules ...Rule) (*Stack, error) {
 		if err := r.Limit.Validate(); err != nil {
 			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
-		if !r.Limit.inf {
+		if !r.Limit.IsInf() {
 			if err := r.Algorithm.Validate(r.Limit); err != nil {
 				return nil, fmt.Errorf("rule %q: %w", r.Name, err)
 			}
 		}
-		s.algs = append(s.algs, Named(r.Algorithm, r.Name))
-		s.leases = s.leases || Leases(r.Algorithm)
+		s.algs = append(s.algs, core.Named(r.Algorithm, r.Name))
+		s.leases = s.leases || core.Leases(r.Algorithm)
 	}
 	return s, nil
 }
@@ -132,9 +134,9 @@ func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (Verdict, er
 		if s.fixed && s.at.IsZero() {
 			return Verdict{}, errZeroInstant
 		}
-		return applyOne(ctx, s.store, Request{Key: keys[0], Algorithm: s.algs[0], Limit: s.rules[0].Limit, Cost: n, Now: s.at})
+		return applyOne(ctx, s.store, core.Request{Key: keys[0], Algorithm: s.algs[0], Limit: s.rules[0].Limit, Cost: n, Now: s.at})
 	}
-	reqs, err := s.requests(keys, n, OpCharge)
+	reqs, err := s.requests(keys, n, core.OpCharge)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -161,7 +163,7 @@ func (s *Stack) AllowAtMost(ctx context.Context, keys []string, n int64) (Verdic
 	if n < 1 {
 		return Verdict{}, fmt.Errorf("%w: a partial admission of at most %d; want at least 1", ErrInvalidCost, n)
 	}
-	reqs, err := s.requests(keys, n, OpAtMost)
+	reqs, err := s.requests(keys, n, core.OpAtMost)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -171,7 +173,7 @@ func (s *Stack) AllowAtMost(ctx context.Context, keys []string, n int64) (Verdic
 // Peek reports the verdict Allow would return now, without charging any
 // rule or changing any state.
 func (s *Stack) Peek(ctx context.Context, keys ...string) (Verdict, error) {
-	reqs, err := s.requests(keys, 1, OpPeek)
+	reqs, err := s.requests(keys, 1, core.OpPeek)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -184,7 +186,7 @@ func (s *Stack) Peek(ctx context.Context, keys ...string) (Verdict, error) {
 // binding rule is the one with the least left in proportion to its
 // capacity. It is one store call.
 func (s *Stack) Level(ctx context.Context, keys ...string) (Verdict, error) {
-	reqs, err := s.requests(keys, 0, OpPeek)
+	reqs, err := s.requests(keys, 0, core.OpPeek)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -211,13 +213,13 @@ func (s *Stack) Reset(ctx context.Context, keys ...string) error {
 // maxWait, letting keys go into debt, and returns the reservation, whose
 // Delay is the longest any rule needs; if any rule would need longer, none
 // is charged (OK is false). It is one atomic store call, as AllowN is.
-// Every rule's algorithm must reserve ([Reserver]); otherwise ReserveN
+// Every rule's algorithm must reserve ([core.Reserver]); otherwise ReserveN
 // fails with [ErrUnsupported] naming the rule.
 func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait time.Duration) (*Reservation, error) {
 	if maxWait <= 0 {
 		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
 	}
-	reqs, err := s.requests(keys, n, OpReserve)
+	reqs, err := s.requests(keys, n, core.OpReserve)
 	if err != nil {
 		return nil, err
 	}
@@ -230,15 +232,15 @@ func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait ti
 // WithQueue returns a stack like s whose reservations (ReserveN, Wait,
 // WaitN) queue at most n units of cost on each rule's key: a reservation
 // is admitted only if, after it, every rule's key owes at most n tokens
-// (see [Limiter.WithQueue] and [Request.MaxQueue]). It fails with an
-// error wrapping [ErrInvalidRequest] if n is not 1 to [MaxUnits], and
+// (see [Limiter.WithQueue] and [core.Request.MaxQueue]). It fails with an
+// error wrapping [ErrInvalidRequest] if n is not 1 to [core.MaxUnits], and
 // with [ErrUnsupported] naming a rule whose algorithm cannot reserve.
 func (s *Stack) WithQueue(n int64) (*Stack, error) {
 	if err := checkQueue(n); err != nil {
 		return nil, err
 	}
 	for _, r := range s.rules {
-		if !r.Limit.inf && !Reserves(r.Algorithm) {
+		if !r.Limit.IsInf() && !core.Reserves(r.Algorithm) {
 			return nil, fmt.Errorf("rule %q: %w: algorithm %q cannot reserve, so it cannot queue", r.Name, ErrUnsupported, r.Algorithm.Name())
 		}
 	}
@@ -280,7 +282,7 @@ func (s *Stack) WaitN(ctx context.Context, keys []string, n int64) (Verdict, err
 // to release, and AcquireN is AllowN with a lease whose Release does
 // nothing.
 func (s *Stack) AcquireN(ctx context.Context, keys []string, n int64) (*Lease, error) {
-	reqs, err := s.requests(keys, n, OpCharge)
+	reqs, err := s.requests(keys, n, core.OpCharge)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +301,7 @@ func (s *Stack) checkKeys(keys []string) error {
 		return fmt.Errorf("%w: %d keys for %d rules", ErrInvalidRequest, len(keys), len(s.rules))
 	}
 	for i, k := range keys {
-		if err := ValidateKey(k); err != nil {
+		if err := core.ValidateKey(k); err != nil {
 			return fmt.Errorf("rule %q: %w", s.rules[i].Name, err)
 		}
 	}
@@ -308,44 +310,25 @@ func (s *Stack) checkKeys(keys []string) error {
 
 // requests returns the stack's requests for keys, cost n and op. It checks
 // what a store's validation would name by index, to name the rule.
-func (s *Stack) requests(keys []string, n int64, op Op) ([]Request, error) {
+func (s *Stack) requests(keys []string, n int64, op core.Op) ([]core.Request, error) {
 	if err := s.checkKeys(keys); err != nil {
 		return nil, err
 	}
-	if n < 0 || n > MaxUnits {
+	if n < 0 || n > core.MaxUnits {
 		return nil, fmt.Errorf("%w: %d is outside 0 to 2^52", ErrInvalidCost, n)
 	}
 	if s.fixed && s.at.IsZero() {
 		return nil, errZeroInstant
 	}
-	reqs := make([]Request, len(s.rules))
+	reqs := make([]core.Request, len(s.rules))
 	for i, r := range s.rules {
-		reqs[i] = Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op, Now: s.at}
-		if op == OpReserve && !r.Limit.inf && !Reserves(r.Algorithm) {
+		reqs[i] = core.Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op, Now: s.at}
+		if op == core.OpReserve && !r.Limit.IsInf() && !core.Reserves(r.Algorithm) {
 			return nil, fmt.Errorf("rule %q: %w: algorithm %q cannot reserve", r.Name, ErrUnsupported, r.Algorithm.Name())
 		}
-		if Leases(r.Algorithm) && op == OpCharge {
-			reqs[i].Lease = rand.Int64N(MaxUnits) + 1
+		if core.Leases(r.Algorithm) && op == core.OpCharge {
+			reqs[i].Lease = rand.Int64N(core.MaxUnits) + 1
 		}
 	}
 	return reqs, nil
 }
-
-// Named returns alg under another name, alg's own followed by "/" and
-// name, so that a rule's state is kept apart from every other state of
-// the same key (two token buckets on one key: a burst and a daily quota).
-// It decides exactly as alg, and keeps every ability alg has: its
-// Unwrap returns alg, which [AlgorithmAs] looks through.
-func Named(alg Algorithm, name string) Algorithm {
-	return named{Algorithm: alg, name: alg.Name() + "/" + name}
-}
-
-type named struct {
-	Algorithm
-	name string
-}
-
-func (n named) Name() string { return n.name }
-
-// Unwrap returns the algorithm named.
-func (n named) Unwrap() Algorithm { return n.Algorithm }

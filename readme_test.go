@@ -1,4 +1,4 @@
-package core_test
+package sluice_test
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 // TestReadmeQuickStart checks that the README's quick start is, line for
 // line, the body of Example, which go test runs.
 func TestReadmeQuickStart(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,11 @@
-package core
+package sluice
 
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/core"
 )
 
 // Limiter applies one algorithm and one limit to many keys through a
@@ -57,7 +58,7 @@ func NewLimiter(store Store, alg Algorithm, limit Limit) (*Limiter, error) {
 	if err := limit.Validate(); err != nil {
 		return nil, err
 	}
-	if !limit.inf {
+	if !limit.IsInf() {
 		if err := alg.Validate(limit); err != nil {
 			return nil, err
 		}
@@ -127,15 +128,15 @@ func (l *Limiter) extra() *extra {
 
 // request returns l's request for key with cost n and operation op: under
 // l's limit at this call, at l's instant if it has one.
-func (l *Limiter) request(key string, n int64, op Op) (Request, error) {
-	req := Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Op: op}
+func (l *Limiter) request(key string, n int64, op core.Op) (core.Request, error) {
+	req := core.Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n, Op: op}
 	if x := l.x; x != nil {
 		if x.from != nil {
 			req.Limit = x.from.Limit()
 		}
 		if x.fixed {
 			if x.at.IsZero() {
-				return Request{}, errZeroInstant
+				return core.Request{}, errZeroInstant
 			}
 			req.Now = x.at
 		}
@@ -148,7 +149,7 @@ func (l *Limiter) request(key string, n int64, op Op) (Request, error) {
 var errZeroInstant = fmt.Errorf("%w: the zero time: At needs an instant; without At, a limiter decides on its store's clock", ErrInvalidTime)
 
 // apply decides l's request for key with cost n and operation op.
-func (l *Limiter) apply(ctx context.Context, key string, n int64, op Op) (Decision, error) {
+func (l *Limiter) apply(ctx context.Context, key string, n int64, op core.Op) (Decision, error) {
 	req, err := l.request(key, n, op)
 	if err != nil {
 		return Decision{}, err
@@ -173,12 +174,12 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // charged that the store knows of.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	if l.x != nil {
-		return l.apply(ctx, key, n, OpCharge)
+		return l.apply(ctx, key, n, core.OpCharge)
 	}
 	// Two calls rather than one request whose limit is chosen first:
 	// that cost a fixed limit's decision 5 to 8 ns on memstore
 	// (stores/memstore's BenchmarkAllow), this nothing measurable.
-	return l.store.Apply(ctx, Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n})
+	return l.store.Apply(ctx, core.Request{Key: key, Algorithm: l.alg, Limit: l.limit, Cost: n})
 }
 
 // AllowAtMost charges key as much of cost n as the limit admits now, at
@@ -191,13 +192,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 // [ErrUnsupported] for an algorithm that holds leases. Under [Inf] it
 // admits all of n.
 func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.apply(ctx, key, n, OpAtMost)
+	return l.apply(ctx, key, n, core.OpAtMost)
 }
 
 // Peek reports the decision Allow would return now, without charging the
 // key or changing its state.
 func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
-	return l.apply(ctx, key, 1, OpPeek)
+	return l.apply(ctx, key, 1, core.OpPeek)
 }
 
 // Level reports key's level now without charging it or changing its
@@ -209,22 +210,14 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 // Level.Tokens() is the level as a float64; a bucket in debt after
 // reservations has a level below zero.
 func (l *Limiter) Level(ctx context.Context, key string) (Decision, error) {
-	return l.apply(ctx, key, 0, OpPeek)
+	return l.apply(ctx, key, 0, core.OpPeek)
 }
 
 // Reset forgets key's state under the limiter's algorithm, as if it had
 // never been charged.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if err := ValidateKey(key); err != nil {
+	if err := core.ValidateKey(key); err != nil {
 		return err
 	}
 	return l.store.Reset(ctx, key, l.alg)
-}
-
-// Unlimited returns the decision for a request under [Inf]: allowed, with
-// no limit in sight, and a level of [math.MaxInt64] tokens. Stores answer
-// Inf requests with it without touching any state, at the request's
-// instant (see [Run] and [Request.Answer]).
-func Unlimited() Decision {
-	return Decision{Allowed: true, Limit: math.MaxInt64, Remaining: math.MaxInt64, Level: Level{Units: math.MaxInt64, PerToken: 1}}
 }

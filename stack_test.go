@@ -1,4 +1,4 @@
-package core_test
+package sluice_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -36,10 +37,10 @@ func TestStackSteps(t *testing.T) {
 		if !atomic {
 			store = inTurn{c}
 		}
-		stack, err := core.NewStack(store,
-			core.Rule{Name: "burst", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(2).WithBurst(3)},
-			core.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(5)},
-			core.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(4)},
+		stack, err := sluice.NewStack(store,
+			sluice.Rule{Name: "burst", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(2).WithBurst(3)},
+			sluice.Rule{Name: "daily", Algorithm: algorithms.TokenBucket, Limit: core.PerDay(5)},
+			sluice.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(4)},
 		)
 		if err != nil {
 			t.Fatal(err)
@@ -83,21 +84,21 @@ func TestNewStack(t *testing.T) {
 	store := s.Store()
 	tb := algorithms.TokenBucket
 	for _, tc := range []struct {
-		rules []core.Rule
+		rules []sluice.Rule
 		want  error
 	}{
 		{nil, core.ErrInvalidRequest},
-		{[]core.Rule{{Name: "", Algorithm: tb, Limit: core.PerSecond(1)}}, core.ErrInvalidRequest},
-		{[]core.Rule{{Name: "a:b", Algorithm: tb, Limit: core.PerSecond(1)}}, core.ErrInvalidRequest},
-		{[]core.Rule{{Name: "a", Algorithm: tb, Limit: core.PerSecond(1)}, {Name: "a", Algorithm: tb, Limit: core.PerDay(1)}}, core.ErrInvalidRequest},
-		{[]core.Rule{{Name: "a", Limit: core.PerSecond(1)}}, core.ErrNoAlgorithm},
-		{[]core.Rule{{Name: "a", Algorithm: tb}}, core.ErrInvalidLimit},
+		{[]sluice.Rule{{Name: "", Algorithm: tb, Limit: core.PerSecond(1)}}, core.ErrInvalidRequest},
+		{[]sluice.Rule{{Name: "a:b", Algorithm: tb, Limit: core.PerSecond(1)}}, core.ErrInvalidRequest},
+		{[]sluice.Rule{{Name: "a", Algorithm: tb, Limit: core.PerSecond(1)}, {Name: "a", Algorithm: tb, Limit: core.PerDay(1)}}, core.ErrInvalidRequest},
+		{[]sluice.Rule{{Name: "a", Limit: core.PerSecond(1)}}, core.ErrNoAlgorithm},
+		{[]sluice.Rule{{Name: "a", Algorithm: tb}}, core.ErrInvalidLimit},
 	} {
-		if _, err := core.NewStack(store, tc.rules...); !errors.Is(err, tc.want) {
+		if _, err := sluice.NewStack(store, tc.rules...); !errors.Is(err, tc.want) {
 			t.Errorf("NewStack(%+v) = %v, want %v", tc.rules, err, tc.want)
 		}
 	}
-	if _, err := core.NewStack(nil, core.Rule{Name: "a", Algorithm: tb, Limit: core.PerSecond(1)}); !errors.Is(err, core.ErrNoStore) {
+	if _, err := sluice.NewStack(nil, sluice.Rule{Name: "a", Algorithm: tb, Limit: core.PerSecond(1)}); !errors.Is(err, core.ErrNoStore) {
 		t.Errorf("NewStack(nil store) = %v, want ErrNoStore", err)
 	}
 }
@@ -106,9 +107,9 @@ func TestNewStack(t *testing.T) {
 // anything is charged, naming the rule at fault.
 func TestStackBadInput(t *testing.T) {
 	_, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1))
-	stack, err := core.NewStack(c,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
-		core.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(5)},
+	stack, err := sluice.NewStack(c,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
+		sluice.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(5)},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -168,9 +169,9 @@ func TestStackBadInput(t *testing.T) {
 func TestStackPeekReset(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	_, c := newLimiter(t, func() time.Time { return t0 }, algorithms.TokenBucket, core.PerSecond(1))
-	stack, err := core.NewStack(c,
-		core.Rule{Name: "minute", Algorithm: algorithms.GCRA, Limit: core.PerMinute(3)},
-		core.Rule{Name: "day", Algorithm: algorithms.SlidingWindowCounter, Limit: core.PerDay(2)},
+	stack, err := sluice.NewStack(c,
+		sluice.Rule{Name: "minute", Algorithm: algorithms.GCRA, Limit: core.PerMinute(3)},
+		sluice.Rule{Name: "day", Algorithm: algorithms.SlidingWindowCounter, Limit: core.PerDay(2)},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -212,9 +213,9 @@ func TestStackReserve(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	clock := t0
 	_, c := newLimiter(t, func() time.Time { return clock }, algorithms.TokenBucket, core.PerSecond(1))
-	stack, err := core.NewStack(c,
-		core.Rule{Name: "fast", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10).WithBurst(1)},
-		core.Rule{Name: "slow", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(1)},
+	stack, err := sluice.NewStack(c,
+		sluice.Rule{Name: "fast", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10).WithBurst(1)},
+		sluice.Rule{Name: "slow", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(1)},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -269,9 +270,9 @@ func TestStackReserve(t *testing.T) {
 func TestStackWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1))
-		stack, err := core.NewStack(c,
-			core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(20).WithBurst(1)},
-			core.Rule{Name: "all", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10).WithBurst(1)},
+		stack, err := sluice.NewStack(c,
+			sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(20).WithBurst(1)},
+			sluice.Rule{Name: "all", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10).WithBurst(1)},
 		)
 		if err != nil {
 			t.Fatal(err)
@@ -282,7 +283,7 @@ func TestStackWait(t *testing.T) {
 		n := 0
 		for {
 			if _, err := stack.Wait(ctx, "u", "all"); err != nil {
-				if !errors.Is(err, core.ErrWaitTooLong) {
+				if !errors.Is(err, sluice.ErrWaitTooLong) {
 					t.Fatalf("Wait: %v, want ErrWaitTooLong at the deadline", err)
 				}
 				break
@@ -323,9 +324,9 @@ func TestStackWait(t *testing.T) {
 func TestStackAcquire(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	_, c := newLimiter(t, func() time.Time { return t0 }, algorithms.TokenBucket, core.PerSecond(1))
-	stack, err := core.NewStack(c,
-		core.Rule{Name: "inflight", Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute)},
-		core.Rule{Name: "rate", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3)},
+	stack, err := sluice.NewStack(c,
+		sluice.Rule{Name: "inflight", Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute)},
+		sluice.Rule{Name: "rate", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3)},
 	)
 	if err != nil {
 		t.Fatal(err)

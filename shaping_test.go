@@ -1,4 +1,4 @@
-package core_test
+package sluice_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
@@ -28,17 +29,17 @@ func TestShapingMemstore(t *testing.T) {
 func TestQueueBadInput(t *testing.T) {
 	store, _ := memstore.New(memstore.Config{})
 	defer store.Close()
-	lim, _ := core.NewLimiter(store, algorithms.GCRA, core.PerSecond(5))
+	lim, _ := sluice.NewLimiter(store, algorithms.GCRA, core.PerSecond(5))
 	for _, n := range []int64{0, -1, core.MaxUnits + 1} {
 		if q, err := lim.WithQueue(n); !errors.Is(err, core.ErrInvalidRequest) || q != nil {
 			t.Errorf("WithQueue(%d) = %v, %v; want ErrInvalidRequest", n, q, err)
 		}
 	}
-	win, _ := core.NewLimiter(store, algorithms.FixedWindow, core.PerSecond(5))
+	win, _ := sluice.NewLimiter(store, algorithms.FixedWindow, core.PerSecond(5))
 	if _, err := win.WithQueue(3); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("WithQueue on a fixed window = %v; want ErrUnsupported", err)
 	}
-	st, _ := core.NewStack(store, core.Rule{Name: "a", Algorithm: algorithms.GCRA, Limit: core.PerSecond(5)})
+	st, _ := sluice.NewStack(store, sluice.Rule{Name: "a", Algorithm: algorithms.GCRA, Limit: core.PerSecond(5)})
 	if _, err := st.WithQueue(0); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("Stack.WithQueue(0) = %v; want ErrInvalidRequest", err)
 	}

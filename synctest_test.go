@@ -1,4 +1,4 @@
-package core_test
+package sluice_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -26,7 +26,7 @@ func TestSynctestWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		lim, err := core.NewLimiter(s, algorithms.TokenBucket, core.PerHour(1))
+		lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, sluice.PerHour(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,14 +73,14 @@ func TestSynctestWait(t *testing.T) {
 		dctx, dcancel := context.WithTimeout(ctx, time.Minute)
 		defer dcancel()
 		start = time.Now()
-		if _, err := lim.Wait(dctx, "k"); !errors.Is(err, core.ErrWaitTooLong) || time.Since(start) != 0 {
+		if _, err := lim.Wait(dctx, "k"); !errors.Is(err, sluice.ErrWaitTooLong) || time.Since(start) != 0 {
 			t.Errorf("Wait with a minute's deadline = %v after %v; want ErrWaitTooLong at once", err, time.Since(start))
 		}
 
 		// A stack waits for its slowest rule.
-		stack, err := core.NewStack(s,
-			core.Rule{Name: "user", Algorithm: algorithms.GCRA, Limit: core.PerMinute(1)},
-			core.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)},
+		stack, err := sluice.NewStack(s,
+			sluice.Rule{Name: "user", Algorithm: algorithms.GCRA, Limit: sluice.PerMinute(1)},
+			sluice.Rule{Name: "global", Algorithm: algorithms.TokenBucket, Limit: sluice.PerHour(1)},
 		)
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package core
+package sluice
 
 import (
 	"context"
@@ -7,23 +7,9 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/core"
 )
-
-// Leaser is implemented by algorithms that hold leases ([Request.Lease]):
-// the concurrency algorithm, which limits how many leases a key holds at
-// once rather than a rate.
-type Leaser interface {
-	Algorithm
-	// Leases reports whether the algorithm honours [Request.Lease].
-	Leases() bool
-}
-
-// Leases reports whether alg holds leases: it is a [Leaser] (or wraps
-// one, see [AlgorithmAs]) that says it does.
-func Leases(alg Algorithm) bool {
-	l, ok := AlgorithmAs[Leaser](alg)
-	return ok && l.Leases()
-}
 
 // Lease is a share of concurrency, acquired by [Limiter.Acquire] or
 // [Stack.AcquireN] and held until [Lease.Release] or until the limit's
@@ -36,7 +22,7 @@ type Lease struct {
 	// admitted the request), Remaining how many are left.
 	Verdict
 	store Store
-	held  []Request // the concurrency rules' requests
+	held  []core.Request // the concurrency rules' requests
 
 	mu       sync.Mutex // held across a release, so concurrent calls agree
 	released bool
@@ -47,7 +33,7 @@ func (l *Lease) OK() bool { return l.Allowed }
 
 // ID returns the lease's identifier under its first concurrency rule: a
 // random number from 1 to 2^52, which is what the store keeps (see
-// [Request.Lease]); 0 if the lease holds none.
+// [core.Request.Lease]); 0 if the lease holds none.
 func (l *Lease) ID() int64 {
 	if len(l.held) == 0 {
 		return 0
@@ -69,7 +55,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !l.Allowed || l.released || len(l.held) == 0 {
 		return nil
 	}
-	if err := release(ctx, l.store, l.requests(OpRefund), "release lease"); err != nil {
+	if err := release(ctx, l.store, l.requests(core.OpRefund), "release lease"); err != nil {
 		return err
 	}
 	l.released = true
@@ -88,7 +74,7 @@ func ended(ctx context.Context) bool {
 }
 
 // release refunds the lease requests reqs on store, as a cleanup.
-func release(ctx context.Context, store Store, reqs []Request, what string) error {
+func release(ctx context.Context, store Store, reqs []core.Request, what string) error {
 	return cleanup(ctx, what, func(ctx context.Context) error {
 		_, err := apply(ctx, store, reqs)
 		return err
@@ -104,12 +90,12 @@ func (l *Lease) Renew(ctx context.Context) (Verdict, error) {
 	if !l.Allowed || l.released || len(l.held) == 0 {
 		return Verdict{}, fmt.Errorf("%w: renewing a lease that is not held", ErrInvalidRequest)
 	}
-	return apply(ctx, l.store, l.requests(OpCharge))
+	return apply(ctx, l.store, l.requests(core.OpCharge))
 }
 
 // requests returns the lease's requests with operation op, in a new slice.
-func (l *Lease) requests(op Op) []Request {
-	reqs := append([]Request(nil), l.held...)
+func (l *Lease) requests(op core.Op) []core.Request {
+	reqs := append([]core.Request(nil), l.held...)
 	for i := range reqs {
 		reqs[i].Op = op
 	}
@@ -121,16 +107,16 @@ func (l *Lease) requests(op Op) []Request {
 // may have acquired the slots all the same (a call already sent is
 // applied); they are released at once, as a cleanup, since releasing a
 // lease the key does not hold changes nothing.
-func acquire(ctx context.Context, store Store, reqs []Request) (*Lease, error) {
+func acquire(ctx context.Context, store Store, reqs []core.Request) (*Lease, error) {
 	v, err := apply(ctx, store, reqs)
 	if err != nil {
 		if !ended(ctx) {
 			return nil, err
 		}
-		var held []Request
+		var held []core.Request
 		for _, r := range reqs {
 			if r.Lease != 0 {
-				r.Op = OpRefund
+				r.Op = core.OpRefund
 				held = append(held, r)
 			}
 		}
@@ -160,16 +146,16 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Lease, error) {
 // released or until the limit's Period passes (the lease's time to live).
 // The lease's OK reports whether it was acquired; if not, RetryAfter is
 // the time until enough leases expire (a release may free slots sooner).
-// The limiter's algorithm must hold leases ([Leaser], such as
+// The limiter's algorithm must hold leases ([core.Leaser], such as
 // algorithms.Concurrency); otherwise AcquireN fails with [ErrUnsupported].
 func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Lease, error) {
-	if !Leases(l.alg) {
+	if !core.Leases(l.alg) {
 		return nil, fmt.Errorf("%w: algorithm %q holds no leases", ErrUnsupported, l.alg.Name())
 	}
-	req, err := l.request(key, n, OpCharge)
+	req, err := l.request(key, n, core.OpCharge)
 	if err != nil {
 		return nil, err
 	}
-	req.Lease = rand.Int64N(MaxUnits) + 1
-	return acquire(ctx, l.store, []Request{req})
+	req.Lease = rand.Int64N(core.MaxUnits) + 1
+	return acquire(ctx, l.store, []core.Request{req})
 }

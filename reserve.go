@@ -1,4 +1,4 @@
-package core
+package sluice
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/core"
 )
 
 // Errors of Wait and Reserve.
@@ -22,25 +24,7 @@ var (
 	// context's deadline, but as many as the queue holds were waiting
 	// already. Nothing was charged.
 	ErrQueueFull = errors.New("sluice: queue full")
-	// ErrCleanup reports a refund or a release that sluice made on a
-	// caller's behalf and could not confirm within [CleanupTimeout]: the
-	// capacity may still be charged, until the key's state recovers or
-	// the lease expires. A refund that timed out may nonetheless have
-	// been applied (a store never replays a call that timed out), so
-	// sluice does not try it again; it reports it, joined with the
-	// error that made the caller give up.
-	ErrCleanup = errors.New("sluice: refund or release not confirmed")
 )
-
-// CleanupTimeout bounds each refund or release sluice makes on a
-// caller's behalf: [Reservation.Cancel], the refund of a [Limiter.Wait]
-// or [Stack.Wait] whose context ended, [Lease.Release], and the release
-// of a lease whose acquisition was cut short. Such a call runs with the
-// caller's context values but not its cancellation, since it is made
-// because the caller gave up, and ends at this deadline: no call of
-// sluice outlives its context by more than CleanupTimeout, even when the
-// store hangs. A store that answers at all answers far sooner.
-const CleanupTimeout = 500 * time.Millisecond
 
 // cleanup makes the store call f on the caller's behalf, with ctx's
 // values, without its cancellation, within CleanupTimeout; a failure
@@ -64,7 +48,7 @@ type Reservation struct {
 	// RetryAfter says when the same cost would be admitted at once.
 	Verdict
 	store   Store
-	refunds []Request // what was charged, as refunds
+	refunds []core.Request // what was charged, as refunds
 
 	mu        sync.Mutex // held across the refund, so concurrent Cancels agree
 	cancelled bool
@@ -103,7 +87,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 }
 
 // reserve makes the reservations reqs on store, all or none.
-func reserve(ctx context.Context, store Store, reqs []Request) (*Reservation, error) {
+func reserve(ctx context.Context, store Store, reqs []core.Request) (*Reservation, error) {
 	v, err := apply(ctx, store, reqs)
 	if err != nil {
 		return nil, err
@@ -112,9 +96,9 @@ func reserve(ctx context.Context, store Store, reqs []Request) (*Reservation, er
 }
 
 // asRefunds turns reqs into the refunds that undo them, in place.
-func asRefunds(reqs []Request) []Request {
+func asRefunds(reqs []core.Request) []core.Request {
 	for i := range reqs {
-		reqs[i].Op, reqs[i].MaxWait, reqs[i].MaxQueue = OpRefund, 0, 0
+		reqs[i].Op, reqs[i].MaxWait, reqs[i].MaxQueue = core.OpRefund, 0, 0
 	}
 	return reqs
 }
@@ -131,18 +115,18 @@ func (l *Limiter) Reserve(ctx context.Context, key string, maxWait time.Duration
 // find the key's queue full, for a limiter made by [Limiter.WithQueue].
 // This is one atomic store call, in Redis as in memory, so reservations
 // from a whole fleet queue up in one order. The limiter's algorithm must
-// reserve ([Reserver], such as the token bucket and GCRA); otherwise
+// reserve ([core.Reserver], such as the token bucket and GCRA); otherwise
 // ReserveN fails with [ErrUnsupported].
 func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
 	if maxWait <= 0 {
 		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
 	}
-	req, err := l.request(key, n, OpReserve)
+	req, err := l.request(key, n, core.OpReserve)
 	if err != nil {
 		return nil, err
 	}
 	req.MaxWait, req.MaxQueue = maxWait, l.queue
-	return reserve(ctx, l.store, []Request{req})
+	return reserve(ctx, l.store, []core.Request{req})
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -169,11 +153,11 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 	if l.x != nil && l.x.fixed {
 		return Decision{}, errWaitAt
 	}
-	if l.Limit().inf {
+	if l.Limit().IsInf() {
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
-		return (&Request{Cost: n}).Answer(Unlimited()), nil
+		return (&core.Request{Cost: n}).Answer(core.Unlimited()), nil
 	}
 	v, err := wait(ctx, n, l.queue > 0, func(maxWait time.Duration) (*Reservation, error) {
 		return l.ReserveN(ctx, key, n, maxWait)
@@ -185,7 +169,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 // ReserveN, Wait, WaitN) each key queues at most n units of cost for: a
 // reservation is admitted only if, after it, the key owes at most n
 // tokens, which with costs of 1 is at most n callers waiting, this one
-// included (see [Request.MaxQueue]). The n+1-th is refused at once, its
+// included (see [core.Request.MaxQueue]). The n+1-th is refused at once, its
 // Wait failing with [ErrQueueFull]; a waiter that gives up is refunded,
 // and its place goes to the next caller. The queue is the key's debt in
 // the store, so the bound holds across every process sharing it. Use it
@@ -193,13 +177,13 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 // the limit's rate, as from a leaky bucket (docs/shaping.md).
 //
 // It fails with an error wrapping [ErrInvalidRequest] if n is not 1 to
-// [MaxUnits], and with [ErrUnsupported] if the limiter's algorithm cannot
+// [core.MaxUnits], and with [ErrUnsupported] if the limiter's algorithm cannot
 // reserve.
 func (l *Limiter) WithQueue(n int64) (*Limiter, error) {
 	if err := checkQueue(n); err != nil {
 		return nil, err
 	}
-	if !l.Limit().inf && !Reserves(l.alg) {
+	if !l.Limit().IsInf() && !core.Reserves(l.alg) {
 		return nil, fmt.Errorf("%w: algorithm %q cannot reserve, so it cannot queue", ErrUnsupported, l.alg.Name())
 	}
 	q := *l
@@ -216,7 +200,7 @@ var errWaitAt = fmt.Errorf("%w: a wait at a fixed instant (At): Wait sleeps on t
 
 // checkQueue reports a queue bound WithQueue cannot use.
 func checkQueue(n int64) error {
-	if n <= 0 || n > MaxUnits {
+	if n <= 0 || n > core.MaxUnits {
 		return fmt.Errorf("%w: a queue of %d; want 1 to 2^52", ErrInvalidRequest, n)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package core_test
+package sluice_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -65,7 +66,7 @@ func TestLimiterAt(t *testing.T) {
 		case "peek":
 			d, err = at.Peek(ctx, "k")
 		case "reserve":
-			var r *core.Reservation
+			var r *sluice.Reservation
 			if r, err = at.ReserveN(ctx, "k", st.n, time.Second); err == nil {
 				d = r.Decision
 			}
@@ -100,18 +101,18 @@ func TestLimiterAt(t *testing.T) {
 func TestAtBadInput(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	lim, c := newLimiter(t, nil, algorithms.GCRA, core.PerSecond(10))
-	stack, err := core.NewStack(c,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
-		core.Rule{Name: "all", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerSecond(50)},
+	stack, err := sluice.NewStack(c,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)},
+		sluice.Rule{Name: "all", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerSecond(50)},
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	one, err := core.NewStack(c, core.Rule{Name: "one", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10)})
+	one, err := sluice.NewStack(c, sluice.Rule{Name: "one", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conc, err := core.NewLimiter(c, algorithms.Concurrency, core.Per(5, time.Minute))
+	conc, err := sluice.NewLimiter(c, algorithms.Concurrency, core.Per(5, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestAtKeepsTheLimiter(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		lim   *core.Limiter
+		lim   *sluice.Limiter
 		when  time.Time
 		limit int64
 	}{
@@ -230,9 +231,9 @@ func TestStackAllowAtMost(t *testing.T) {
 		if !atomic {
 			store = inTurn{c}
 		}
-		stack, err := core.NewStack(store,
-			core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(4).WithBurst(6)},
-			core.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(10)},
+		stack, err := sluice.NewStack(store,
+			sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(4).WithBurst(6)},
+			sluice.Rule{Name: "tenant", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(10)},
 		)
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package core_test
+package sluice_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
@@ -32,7 +33,7 @@ func (c *counting) ApplyAll(ctx context.Context, reqs []core.Request, out []core
 	return c.Store.ApplyAll(ctx, reqs, out)
 }
 
-func newLimiter(t *testing.T, now func() time.Time, alg core.Algorithm, l core.Limit) (*core.Limiter, *counting) {
+func newLimiter(t *testing.T, now func() time.Time, alg core.Algorithm, l core.Limit) (*sluice.Limiter, *counting) {
 	t.Helper()
 	s, err := memstore.New(memstore.Config{SweepInterval: -1, Now: now})
 	if err != nil {
@@ -40,7 +41,7 @@ func newLimiter(t *testing.T, now func() time.Time, alg core.Algorithm, l core.L
 	}
 	t.Cleanup(func() { s.Close() })
 	c := &counting{Store: s}
-	lim, err := core.NewLimiter(c, alg, l)
+	lim, err := sluice.NewLimiter(c, alg, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestReserveSteps(t *testing.T) {
 	lim, _ := newLimiter(t, func() time.Time { return clock }, algorithms.TokenBucket, core.PerSecond(1).WithBurst(2))
 	ctx := context.Background()
 	s := time.Second
-	reservations := map[int]*core.Reservation{} // by step, for the cancels
+	reservations := map[int]*sluice.Reservation{} // by step, for the cancels
 	for i, st := range []struct {
 		at      time.Duration
 		op      string // "allow", "reserve" (n, within wait) or "cancel" (of step ref)
@@ -82,7 +83,7 @@ func TestReserveSteps(t *testing.T) {
 		case "allow":
 			d, err = lim.AllowN(ctx, "k", st.n)
 		case "reserve":
-			var r *core.Reservation
+			var r *sluice.Reservation
 			if r, err = lim.ReserveN(ctx, "k", st.n, st.wait); err == nil {
 				d = r.Decision
 				reservations[i] = r
@@ -125,7 +126,7 @@ func TestWaitFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(10).WithBurst(5))
 		ctx := context.Background()
-		if _, err := lim.WaitN(ctx, "k", 6); !errors.Is(err, core.ErrUnsatisfiable) {
+		if _, err := lim.WaitN(ctx, "k", 6); !errors.Is(err, sluice.ErrUnsatisfiable) {
 			t.Errorf("WaitN(6) under burst 5 = %v, want ErrUnsatisfiable", err)
 		}
 		if _, err := lim.WaitN(ctx, "k", 5); err != nil {
@@ -134,7 +135,7 @@ func TestWaitFailsAtOnce(t *testing.T) {
 		short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		if _, err := lim.WaitN(short, "k", 2); !errors.Is(err, core.ErrWaitTooLong) {
+		if _, err := lim.WaitN(short, "k", 2); !errors.Is(err, sluice.ErrWaitTooLong) {
 			t.Errorf("WaitN(2) needing 200ms within 150ms = %v, want ErrWaitTooLong", err)
 		}
 		if waited := time.Since(start); waited != 0 {

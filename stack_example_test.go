@@ -1,4 +1,4 @@
-package core_test
+package sluice_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"log"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -17,9 +17,9 @@ func ExampleStack_ReserveN() {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	store, _ := memstore.New(memstore.Config{Now: func() time.Time { return t0 }})
 	defer store.Close()
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10).WithBurst(1)},
-		core.Rule{Name: "service", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(2).WithBurst(1)},
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(10).WithBurst(1)},
+		sluice.Rule{Name: "service", Algorithm: algorithms.TokenBucket, Limit: sluice.PerSecond(2).WithBurst(1)},
 	)
 	if err != nil {
 		log.Fatal(err)
@@ -49,9 +49,9 @@ func ExampleStack_ReserveN() {
 func ExampleStack_Acquire() {
 	store, _ := memstore.New(memstore.Config{})
 	defer store.Close()
-	stack, err := core.NewStack(store,
-		core.Rule{Name: "in-flight", Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute)},
-		core.Rule{Name: "per-minute", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)},
+	stack, err := sluice.NewStack(store,
+		sluice.Rule{Name: "in-flight", Algorithm: algorithms.Concurrency, Limit: sluice.Per(1, time.Minute)},
+		sluice.Rule{Name: "per-minute", Algorithm: algorithms.TokenBucket, Limit: sluice.PerMinute(100)},
 	)
 	if err != nil {
 		log.Fatal(err)

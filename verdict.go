@@ -1,0 +1,60 @@
+package sluice
+
+import (
+	"context"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// Verdict is the answer to several requests decided together: the
+// binding rule's decision, and each rule's own. A [Stack] answers with
+// one; a [Reservation] and a [Lease] carry one.
+type Verdict struct {
+	// Decision is the binding rule's decision, with Allowed true only if
+	// every rule admitted the request, and, for an admitted reservation,
+	// a Delay of the longest any rule needs.
+	Decision
+	// Binding is the index of the binding rule (see [core.Binding]).
+	Binding int
+	// Rules holds each rule's decision, in order. After a denial, the
+	// rules that admitted report what they would have left.
+	Rules []Decision
+}
+
+// verdict sums up rules' decisions.
+func verdict(rules []Decision) Verdict {
+	v := Verdict{Binding: core.Binding(rules), Rules: rules}
+	v.Decision = rules[v.Binding]
+	v.Allowed = true
+	for _, d := range rules {
+		v.Allowed = v.Allowed && d.Allowed
+	}
+	if v.Allowed {
+		for _, d := range rules {
+			v.Delay = max(v.Delay, d.Delay)
+		}
+	}
+	return v
+}
+
+// apply decides reqs on store: one request with Apply, several with
+// ApplyAll.
+func apply(ctx context.Context, store Store, reqs []core.Request) (Verdict, error) {
+	if len(reqs) == 1 {
+		return applyOne(ctx, store, reqs[0])
+	}
+	out := make([]Decision, len(reqs))
+	if err := store.ApplyAll(ctx, reqs, out); err != nil {
+		return Verdict{}, err
+	}
+	return verdict(out), nil
+}
+
+// applyOne decides one request with Apply.
+func applyOne(ctx context.Context, store Store, req core.Request) (Verdict, error) {
+	d, err := store.Apply(ctx, req)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return Verdict{Decision: d, Rules: []Decision{d}}, nil
+}
