@@ -191,7 +191,9 @@ func bench(server redis.UniversalClient, lim *sluice.Limiter, keys, workers int,
 	return r, nil
 }
 
-// scriptCalls returns the EVAL and EVALSHA calls the servers have served.
+// scriptCalls returns the EVAL and EVALSHA calls the servers have run,
+// less those that failed: an EVALSHA answered NOSCRIPT (which the client
+// follows with an EVAL) decided nothing.
 func scriptCalls(ctx context.Context, c redis.UniversalClient) (int64, error) {
 	var total int64
 	count := func(ctx context.Context, c *redis.Client) error {
@@ -208,6 +210,9 @@ func scriptCalls(ctx context.Context, c redis.UniversalClient) (int64, error) {
 				if v, ok := strings.CutPrefix(kv, "calls="); ok {
 					n, _ := strconv.ParseInt(v, 10, 64)
 					atomic.AddInt64(&total, n)
+				} else if v, ok := strings.CutPrefix(kv, "failed_calls="); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					atomic.AddInt64(&total, -n)
 				}
 			}
 		}
@@ -237,7 +242,7 @@ func (r *result) print(w io.Writer, title string) {
 		fmt.Fprintf(tw, "latency\tp50 %v, p90 %v, p99 %v, p99.9 %v, max %v\n", q(0.50), q(0.90), q(0.99), q(0.999), r.latencies[n-1])
 	}
 	if r.calls >= 0 && r.decisions > 0 {
-		fmt.Fprintf(tw, "script calls\t%d seen by the server: %.3f per decision (other clients' count too)\n", r.calls, float64(r.calls)/float64(r.decisions))
+		fmt.Fprintf(tw, "script calls\t%d run by the server: %.3f per decision (other clients' count too)\n", r.calls, float64(r.calls)/float64(r.decisions))
 	}
 	if r.errors > 0 {
 		fmt.Fprintf(tw, "errors\t%d, the first: %v\n", r.errors, r.firstErr)
