@@ -423,10 +423,15 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 	case firstOK > firstSuccess:
 		t.Errorf("the first decision from the store came %v after the restart, want within %v", firstOK, firstSuccess)
 	}
-	open := between(samples, r.since(opened), r.since(restarted))
+	// While open, until the restart begins (a probe may reach the
+	// restarted server before the restart returns), every decision is
+	// the mode's, at once: at most 1% over 1 ms on the process clock,
+	// leaving out the decisions a canary saw the machine stall for.
+	open := between(samples, r.since(opened), r.since(restarting))
 	lat := latencies(open)
-	if lat.p99 > time.Millisecond {
-		t.Errorf("while open, p99 %v, want at most 1 ms", lat.p99)
+	slow := count(open, func(s sample) bool { return s.ran > time.Millisecond && !r.load.explained(s, s.ran-time.Millisecond) })
+	if slow*100 > len(open) {
+		t.Errorf("while open, %d of %d decisions took over 1 ms on the process clock with no stall seen, want at most 1%% (%v)", slow, len(open), lat)
 	}
 	checkMode(t, mode, open)
 	// Redis decides nothing begun while it is down, so every
