@@ -434,10 +434,6 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	b.calls.Add(1)
 	start := b.now() // the monotonic clock alone: half the cost of time.Now
 	b.meter.awake(start)
-	// The process clock now, not b.meter.at(start) once the call ends: a
-	// reading of a past instant is projected back at the wall clock's pace,
-	// and would count in full a stall during the call.
-	began := b.meter.at(start)
 	t := b.deadlines.at(start)
 	var err error
 	if b.steady(start) {
@@ -446,9 +442,9 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		err = b.callDetached(ctx, reqs, out, t)
 	}
 	if err == nil {
-		now := b.procNow()
-		b.deadlines.observe(t, now-began)
-		if now-b.lastAnswer.Load() >= answerGrain {
+		// On the wall clock, the process's stalls included: see deadlines.
+		b.deadlines.observe(t, b.now()-start)
+		if now := b.procNow(); now-b.lastAnswer.Load() >= answerGrain {
 			b.lastAnswer.Store(now) // a racing caller's may be a little later: it is within the grain
 		}
 		return answered, nil

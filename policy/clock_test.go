@@ -7,10 +7,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/stores"
 )
 
 // beatsUntil takes m's readings as its goroutine would, a millisecond
@@ -114,38 +110,6 @@ func TestMeterRests(t *testing.T) {
 		synctest.Wait()
 		if m.resting.Load() {
 			t.Errorf("a call did not wake the meter")
-		}
-	})
-}
-
-// TestStallLeftOutOfLatency checks that a call spanning a stall of the
-// process, which the meter saw, counts only the process's time towards
-// the deadline: answered calls that each spanned a 30 ms freeze leave the
-// per-call deadline at its floor, where timing them by the wall clock
-// would raise it to three times 30 ms.
-func TestStallLeftOutOfLatency(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		var b *Breaker
-		frozen := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
-			// Off the meter's beat, so that it does not read meanwhile.
-			time.Sleep(500 * time.Microsecond)
-			r := b.meter.last.Load()
-			time.Sleep(30 * time.Millisecond)
-			// What the meter reads once a frozen process resumes: the
-			// freeze advanced the process clock by one step at most.
-			b.meter.last.Store(&reading{wall: b.meter.wallNow(), proc: r.proc + meterStep})
-			return core.Decision{Allowed: true}, nil
-		})
-		b = newBreaker(t, frozen)
-		time.Sleep(DefaultWindow / 10) // past the warm-up, which times nothing
-		for range 20 {
-			if _, err := b.Apply(context.Background(), core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := b.timeoutNow(); got != DefaultTimeout {
-			t.Errorf("after calls that each spanned a 30 ms freeze, the per-call deadline is %v, want its floor %v", got, DefaultTimeout)
 		}
 	})
 }
