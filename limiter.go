@@ -216,8 +216,5 @@ func (l *Limiter) Level(ctx context.Context, key string) (Decision, error) {
 // Reset forgets key's state under the limiter's algorithm, as if it had
 // never been charged.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if err := core.ValidateKey(key); err != nil {
-		return err
-	}
 	return l.store.Reset(ctx, key, l.alg)
 }

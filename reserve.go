@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,9 +119,6 @@ func (l *Limiter) Reserve(ctx context.Context, key string, maxWait time.Duration
 // reserve ([core.Reserver], such as the token bucket and GCRA); otherwise
 // ReserveN fails with [ErrUnsupported].
 func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
-	if maxWait <= 0 {
-		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
-	}
 	req, err := l.request(key, n, core.OpReserve)
 	if err != nil {
 		return nil, err
@@ -154,10 +152,15 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		return Decision{}, errWaitAt
 	}
 	if l.Limit().IsInf() {
-		if err := ctx.Err(); err != nil {
+		// No store is asked: the limiter answers, so it validates.
+		req, err := l.request(key, n, core.OpCharge)
+		if err == nil {
+			err = cmp.Or(req.Validate(), ctx.Err())
+		}
+		if err != nil {
 			return Decision{}, err
 		}
-		return (&core.Request{Cost: n}).Answer(core.Unlimited()), nil
+		return req.Answer(core.Unlimited()), nil
 	}
 	v, err := wait(ctx, n, l.queue > 0, func(maxWait time.Duration) (*Reservation, error) {
 		return l.ReserveN(ctx, key, n, maxWait)

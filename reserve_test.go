@@ -113,12 +113,10 @@ func TestReserveUnsupported(t *testing.T) {
 	if _, err := lim.Wait(context.Background(), "k"); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("Wait on a fixed window = %v, want ErrUnsupported", err)
 	}
-	lim, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1))
+	// The store validates the request, and refuses it.
+	lim, _ = newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1))
 	if _, err := lim.Reserve(context.Background(), "k", 0); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("Reserve with no wait = %v, want ErrInvalidRequest", err)
-	}
-	if c.calls.Load() != 0 {
-		t.Errorf("a reservation with no wait reached the store %d times", c.calls.Load())
 	}
 }
 

@@ -134,13 +134,14 @@ func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (Verdict, er
 		if s.fixed && s.at.IsZero() {
 			return Verdict{}, errZeroInstant
 		}
-		return applyOne(ctx, s.store, core.Request{Key: keys[0], Algorithm: s.algs[0], Limit: s.rules[0].Limit, Cost: n, Now: s.at})
+		req := core.Request{Key: keys[0], Algorithm: s.algs[0], Limit: s.rules[0].Limit, Cost: n, Now: s.at}
+		v, err := applyOne(ctx, s.store, req)
+		if err != nil {
+			return v, s.rule([]core.Request{req}, err)
+		}
+		return v, nil
 	}
-	reqs, err := s.requests(keys, n, core.OpCharge)
-	if err != nil {
-		return Verdict{}, err
-	}
-	return apply(ctx, s.store, reqs)
+	return s.apply(ctx, keys, n, core.OpCharge)
 }
 
 // AllowAtMost charges every rule, rule i on keys[i], as much of cost n as
@@ -160,24 +161,13 @@ func (s *Stack) AllowAtMost(ctx context.Context, keys []string, n int64) (Verdic
 	if s.leases {
 		return Verdict{}, fmt.Errorf("%w: the stack has a concurrency rule: its slots are not admitted in part", ErrUnsupported)
 	}
-	if n < 1 {
-		return Verdict{}, fmt.Errorf("%w: a partial admission of at most %d; want at least 1", ErrInvalidCost, n)
-	}
-	reqs, err := s.requests(keys, n, core.OpAtMost)
-	if err != nil {
-		return Verdict{}, err
-	}
-	return apply(ctx, s.store, reqs)
+	return s.apply(ctx, keys, n, core.OpAtMost)
 }
 
 // Peek reports the verdict Allow would return now, without charging any
 // rule or changing any state.
 func (s *Stack) Peek(ctx context.Context, keys ...string) (Verdict, error) {
-	reqs, err := s.requests(keys, 1, core.OpPeek)
-	if err != nil {
-		return Verdict{}, err
-	}
-	return apply(ctx, s.store, reqs)
+	return s.apply(ctx, keys, 1, core.OpPeek)
 }
 
 // Level reports every rule's level now, rule i's for keys[i], without
@@ -186,11 +176,7 @@ func (s *Stack) Peek(ctx context.Context, keys ...string) (Verdict, error) {
 // binding rule is the one with the least left in proportion to its
 // capacity. It is one store call.
 func (s *Stack) Level(ctx context.Context, keys ...string) (Verdict, error) {
-	reqs, err := s.requests(keys, 0, core.OpPeek)
-	if err != nil {
-		return Verdict{}, err
-	}
-	return apply(ctx, s.store, reqs)
+	return s.apply(ctx, keys, 0, core.OpPeek)
 }
 
 // Reset forgets every rule's state for its key, rule i's for keys[i].
@@ -216,9 +202,6 @@ func (s *Stack) Reset(ctx context.Context, keys ...string) error {
 // Every rule's algorithm must reserve ([core.Reserver]); otherwise ReserveN
 // fails with [ErrUnsupported] naming the rule.
 func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait time.Duration) (*Reservation, error) {
-	if maxWait <= 0 {
-		return nil, fmt.Errorf("%w: maxWait %v is not positive", ErrInvalidRequest, maxWait)
-	}
 	reqs, err := s.requests(keys, n, core.OpReserve)
 	if err != nil {
 		return nil, err
@@ -226,7 +209,8 @@ func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait ti
 	for i := range reqs {
 		reqs[i].MaxWait, reqs[i].MaxQueue = maxWait, s.queue
 	}
-	return reserve(ctx, s.store, reqs)
+	r, err := reserve(ctx, s.store, reqs)
+	return r, s.rule(reqs, err)
 }
 
 // WithQueue returns a stack like s whose reservations (ReserveN, Wait,
@@ -286,7 +270,8 @@ func (s *Stack) AcquireN(ctx context.Context, keys []string, n int64) (*Lease, e
 	if err != nil {
 		return nil, err
 	}
-	return acquire(ctx, s.store, reqs)
+	l, err := acquire(ctx, s.store, reqs)
+	return l, s.rule(reqs, err)
 }
 
 // Acquire is shorthand for AcquireN(ctx, keys, 1).
@@ -294,28 +279,46 @@ func (s *Stack) Acquire(ctx context.Context, keys ...string) (*Lease, error) {
 	return s.AcquireN(ctx, keys, 1)
 }
 
-// checkKeys reports a key count other than the rules', or an invalid key,
-// naming its rule.
+// checkKeys reports a key count other than the rules'. The keys
+// themselves are the store's to validate (see [Stack.rule]).
 func (s *Stack) checkKeys(keys []string) error {
 	if len(keys) != len(s.rules) {
 		return fmt.Errorf("%w: %d keys for %d rules", ErrInvalidRequest, len(keys), len(s.rules))
 	}
-	for i, k := range keys {
-		if err := core.ValidateKey(k); err != nil {
-			return fmt.Errorf("rule %q: %w", s.rules[i].Name, err)
-		}
-	}
 	return nil
 }
 
-// requests returns the stack's requests for keys, cost n and op. It checks
-// what a store's validation would name by index, to name the rule.
+// rule names, in the store's error err, the rule whose request is
+// invalid. A request is validated once, by the store that decides it or
+// the decorator that answers it, which names a batch's requests by index
+// only; the stack looks for the rule at fault only after a call failed.
+func (s *Stack) rule(reqs []core.Request, err error) error {
+	if err != nil {
+		for i := range reqs {
+			if reqs[i].Validate() != nil {
+				return fmt.Errorf("rule %q: %w", s.rules[i].Name, err)
+			}
+		}
+	}
+	return err
+}
+
+// apply decides the stack's requests for keys, cost n and op in one
+// store call.
+func (s *Stack) apply(ctx context.Context, keys []string, n int64, op core.Op) (Verdict, error) {
+	reqs, err := s.requests(keys, n, op)
+	if err != nil {
+		return Verdict{}, err
+	}
+	v, err := apply(ctx, s.store, reqs)
+	return v, s.rule(reqs, err)
+}
+
+// requests returns the stack's requests for keys, cost n and op, as the
+// store will validate them.
 func (s *Stack) requests(keys []string, n int64, op core.Op) ([]core.Request, error) {
 	if err := s.checkKeys(keys); err != nil {
 		return nil, err
-	}
-	if n < 0 || n > core.MaxUnits {
-		return nil, fmt.Errorf("%w: %d is outside 0 to 2^52", ErrInvalidCost, n)
 	}
 	if s.fixed && s.at.IsZero() {
 		return nil, errZeroInstant
@@ -323,9 +326,6 @@ func (s *Stack) requests(keys []string, n int64, op core.Op) ([]core.Request, er
 	reqs := make([]core.Request, len(s.rules))
 	for i, r := range s.rules {
 		reqs[i] = core.Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op, Now: s.at}
-		if op == core.OpReserve && !r.Limit.IsInf() && !core.Reserves(r.Algorithm) {
-			return nil, fmt.Errorf("rule %q: %w: algorithm %q cannot reserve", r.Name, ErrUnsupported, r.Algorithm.Name())
-		}
 		if core.Leases(r.Algorithm) && op == core.OpCharge {
 			reqs[i].Lease = rand.Int64N(core.MaxUnits) + 1
 		}

@@ -204,8 +204,11 @@ func (l Level) String() string {
 // ([SourceDenyList]). The store's state was left unchanged.
 func (d Decision) Unsatisfiable() bool { return !d.Allowed && d.RetryAfter == RetryNever }
 
-// Request asks a store to decide for one key. Stores validate every request
-// with [Request.Validate] before they act on it.
+// Request asks a store to decide for one key. A request is validated once,
+// where it is decided: a store validates every request with
+// [Request.Validate] before it acts on it, and a decorator validates
+// only a request it answers without its store (a list, an outage mode,
+// a cache); one that passes a request on leaves it to the store.
 type Request struct {
 	// Key identifies whose budget is charged. It must be 1 to [MaxKeyLen]
 	// bytes. The same key under two algorithms names two states.
@@ -554,8 +557,10 @@ func Reserves(alg Algorithm) bool {
 // on the way through a chain of decorators: a decorator that does not say
 // what it does with a batch, a reset or a close does not compile.
 //
-// Implementations must be safe for concurrent use, must return a denial
-// as a Decision, keeping errors for invalid requests and failures of the
+// Implementations must be safe for concurrent use, must validate every
+// request they decide ([Request.Validate], stores.ValidateAll) before they
+// act on it, since the layers above them do not, must return a denial as
+// a Decision, keeping errors for invalid requests and failures of the
 // store itself, and must fail with [ErrClosed] after Close.
 type Store interface {
 	// Apply decides one request atomically for its key: two calls for the

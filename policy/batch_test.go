@@ -241,7 +241,8 @@ func TestDegradeBatchShares(t *testing.T) {
 }
 
 // TestBreakerBatchInvalid checks that an invalid batch is an error that
-// reaches no store and never counts, whatever the circuit's state.
+// the store (or, while the circuit is open, the breaker) refuses before it
+// acts, and that never counts as a failure, whatever the circuit's state.
 func TestBreakerBatchInvalid(t *testing.T) {
 	t.Parallel()
 	ok := batch("u", "t", core.PerMinute(40))
@@ -293,9 +294,12 @@ func TestBreakerBatchInvalid(t *testing.T) {
 				}
 			}
 		}
-		if f.calls.Load() != calls || b.Stats() != st || b.Counts() != counts {
-			t.Errorf("open %v: invalid batches made %d store calls; stats %+v → %+v, counts %+v → %+v; want no change",
+		if f.calls.Load() != calls || b.Stats().Failures != st.Failures || b.Stats().Changes != st.Changes || b.Counts().Failures != counts.Failures {
+			t.Errorf("open %v: invalid batches made %d store calls; stats %+v → %+v, counts %+v → %+v; want no failure",
 				open, f.calls.Load()-calls, st, b.Stats(), counts, b.Counts())
+		}
+		if open && (b.Stats() != st || b.Counts() != counts) {
+			t.Errorf("open: the breaker's answers to invalid batches counted: stats %+v → %+v, counts %+v → %+v", st, b.Stats(), counts, b.Counts())
 		}
 	}
 }

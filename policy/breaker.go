@@ -335,19 +335,26 @@ func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 	if b.closed.Load() {
 		return core.ErrClosed
 	}
-	if len(reqs) == 1 && len(out) == 1 {
-		if err := reqs[0].Validate(); err != nil {
+	if len(reqs) == 0 || len(out) != len(reqs) {
+		return stores.ValidateAll(reqs, out) // which says what is wrong
+	}
+	// The store validates what it decides; the breaker validates only
+	// what it answers itself (an Inf batch, the mode's answers).
+	if unlimited(reqs) {
+		if err := validate(reqs, out); err != nil {
 			return err
 		}
-	} else if err := stores.ValidateAll(reqs, out); err != nil {
-		return err
-	}
-	if unlimited(reqs, out) {
+		for i := range out {
+			out[i] = reqs[i].Answer(core.Unlimited())
+		}
 		return nil
 	}
 	if b.open() || !b.admit() {
+		if err := validate(reqs, out); err != nil {
+			return err
+		}
 		b.rejected.Add(1)
-		return b.answer(reqs, out, mode)
+		return b.answerValid(reqs, out, mode)
 	}
 	answered, err := b.call(ctx, reqs, out, mode, ask)
 	b.release(answered)
@@ -359,18 +366,24 @@ func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 	return err
 }
 
-// unlimited answers reqs with [core.Unlimited] and reports true if every
-// one is under [core.Inf]: nothing to ask the store.
-func unlimited(reqs []core.Request, out []core.Decision) bool {
+// unlimited reports whether every request of reqs is under [core.Inf]:
+// nothing to ask the store.
+func unlimited(reqs []core.Request) bool {
 	for i := range reqs {
 		if !reqs[i].Limit.IsInf() {
 			return false
 		}
 	}
-	for i := range out {
-		out[i] = reqs[i].Answer(core.Unlimited())
-	}
 	return true
+}
+
+// validate checks reqs, one request or a batch, before the breaker
+// answers them itself.
+func validate(reqs []core.Request, out []core.Decision) error {
+	if len(reqs) == 1 {
+		return reqs[0].Validate()
+	}
+	return stores.ValidateAll(reqs, out)
 }
 
 // outcome is what became of a call to the store, as the circuit counts it.
@@ -677,6 +690,14 @@ func (b *Breaker) open() bool {
 // answer writes the mode's decisions for reqs to out: the whole batch is
 // answered alike. Requests under [core.Inf] are allowed as ever.
 func (b *Breaker) answer(reqs []core.Request, out []core.Decision, mode Mode) error {
+	if err := validate(reqs, out); err != nil {
+		return err
+	}
+	return b.answerValid(reqs, out, mode)
+}
+
+// answerValid is answer for requests validated already.
+func (b *Breaker) answerValid(reqs []core.Request, out []core.Decision, mode Mode) error {
 	if mode == Degrade {
 		if ok, err := b.degrade(reqs, out); ok || err != nil {
 			return err

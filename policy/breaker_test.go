@@ -51,6 +51,9 @@ func (f *fake) set(err error, hang bool) {
 }
 
 func (f *fake) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return core.Decision{}, err // as every store does, before it acts
+	}
 	if err := f.call(ctx); err != nil {
 		return core.Decision{}, err
 	}

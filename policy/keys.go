@@ -138,17 +138,19 @@ func New(inner core.Store, opts ...Option) (*Policy, error) {
 
 // Apply decides req under the policy (see [Policy]).
 func (p *Policy) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	d, decided, err := p.before(&req)
-	if err != nil {
-		return core.Decision{}, err
-	}
-	if !decided {
-		if d, err = p.inner.Apply(ctx, req); err != nil {
-			return d, err
+	if d, decided := p.before(&req); decided {
+		// The policy answers itself, so it validates; otherwise the
+		// store does.
+		if err := req.Validate(); err != nil {
+			return core.Decision{}, err
 		}
-		d = p.near(&req, d)
+		return p.after(&req, d), nil
 	}
-	return p.after(&req, d), nil
+	d, err := p.inner.Apply(ctx, req)
+	if err != nil {
+		return d, err
+	}
+	return p.after(&req, p.near(&req, d)), nil
 }
 
 // ApplyAll decides reqs together under the policy, each request as Apply
@@ -161,9 +163,6 @@ func (p *Policy) Apply(ctx context.Context, req core.Request) (core.Decision, er
 // store admitted, as no rule of a denied batch was charged; in shadow
 // mode every denial is reported as allowed.
 func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := stores.ValidateAll(reqs, out); err != nil {
-		return err
-	}
 	if p.limit == nil && !p.listed(reqs) {
 		// Nothing to change in the batch: pass it on as it is, with no
 		// copy.
@@ -182,20 +181,27 @@ func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 		}
 		return nil
 	}
+	if len(reqs) == 0 || len(out) != len(reqs) {
+		return stores.ValidateAll(reqs, out) // which says what is wrong
+	}
 	all := append([]core.Request(nil), reqs...) // under their overrides
 	rs := make([]core.Request, 0, len(reqs))
 	at := make([]int, 0, len(reqs))
-	denied := false
+	denied, listed := false, false
 	for i := range all {
-		d, decided, err := p.before(&all[i])
-		if err != nil {
-			return err
-		}
+		d, decided := p.before(&all[i])
 		out[i] = d
 		if !decided {
 			rs, at = append(rs, all[i]), append(at, i)
-		} else if !d.Allowed {
-			denied = true
+		} else {
+			denied, listed = denied || !d.Allowed, true
+		}
+	}
+	if listed {
+		// The policy answers some of the batch itself: it validates the
+		// batch, as a store would.
+		if err := stores.ValidateAll(all, out); err != nil {
+			return err
 		}
 	}
 	switch {
@@ -244,26 +250,21 @@ func (p *Policy) listed(reqs []core.Request) bool {
 }
 
 // before answers req from the deny and allow lists, reporting whether it
-// did, and otherwise applies the override to req.
-func (p *Policy) before(req *core.Request) (core.Decision, bool, error) {
+// did, and otherwise applies the override to req. An answer is the
+// policy's own: the caller validates req before giving it.
+func (p *Policy) before(req *core.Request) (core.Decision, bool) {
 	switch {
 	case p.deny != nil && p.deny(req.Key):
-		if err := req.Validate(); err != nil {
-			return core.Decision{}, false, err
-		}
-		return req.Answer(core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}), true, nil
+		return req.Answer(core.Decision{RetryAfter: core.RetryNever, Source: core.SourceDenyList}), true
 	case p.allow != nil && p.allow(req.Key):
-		if err := req.Validate(); err != nil {
-			return core.Decision{}, false, err
-		}
 		d := core.Unlimited()
 		d.Source = core.SourceAllowList
-		return req.Answer(d), true, nil
+		return req.Answer(d), true
 	}
 	if p.limit != nil {
 		req.Limit = p.limit(*req)
 	}
-	return core.Decision{}, false, nil
+	return core.Decision{}, false
 }
 
 // near marks a near-limit admission, and signals it.

@@ -194,20 +194,36 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // Func adapts a function to a [core.Store], as [net/http.HandlerFunc] does
-// for handlers. It suits tests and small decorators. Its ApplyAll decides
-// in turn ([ApplyInTurn]), its Reset fails with [core.ErrUnsupported], and
-// its Close does nothing.
+// for handlers. It suits tests and small decorators. It validates every
+// request before it calls the function, as a store does (the function
+// sees only valid requests); its ApplyAll decides in turn
+// ([ApplyInTurn]), its Reset fails with [core.ErrUnsupported], and its
+// Close does nothing.
 type Func func(ctx context.Context, req core.Request) (core.Decision, error)
 
-// Apply calls f(ctx, req).
-func (f Func) Apply(ctx context.Context, req core.Request) (core.Decision, error) { return f(ctx, req) }
+// Apply validates req and calls f(ctx, req).
+func (f Func) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return core.Decision{}, err
+	}
+	return f(ctx, req)
+}
 
 // ApplyAll decides reqs in turn through f (see [ApplyInTurn]).
 func (f Func) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	if err := ValidateAll(reqs, out); err != nil {
 		return err
 	}
-	return ApplyInTurn(ctx, f, reqs, out)
+	return ApplyInTurn(ctx, validated{f}, reqs, out)
+}
+
+// validated is a Func whose requests were validated already: a batch's,
+// by ValidateAll.
+type validated struct{ Func }
+
+// Apply calls the function, without validating req again.
+func (v validated) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	return v.Func(ctx, req)
 }
 
 // Reset fails with [ErrUnsupported]: a function has no state to forget.

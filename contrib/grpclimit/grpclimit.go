@@ -272,11 +272,6 @@ func (in *Interceptor) keys(ctx context.Context, method string, buf []string) ([
 			f = in.key
 		}
 		k, err := f(ctx, method)
-		if err == nil {
-			if err = core.ValidateKey(k); err != nil {
-				err = fmt.Errorf("%w: %w", ErrNoKey, err)
-			}
-		}
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", in.rules[i].name, err)
 		}
@@ -301,10 +296,6 @@ func (in *Interceptor) decide(ctx context.Context, method string) (*sluice.Lease
 	if in.cost != nil {
 		cost = in.cost(ctx, method)
 	}
-	if cost < 0 || cost > core.MaxUnits {
-		in.report(ctx, method, fmt.Errorf("%w: the cost function gave %d", core.ErrInvalidCost, cost))
-		return nil, unavailable()
-	}
 	stack := in.stack
 	if in.now != nil {
 		stack = stack.At(in.now())
@@ -320,7 +311,12 @@ func (in *Interceptor) decide(ctx context.Context, method string) (*sluice.Lease
 	} else {
 		v, err = stack.AllowN(ctx, keys, cost)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, core.ErrInvalidKey):
+		// A key is validated once, where the call is decided: a key
+		// function's key the store cannot take is no key.
+		return nil, status.Error(codes.InvalidArgument, "grpclimit: the call carries nothing to rate-limit it by")
+	case err != nil:
 		in.report(ctx, method, fmt.Errorf("grpclimit: %w", err))
 		return nil, unavailable()
 	}

@@ -241,11 +241,6 @@ func (m *Middleware) keys(r *http.Request, buf []string) ([]string, error) {
 			f = m.key
 		}
 		k, err := f(r)
-		if err == nil {
-			if err = core.ValidateKey(k); err != nil {
-				err = fmt.Errorf("%w: %w", ErrNoKey, err)
-			}
-		}
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", m.rules[i].name, err)
 		}
@@ -267,10 +262,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	cost := int64(1)
 	if m.cost != nil {
 		cost = m.cost(r)
-	}
-	if cost < 0 || cost > core.MaxUnits {
-		m.onError(w, r, fmt.Errorf("httplimit: cost function: %w: %d", core.ErrInvalidCost, cost))
-		return
 	}
 	ctx := r.Context()
 	stack := m.stack
@@ -294,7 +285,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	default:
 		v, err = stack.AllowN(ctx, keys, cost)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, core.ErrInvalidKey):
+		// A key is validated once, where the request is decided: a key
+		// function's key the store cannot take is no key.
+		m.noKey(w, r, fmt.Errorf("%w: %w", ErrNoKey, err))
+		return
+	case err != nil:
 		m.onError(w, r, fmt.Errorf("httplimit: %w", err))
 		return
 	}

@@ -209,24 +209,28 @@ func (s *Store) shard(key string) *lru.Cache[cacheKey, *entry] {
 }
 
 // Apply decides req: from a lease or a cached denial when it can, from
-// the remote store otherwise. Invalid requests fail with the core
-// sentinels before anything is looked up or sent. A failure of the remote
-// is returned wrapped; cached denials are still served while the remote
-// fails, and nothing is ever allowed from the cache.
+// the remote store otherwise. A request is validated once, where it is
+// decided: by this store before it spends or refunds a lease or answers
+// from a cached denial, by the remote otherwise; invalid requests fail
+// with the core sentinels, and nothing is ever spent, cached or answered
+// for one. A failure of the remote is returned wrapped; cached denials
+// are still served while the remote fails, and nothing is ever allowed
+// from the cache.
 func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	if err := req.Validate(); err != nil {
-		return core.Decision{}, err
-	}
 	if s.closed.Load() {
 		return core.Decision{}, core.ErrClosed
 	}
-	if req.Limit.IsInf() {
+	if req.Limit.IsInf() || req.Algorithm == nil {
+		// Nothing of it is cached: the remote decides (and validates).
 		return s.callRemote(ctx, req)
 	}
 	k := cacheKey{req.Key, req.Algorithm.Name()}
 	sh := s.shard(req.Key)
 	e, _ := sh.Get(k)
 	if req.Op == core.OpRefund && req.Now.IsZero() && e != nil {
+		if err := req.Validate(); err != nil {
+			return core.Decision{}, err
+		}
 		if d, ok := e.refundLease(&req, s.now()); ok {
 			return d, nil
 		}
@@ -241,20 +245,23 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	if req.Now.IsZero() {
 		now := s.now()
 		if batch := s.leaseSize(&req); batch > 0 {
+			if err := req.Validate(); err != nil {
+				return core.Decision{}, err
+			}
 			if d, ok, err := s.applyLease(ctx, &req, sh, k, e, batch, now); ok || err != nil {
 				return d, err
 			}
 		}
 		if e != nil {
 			if d, ok := e.cachedDenial(&req, now); ok {
-				return d, nil
+				return answered(&req, d)
 			}
 		}
 		return s.decideRemote(ctx, &req, sh, k, e, now)
 	}
 	if e != nil {
 		if d, ok := e.cachedDenial(&req, 0); ok {
-			return d, nil
+			return answered(&req, d)
 		}
 	}
 	return s.decideRemote(ctx, &req, sh, k, e, 0)
@@ -273,11 +280,12 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 // request admitted in a denied batch changed nothing and leaves its
 // key's denial as it was. Peeks, refunds and reservations always go to
 // the remote: a batch of peeks is how a stack is inspected, and the cache
-// knows nothing of the rules it holds no denial for. Batches never spend or take leases. Invalid batches fail with
-// the core sentinels before anything is looked up or sent.
+// knows nothing of the rules it holds no denial for. Batches never spend
+// or take leases. A batch is validated once, where it is decided: here
+// when a cached denial answers it, by the remote otherwise.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
-	if err := stores.ValidateAll(reqs, out); err != nil {
-		return err
+	if len(reqs) == 0 || len(out) != len(reqs) {
+		return stores.ValidateAll(reqs, out) // which says what is wrong
 	}
 	if s.closed.Load() {
 		return core.ErrClosed
@@ -295,7 +303,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	for i := range reqs {
 		req := &reqs[i]
 		var p slot
-		if !req.Limit.IsInf() {
+		if !req.Limit.IsInf() && req.Algorithm != nil {
 			p.k = cacheKey{req.Key, req.Algorithm.Name()}
 			p.sh = s.shard(req.Key)
 			p.e, _ = p.sh.Get(p.k)
@@ -308,6 +316,9 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 		at = append(at, p)
 	}
 	if local {
+		if err := stores.ValidateAll(reqs, out); err != nil {
+			return err
+		}
 		// The rules not asked are reported at the instant of the first
 		// cached denial.
 		var when time.Time
@@ -340,6 +351,14 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 		}
 	}
 	return nil
+}
+
+// answered returns d, the store's own answer to req, if req is valid.
+func answered(req *core.Request, d core.Decision) (core.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return core.Decision{}, err
+	}
+	return d, nil
 }
 
 // slot is where a request of a batch has its cache entry: the shard, the
