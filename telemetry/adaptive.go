@@ -21,16 +21,16 @@ const (
 	// adapted limit; it holds one [LimitChangedEventName] event.
 	AdaptSpanName = "ratelimit.adapt"
 	// LimitChangedEventName names the event of a change of an adapted
-	// limit, with the attributes [PreviousPolicyKey], [PolicyKey],
+	// limit, with the attributes [PreviousRateKey], [RateKey],
 	// [AdaptReasonKey] and [AdaptLocalKey].
 	LimitChangedEventName = "ratelimit.limit_changed"
 )
 
 // The attributes of an adapted limit's change.
 const (
-	// PreviousPolicyKey is the limit before a change, as [PolicyKey]
+	// PreviousRateKey is the limit before a change, as [RateKey]
 	// gives the limit after it ("200/s burst 20").
-	PreviousPolicyKey = attribute.Key("ratelimit.policy.previous")
+	PreviousRateKey = attribute.Key("ratelimit.rate.previous")
 	// AdaptReasonKey is why the limit changed: "hold", "healthy",
 	// "latency", "errors", "overload" or "fleet" (adaptive.Reason's
 	// names).
@@ -178,8 +178,8 @@ func (a *Adaptive) OnChange(c adaptive.Change) {
 	_, span := a.tracer.Start(ctx, AdaptSpanName, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(a.base...))
 	if span.IsRecording() {
 		span.AddEvent(LimitChangedEventName, trace.WithAttributes(
-			PreviousPolicyKey.String(c.Old.String()),
-			PolicyKey.String(c.New.String()),
+			PreviousRateKey.String(c.Old.String()),
+			RateKey.String(c.New.String()),
 			AdaptReasonKey.String(c.Reason.String()),
 			AdaptLocalKey.Bool(c.Local),
 		))

@@ -45,8 +45,8 @@ func TestAdaptive(t *testing.T) {
 		t.Fatalf("%d spans, want one per change (2)", len(spans))
 	}
 	for i, want := range []map[attribute.Key]string{
-		{telemetry.PreviousPolicyKey: core.PerSecond(100).String(), telemetry.PolicyKey: core.PerSecond(110).String(), telemetry.AdaptReasonKey: "healthy"},
-		{telemetry.PreviousPolicyKey: core.PerSecond(110).String(), telemetry.PolicyKey: ctrl.Limit().String(), telemetry.AdaptReasonKey: "latency"},
+		{telemetry.PreviousRateKey: core.PerSecond(100).String(), telemetry.RateKey: core.PerSecond(110).String(), telemetry.AdaptReasonKey: "healthy"},
+		{telemetry.PreviousRateKey: core.PerSecond(110).String(), telemetry.RateKey: ctrl.Limit().String(), telemetry.AdaptReasonKey: "latency"},
 	} {
 		s := spans[i]
 		if s.Name() != telemetry.AdaptSpanName || len(s.Events()) != 1 || s.Events()[0].Name != telemetry.LimitChangedEventName {

@@ -43,9 +43,9 @@ const (
 	// DelayKey is [core.Decision].Delay in seconds, the wait an admitted
 	// reservation must keep before it acts; double, absent when zero.
 	DelayKey = attribute.Key("ratelimit.delay")
-	// PolicyKey is the request's limit as [core.Limit.String] prints it,
+	// RateKey is the request's limit as [core.Limit.String] prints it,
 	// such as "10 req/s (burst 50)"; string.
-	PolicyKey = attribute.Key("ratelimit.policy")
+	RateKey = attribute.Key("ratelimit.rate")
 	// AllowedKey is the decision; bool.
 	AllowedKey = attribute.Key("ratelimit.allowed")
 	// DecisionLimitKey is [core.Decision].Limit, the largest cost admitted
@@ -274,8 +274,8 @@ func (a *algEntry) errMeasure(typ string) measure {
 	return m
 }
 
-// policyString returns l.String(), remembering the last limit's.
-func (a *algEntry) policyString(l core.Limit) string {
+// rateString returns l.String(), remembering the last limit's.
+func (a *algEntry) rateString(l core.Limit) string {
 	if p := a.policy.Load(); p != nil && p.limit == l {
 		return p.name
 	}

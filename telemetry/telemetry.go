@@ -548,7 +548,7 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 		kv = append(kv, MaxWaitKey.Float64(seconds(req.MaxWait)))
 	}
 	if req.Algorithm != nil {
-		kv = append(kv, PolicyKey.String(s.algs.get(req.Algorithm.Name()).policyString(req.Limit)))
+		kv = append(kv, RateKey.String(s.algs.get(req.Algorithm.Name()).rateString(req.Limit)))
 	}
 	if k, ok := s.keyAttr(req.Key); ok {
 		kv = append(kv, k)

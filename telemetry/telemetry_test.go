@@ -38,7 +38,7 @@ func wantDecision(limiter, store string, req core.Request, d core.Decision) map[
 		telemetry.LimiterKey.String(limiter),
 		telemetry.StoreKey.String(store),
 		telemetry.AlgorithmKey.String(req.Algorithm.Name()),
-		telemetry.PolicyKey.String(req.Limit.String()),
+		telemetry.RateKey.String(req.Limit.String()),
 		telemetry.CostKey.Int64(req.Cost),
 		telemetry.OperationKey.String(opName(req)),
 		telemetry.AllowedKey.Bool(d.Allowed),
