@@ -61,8 +61,16 @@ type Config struct {
 // clock ([Backend.Swap]). Otherwise it writes nothing and returns the
 // states and its clock as it found them, and the store decides again. A
 // decision, and a batch (ApplyAll), is so one Swap, all or nothing, when
-// the store's expectations hold. A process's calls for one key take
-// turns, so that only other processes make a call decide again. It is
+// the store's expectations hold.
+//
+// A process's calls wait in a queue of their first key while a Swap of
+// it is in flight, and are then decided together, up to [MaxGroup] at a
+// time: each in turn on the states the ones before it left, at one
+// instant, with one Swap for the group that writes each key's last state
+// (a group commit). Each caller gets its own decision, exactly as if the
+// calls had been swapped one after another; on a mismatch the whole
+// group is decided again. So a hot key costs a round trip per group, not
+// per call, and only other processes make a call decide again. It is
 // safe for concurrent use.
 type Store struct {
 	be      Backend
@@ -81,11 +89,17 @@ type Store struct {
 	entries map[string]*entry
 }
 
-// entry is what a process knows of one key's state.
+// entry is what a process knows of one key's state, and the calls that
+// wait for it.
 type entry struct {
-	mu    sync.Mutex // serialises the process's calls for the key
-	raw   []byte     // the state as last seen; nil: none
-	users int        // calls holding or waiting for mu; under Store.mu
+	turn sync.Mutex // held while a group swaps the key, or a Reset deletes it
+	raw  []byte     // the state as last seen, under turn; nil: none
+
+	mu      sync.Mutex
+	queue   []*call // calls whose first key this is, waiting for a group; under mu
+	leading bool    // a call of the queue decides a group; under mu
+
+	users int // calls that refer to the entry; under Store.mu
 }
 
 var _ core.Store = (*Store)(nil)
@@ -168,48 +182,176 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 }
 
 // decide decides valid reqs together (one request alone as Apply does),
-// writing the decisions to out.
+// writing the decisions to out: it queues the call on its first key, and
+// waits until a group with it is decided (see [Store]).
 func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
 	// The requests the backend decides, all but those under Inf, in the
 	// order of their keys, in which the backend may lock them.
-	var idx []int
+	c := &call{ctx: ctx, reqs: reqs, explicit: true}
 	keys := make([][]byte, len(reqs))
-	explicit := true // every request carries its own instant
 	for i := range reqs {
 		if reqs[i].Limit.IsInf() {
 			continue
 		}
-		idx = append(idx, i)
+		c.idx = append(c.idx, i)
 		keys[i] = encodeKey(reqs[i].Key, reqs[i].Algorithm.Name())
-		explicit = explicit && !reqs[i].Now.IsZero()
+		c.explicit = c.explicit && !reqs[i].Now.IsZero()
 	}
-	slices.SortFunc(idx, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
-	states := make([]core.State, len(reqs))
-	if len(idx) == 0 {
+	if len(c.idx) == 0 {
 		at, err := s.now()
 		if err != nil {
 			return err
 		}
-		run(states, reqs, at, out)
+		run(make([]core.State, len(reqs)), reqs, at, out)
 		return nil
 	}
-	n := len(idx)
+	slices.SortFunc(c.idx, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
+	c.keys = make([][]byte, len(c.idx))
+	for j, i := range c.idx {
+		c.keys[j] = keys[i]
+	}
+	c.out = make([]core.Decision, len(reqs))
+	c.wake = make(chan struct{}, 1)
+	e := s.acquire(c.keys[:1], false)[0]
+	defer s.release([]*entry{e}, false)
+	e.mu.Lock()
+	e.queue = append(e.queue, c)
+	lead := !e.leading
+	e.leading = true
+	e.mu.Unlock()
+	if !lead {
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			if c.state.CompareAndSwap(queued, abandoned) {
+				return ctx.Err() // never decided
+			}
+			if c.state.Load() != leading {
+				return ctx.Err() // in a group: it may be decided
+			}
+			<-c.wake
+		}
+		lead = c.state.Load() == leading
+	}
+	if lead {
+		s.lead(e, c)
+	}
+	if c.err != nil {
+		return c.err
+	}
+	copy(out, c.out)
+	return nil
+}
+
+// MaxGroup bounds the calls a [Store] decides in one Swap: the calls of
+// a process that wait for the same key while a Swap of it is in flight.
+const MaxGroup = 64
+
+// The states of a [call].
+const (
+	queued    int32 = iota // waiting in its first key's queue
+	taken                  // in a group being decided
+	leading                // handed its key's queue: it decides the next group
+	abandoned              // its caller gave up before a group took it
+)
+
+// call is one caller's decision (Apply) or batch (ApplyAll) on its way
+// through its first key's queue.
+type call struct {
+	ctx      context.Context
+	reqs     []core.Request
+	idx      []int    // the requests under a limit, in the order of their keys
+	keys     [][]byte // keys[j] is the key of reqs[idx[j]]
+	explicit bool     // every request carries its own instant
+
+	state atomic.Int32
+	wake  chan struct{} // sent once the call is decided, or handed the queue
+
+	// Written by the group's leader before wake is sent.
+	out []core.Decision
+	err error
+	pos []int // pos[j] is keys[j]'s index in the group's keys
+}
+
+// lead decides a group of e's queue, which c heads, then hands the queue
+// to the call next in it, if any. A call whose caller has given up is
+// left out, c too: no one would hear its decision.
+func (s *Store) lead(e *entry, c *call) {
+	e.mu.Lock()
+	n := min(len(e.queue), MaxGroup)
+	group := make([]*call, 0, n)
+	for _, m := range e.queue[:n] {
+		if m == c || m.state.CompareAndSwap(queued, taken) {
+			if m.err = m.ctx.Err(); m.err == nil {
+				group = append(group, m)
+			}
+		}
+	}
+	e.drop(n)
+	e.mu.Unlock()
+
+	if len(group) > 0 {
+		err := s.decideGroup(group)
+		for _, m := range group {
+			m.err = err
+			if m != c {
+				m.wake <- struct{}{}
+			}
+		}
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for len(e.queue) > 0 {
+		if next := e.queue[0]; next.state.CompareAndSwap(queued, leading) {
+			next.wake <- struct{}{}
+			return
+		}
+		e.drop(1) // abandoned
+	}
+	e.leading = false
+}
+
+// drop removes the first n calls of e's queue. e.mu must be held.
+func (e *entry) drop(n int) {
+	rest := copy(e.queue, e.queue[n:])
+	clear(e.queue[rest:])
+	e.queue = e.queue[:rest]
+}
+
+// decideGroup decides the calls of group in turn, each on the states the
+// ones before it left, and swaps every key they name at once: one Swap
+// for the group when the store's expectations hold. On a mismatch it
+// decides every call again on what the backend found.
+func (s *Store) decideGroup(group []*call) error {
+	var keys [][]byte
+	for _, c := range group {
+		keys = append(keys, c.keys...)
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	keys = slices.CompactFunc(keys, bytes.Equal)
+	explicit := true
+	for _, c := range group {
+		c.pos = make([]int, len(c.keys))
+		for j, k := range c.keys {
+			c.pos[j], _ = slices.BinarySearchFunc(keys, k, bytes.Compare)
+		}
+		explicit = explicit && c.explicit
+	}
+	n := len(keys)
 	b := &Batch{
-		Keys: make([][]byte, n),
+		Keys: keys,
 		Old:  make([][]byte, n),
 		New:  make([][]byte, n),
 		Exp:  make([]int64, n),
-		Lag:  s.lag,
 	}
-	for j, i := range idx {
-		b.Keys[j] = keys[i]
-	}
-	healed := make([]bool, n)
-	ents := s.acquire(b.Keys)
-	defer s.release(ents)
+	ctx, done := groupContext(group)
+	defer done()
+	ents := s.acquire(keys, true)
+	defer s.release(ents, true)
 	for try := 0; ; try++ {
 		if s.closed.Load() {
 			return core.ErrClosed
@@ -221,31 +363,11 @@ func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Deci
 		if err != nil {
 			return err
 		}
-		for j, i := range idx {
-			b.Old[j] = ents[j].raw
-			var ok bool
-			states[i], ok = decodeState(b.Old[j])
-			healed[j] = !ok
+		for j, e := range ents {
+			b.Old[j], b.New[j], b.Exp[j] = e.raw, nil, 0
 		}
-		all := run(states, reqs, at, out)
-		for j, i := range idx {
-			r := &reqs[i]
-			b.New[j], b.Exp[j] = nil, 0
-			// The state changed if the decisions admitted a charge or
-			// a refund (or a lease's release, of cost 0). A refund
-			// writes no state where there was none.
-			switch st := encodeState(&states[i]); {
-			case all && !bytes.Equal(st, orFresh(b.Old[j])) && (b.Old[j] != nil || r.Op != core.OpRefund):
-				b.New[j] = st
-				b.Exp[j] = states[i].E
-				if !r.Now.IsZero() {
-					b.Exp[j] = at + min(r.Algorithm.Horizon(r.Limit).Microseconds(), core.MaxUnits)
-				}
-			case healed[j]:
-				// An unreadable state, decided as a fresh key's, is
-				// replaced by a fresh state, which the sweep removes.
-				b.New[j] = fresh
-			}
+		for _, c := range group {
+			s.decideCall(c, b, at)
 		}
 		b.At = at
 		if explicit {
@@ -260,21 +382,85 @@ func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Deci
 		}
 		s.offset.Store(rep.Clock - received)
 		if rep.Swapped {
-			s.rounds.Add(1)
-			for j, i := range idx {
+			s.rounds.Add(uint64(len(group)))
+			for j, e := range ents {
 				if b.New[j] != nil {
-					ents[j].raw = b.New[j]
+					e.raw = b.New[j]
 				}
-				out[i].Healed = healed[j]
 			}
 			return nil
 		}
 		if len(rep.Cur) != n {
 			return fmt.Errorf("%w: %d states for %d keys", ErrMalformed, len(rep.Cur), n)
 		}
-		for j := range idx {
-			ents[j].raw = rep.Cur[j]
+		for j, e := range ents {
+			e.raw = rep.Cur[j]
 		}
+	}
+}
+
+// decideCall decides c at the instant at on the states b's group has
+// left so far (New where the calls before it wrote, else Old), and
+// writes what c changes to b.New and b.Exp.
+func (s *Store) decideCall(c *call, b *Batch, at int64) {
+	states := make([]core.State, len(c.reqs))
+	healed := make([]bool, len(c.keys))
+	cur := func(j int) []byte {
+		if p := c.pos[j]; b.New[p] != nil {
+			return b.New[p]
+		}
+		return b.Old[c.pos[j]]
+	}
+	for j, i := range c.idx {
+		var ok bool
+		states[i], ok = decodeState(cur(j))
+		healed[j] = !ok
+	}
+	all := run(states, c.reqs, at, c.out)
+	for j, i := range c.idx {
+		r, p, old := &c.reqs[i], c.pos[j], cur(j)
+		// The state changed if the decisions admitted a charge or a
+		// refund (or a lease's release, of cost 0). A refund writes no
+		// state where there was none.
+		switch st := encodeState(&states[i]); {
+		case all && !bytes.Equal(st, orFresh(old)) && (old != nil || r.Op != core.OpRefund):
+			b.New[p] = st
+			b.Exp[p] = states[i].E
+			if !r.Now.IsZero() {
+				b.Exp[p] = at + min(r.Algorithm.Horizon(r.Limit).Microseconds(), core.MaxUnits)
+			}
+		case healed[j]:
+			// An unreadable state, decided as a fresh key's, is replaced
+			// by a fresh state, which the sweep removes.
+			b.New[p], b.Exp[p] = fresh, 0
+		}
+		c.out[i].Healed = healed[j]
+	}
+}
+
+// groupContext returns the context of a group's Swaps: a call's own, or
+// for several, one that ends when every call's context has ended, with
+// the first call's values. Calling done releases it.
+func groupContext(group []*call) (ctx context.Context, done func()) {
+	if len(group) == 1 {
+		return group[0].ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(group[0].ctx))
+	var left atomic.Int64
+	left.Store(int64(len(group)))
+	stops := make([]func() bool, len(group))
+	for i, c := range group {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
 	}
 }
 
@@ -300,9 +486,9 @@ func orFresh(raw []byte) []byte {
 	return raw
 }
 
-// acquire returns the entries of keys, which are sorted, locked in that
-// order.
-func (s *Store) acquire(keys [][]byte) []*entry {
+// acquire returns the entries of keys, which are sorted, taking each
+// key's turn in that order if turn.
+func (s *Store) acquire(keys [][]byte, turn bool) []*entry {
 	ents := make([]*entry, len(keys))
 	s.mu.Lock()
 	for j, k := range keys {
@@ -315,17 +501,21 @@ func (s *Store) acquire(keys [][]byte) []*entry {
 		ents[j] = e
 	}
 	s.mu.Unlock()
-	for _, e := range ents {
-		e.mu.Lock()
+	if turn {
+		for _, e := range ents {
+			e.turn.Lock()
+		}
 	}
 	return ents
 }
 
-// release unlocks ents and, while the store knows more keys than it may,
-// forgets keys no call is using.
-func (s *Store) release(ents []*entry) {
-	for _, e := range ents {
-		e.mu.Unlock()
+// release gives back ents, and their turns if turn, and while the store
+// knows more keys than it may, forgets keys no call is using.
+func (s *Store) release(ents []*entry, turn bool) {
+	if turn {
+		for _, e := range ents {
+			e.turn.Unlock()
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -354,8 +544,8 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 		return core.ErrClosed
 	}
 	k := encodeKey(key, alg.Name())
-	ents := s.acquire([][]byte{k})
-	defer s.release(ents)
+	ents := s.acquire([][]byte{k}, true)
+	defer s.release(ents, true)
 	if err := s.be.Delete(ctx, k); err != nil {
 		return err
 	}

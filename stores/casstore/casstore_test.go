@@ -5,7 +5,9 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -285,4 +287,99 @@ func TestNew(t *testing.T) {
 			t.Errorf("New(%v, %+v): no error", tc.be, tc.cfg)
 		}
 	}
+}
+
+// gated is a backend whose first Swap waits until gate is closed.
+type gated struct {
+	casstore.Backend
+	gate  chan struct{}
+	first atomic.Bool
+}
+
+func (g *gated) Swap(ctx context.Context, b *casstore.Batch) (casstore.Reply, error) {
+	if g.first.CompareAndSwap(false, true) {
+		<-g.gate
+	}
+	return g.Backend.Swap(ctx, b)
+}
+
+// TestGroups holds a first call on a key in its Swap while 199 more
+// queue for the key: they are decided in groups of at most MaxGroup, one
+// Swap each, admitted exactly to the limit, each with its own decision.
+func TestGroups(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		be := &gated{Backend: newMem(), gate: make(chan struct{})}
+		s := newStore(t, be, casstore.Config{SweepInterval: -1})
+		const calls, burst = 200, 150
+		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(burst).WithBurst(burst), Cost: 1}
+		ds := make([]core.Decision, calls)
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				d, err := s.Apply(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+				}
+				ds[i] = d
+			})
+			if i == 0 {
+				synctest.Wait() // the first call waits in its Swap
+			}
+		}
+		synctest.Wait() // every other call waits for the key
+		close(be.gate)
+		wg.Wait()
+		left := map[int64]bool{}
+		admitted := 0
+		for _, d := range ds {
+			if d.Allowed {
+				admitted++
+				left[d.Remaining] = true
+			}
+		}
+		if admitted != burst || len(left) != burst {
+			t.Errorf("%d admitted with %d distinct Remaining; want %d and %d", admitted, len(left), burst, burst)
+		}
+		want := casstore.Stats{Decided: calls, Calls: 1 + (calls-1+casstore.MaxGroup-1)/casstore.MaxGroup}
+		if st := s.Stats(); st != want {
+			t.Errorf("Stats = %+v, want %+v: one Swap for the first call, then one for each group", st, want)
+		}
+	})
+}
+
+// TestGroupsLeaveOutCallersWhoLeft cancels a call while it waits for its
+// key: it fails with its context's error and is never decided.
+func TestGroupsLeaveOutCallersWhoLeft(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		be := &gated{Backend: newMem(), gate: make(chan struct{})}
+		s := newStore(t, be, casstore.Config{SweepInterval: -1})
+		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10), Cost: 1}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := s.Apply(context.Background(), req); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.Apply(ctx, req)
+			errc <- err
+		}()
+		synctest.Wait()
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("a call cancelled while it waited: %v, want context.Canceled", err)
+		}
+		close(be.gate)
+		wg.Wait()
+		peek := req
+		peek.Op = core.OpPeek
+		if d, err := s.Apply(context.Background(), peek); err != nil || d.Remaining != 8 {
+			t.Errorf("peek = %+v, %v; want 8 left after one charge (and this peek's token)", d, err)
+		}
+	})
 }
