@@ -19,6 +19,7 @@ const (
 	DefaultMaxLag        = 10 * time.Millisecond
 	DefaultCacheKeys     = 1 << 16
 	DefaultSweepInterval = time.Minute
+	DefaultMaxSwaps      = 4
 	// SweepChunk is the most states [Store.Sweep] asks the backend to
 	// delete at once ([Backend.Expire]'s limit).
 	SweepChunk = 10000
@@ -51,6 +52,12 @@ type Config struct {
 	// it, for a fleet that sweeps from one process or a scheduled job.
 	// The default is [DefaultSweepInterval].
 	SweepInterval time.Duration
+	// MaxSwaps bounds the Swaps the store has in flight at once. A call
+	// that comes while that many are waits, and is then decided with
+	// the others that waited, in one Swap (see [Store]). Give the
+	// backend's pool at least as many connections. The default is
+	// [DefaultMaxSwaps].
+	MaxSwaps int
 }
 
 // Store is a [core.Store] on a [Backend]: every algorithm is decided by
@@ -63,15 +70,18 @@ type Config struct {
 // decision, and a batch (ApplyAll), is so one Swap, all or nothing, when
 // the store's expectations hold.
 //
-// A process's calls wait in a queue of their first key while a Swap of
-// it is in flight, and are then decided together, up to [MaxGroup] at a
-// time: each in turn on the states the ones before it left, at one
-// instant, with one Swap for the group that writes each key's last state
-// (a group commit). Each caller gets its own decision, exactly as if the
-// calls had been swapped one after another; on a mismatch the whole
-// group is decided again. So a hot key costs a round trip per group, not
-// per call, and only other processes make a call decide again. It is
-// safe for concurrent use.
+// A store has at most MaxSwaps Swaps in flight. A call that comes while
+// they are waits in a queue, and the calls that waited are then decided
+// together, up to [MaxGroup] at a time, whatever their keys: each in turn
+// on the states the ones before it left, at one instant, with one Swap
+// for the group that writes each key's last state (a group commit). Each
+// caller gets its own decision, exactly as if the calls had been swapped
+// one after another; on a mismatch the whole group is decided again. A
+// group takes the turns of its keys (a process swaps a key once at a
+// time, so that only other processes make a call decide again), and
+// calls whose keys are all its own join it while it waits for them. So
+// under load a decision costs a fraction of a round trip, on a hot key
+// or on many keys. It is safe for concurrent use.
 type Store struct {
 	be      Backend
 	lag     int64 // MaxLag in µs
@@ -85,21 +95,19 @@ type Store struct {
 	rounds atomic.Uint64 // decisions and batches decided
 	swept  sync.WaitGroup
 
-	mu      sync.Mutex
-	entries map[string]*entry
+	mu       sync.Mutex
+	entries  map[string]*entry
+	queue    []*call // calls waiting for a place among the Swaps in flight
+	inflight int     // groups being decided
+	maxSwaps int
 }
 
 // entry is what a process knows of one key's state, and the calls that
 // wait for it.
 type entry struct {
-	turn sync.Mutex // held while a group swaps the key, or a Reset deletes it
-	raw  []byte     // the state as last seen, under turn; nil: none
-
-	mu      sync.Mutex
-	queue   []*call // calls whose first key this is, waiting for a group; under mu
-	leading bool    // a call of the queue decides a group; under mu
-
-	users int // calls that refer to the entry; under Store.mu
+	turn  sync.Mutex // held while a group swaps the key, or a Reset deletes it
+	raw   []byte     // the state as last seen, under turn; nil: none
+	users int        // groups that refer to the entry; under Store.mu
 }
 
 var _ core.Store = (*Store)(nil)
@@ -116,6 +124,8 @@ func New(be Backend, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("casstore: MaxLag %v is negative", cfg.MaxLag)
 	case cfg.CacheKeys < 0:
 		return nil, fmt.Errorf("casstore: CacheKeys %d is negative", cfg.CacheKeys)
+	case cfg.MaxSwaps < 0:
+		return nil, fmt.Errorf("casstore: MaxSwaps %d is negative", cfg.MaxSwaps)
 	}
 	if cfg.MaxLag == 0 {
 		cfg.MaxLag = DefaultMaxLag
@@ -123,16 +133,20 @@ func New(be Backend, cfg Config) (*Store, error) {
 	if cfg.CacheKeys == 0 {
 		cfg.CacheKeys = DefaultCacheKeys
 	}
+	if cfg.MaxSwaps == 0 {
+		cfg.MaxSwaps = DefaultMaxSwaps
+	}
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = DefaultSweepInterval
 	}
 	s := &Store{
-		be:      be,
-		lag:     max(cfg.MaxLag.Microseconds(), 1),
-		maxKeys: cfg.CacheKeys,
-		base:    time.Now(),
-		entries: make(map[string]*entry),
-		stop:    make(chan struct{}),
+		be:       be,
+		lag:      max(cfg.MaxLag.Microseconds(), 1),
+		maxKeys:  cfg.CacheKeys,
+		maxSwaps: cfg.MaxSwaps,
+		base:     time.Now(),
+		entries:  make(map[string]*entry),
+		stop:     make(chan struct{}),
 	}
 	s.offset.Store(s.base.UnixMicro())
 	if cfg.SweepInterval > 0 {
@@ -182,8 +196,8 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 }
 
 // decide decides valid reqs together (one request alone as Apply does),
-// writing the decisions to out: it queues the call on its first key, and
-// waits until a group with it is decided (see [Store]).
+// writing the decisions to out: at once if fewer than MaxSwaps Swaps are
+// in flight, else in a group of the calls that waited (see [Store]).
 func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	if s.closed.Load() {
 		return core.ErrClosed
@@ -215,13 +229,14 @@ func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Deci
 	}
 	c.out = make([]core.Decision, len(reqs))
 	c.wake = make(chan struct{}, 1)
-	e := s.acquire(c.keys[:1], false)[0]
-	defer s.release([]*entry{e}, false)
-	e.mu.Lock()
-	e.queue = append(e.queue, c)
-	lead := !e.leading
-	e.leading = true
-	e.mu.Unlock()
+	s.mu.Lock()
+	lead := s.inflight < s.maxSwaps && len(s.queue) == 0
+	if lead {
+		s.inflight++
+	} else {
+		s.queue = append(s.queue, c)
+	}
+	s.mu.Unlock()
 	if !lead {
 		select {
 		case <-c.wake:
@@ -237,7 +252,7 @@ func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Deci
 		lead = c.state.Load() == leading
 	}
 	if lead {
-		s.lead(e, c)
+		s.lead(c)
 	}
 	if c.err != nil {
 		return c.err
@@ -247,19 +262,19 @@ func (s *Store) decide(ctx context.Context, reqs []core.Request, out []core.Deci
 }
 
 // MaxGroup bounds the calls a [Store] decides in one Swap: the calls of
-// a process that wait for the same key while a Swap of it is in flight.
+// a process that waited while [Config.MaxSwaps] Swaps were in flight.
 const MaxGroup = 64
 
 // The states of a [call].
 const (
-	queued    int32 = iota // waiting in its first key's queue
+	queued    int32 = iota // waiting in the store's queue
 	taken                  // in a group being decided
-	leading                // handed its key's queue: it decides the next group
+	leading                // handed a place among the Swaps in flight: it decides the next group
 	abandoned              // its caller gave up before a group took it
 )
 
 // call is one caller's decision (Apply) or batch (ApplyAll) on its way
-// through its first key's queue.
+// through the store's queue.
 type call struct {
 	ctx      context.Context
 	reqs     []core.Request
@@ -268,7 +283,7 @@ type call struct {
 	explicit bool     // every request carries its own instant
 
 	state atomic.Int32
-	wake  chan struct{} // sent once the call is decided, or handed the queue
+	wake  chan struct{} // sent once the call is decided, or handed a place among the Swaps in flight
 
 	// Written by the group's leader before wake is sent.
 	out []core.Decision
@@ -276,25 +291,30 @@ type call struct {
 	pos []int // pos[j] is keys[j]'s index in the group's keys
 }
 
-// lead decides a group of e's queue, which c heads, then hands the queue
-// to the call next in it, if any. A call whose caller has given up is
-// left out, c too: no one would hear its decision.
-func (s *Store) lead(e *entry, c *call) {
-	e.mu.Lock()
-	n := min(len(e.queue), MaxGroup)
-	group := make([]*call, 0, n)
-	for _, m := range e.queue[:n] {
+// lead decides a group of the calls in the store's queue, which c heads
+// or, if it found the queue empty, precedes, then hands its place among
+// the Swaps in flight to the call next in the queue, if any. A call whose
+// caller has given up is left out, c too: no one would hear its decision.
+func (s *Store) lead(c *call) {
+	s.mu.Lock()
+	from := 0
+	if len(s.queue) > 0 && s.queue[0] == c {
+		from = 1
+	}
+	n := min(len(s.queue), from+MaxGroup-1)
+	group := make([]*call, 0, 1+n-from)
+	for _, m := range append([]*call{c}, s.queue[from:n]...) {
 		if m == c || m.state.CompareAndSwap(queued, taken) {
 			if m.err = m.ctx.Err(); m.err == nil {
 				group = append(group, m)
 			}
 		}
 	}
-	e.drop(n)
-	e.mu.Unlock()
+	s.drop(n)
+	s.mu.Unlock()
 
 	if len(group) > 0 {
-		err := s.decideGroup(group)
+		group, err := s.decideGroup(group)
 		for _, m := range group {
 			m.err = err
 			if m != c {
@@ -303,36 +323,39 @@ func (s *Store) lead(e *entry, c *call) {
 		}
 	}
 
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for len(e.queue) > 0 {
-		if next := e.queue[0]; next.state.CompareAndSwap(queued, leading) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 {
+		if next := s.queue[0]; next.state.CompareAndSwap(queued, leading) {
 			next.wake <- struct{}{}
 			return
 		}
-		e.drop(1) // abandoned
+		s.drop(1) // abandoned
 	}
-	e.leading = false
+	s.inflight--
 }
 
-// drop removes the first n calls of e's queue. e.mu must be held.
-func (e *entry) drop(n int) {
-	rest := copy(e.queue, e.queue[n:])
-	clear(e.queue[rest:])
-	e.queue = e.queue[:rest]
+// drop removes the first n calls of the store's queue. s.mu must be held.
+func (s *Store) drop(n int) {
+	rest := copy(s.queue, s.queue[n:])
+	clear(s.queue[rest:])
+	s.queue = s.queue[:rest]
 }
 
 // decideGroup decides the calls of group in turn, each on the states the
 // ones before it left, and swaps every key they name at once: one Swap
 // for the group when the store's expectations hold. On a mismatch it
 // decides every call again on what the backend found.
-func (s *Store) decideGroup(group []*call) error {
+func (s *Store) decideGroup(group []*call) ([]*call, error) {
 	var keys [][]byte
 	for _, c := range group {
 		keys = append(keys, c.keys...)
 	}
 	slices.SortFunc(keys, bytes.Compare)
 	keys = slices.CompactFunc(keys, bytes.Equal)
+	ents := s.acquire(keys, true)
+	defer s.release(ents, true)
+	group = s.join(group, keys)
 	explicit := true
 	for _, c := range group {
 		c.pos = make([]int, len(c.keys))
@@ -350,18 +373,16 @@ func (s *Store) decideGroup(group []*call) error {
 	}
 	ctx, done := groupContext(group)
 	defer done()
-	ents := s.acquire(keys, true)
-	defer s.release(ents, true)
 	for try := 0; ; try++ {
 		if s.closed.Load() {
-			return core.ErrClosed
+			return group, core.ErrClosed
 		}
 		if try == MaxTries {
-			return fmt.Errorf("casstore: %d swaps found the keys changed or the clock moved: %w", MaxTries, core.ErrUnavailable)
+			return group, fmt.Errorf("casstore: %d swaps found the keys changed or the clock moved: %w", MaxTries, core.ErrUnavailable)
 		}
 		at, err := s.now()
 		if err != nil {
-			return err
+			return group, err
 		}
 		for j, e := range ents {
 			b.Old[j], b.New[j], b.Exp[j] = e.raw, nil, 0
@@ -378,7 +399,7 @@ func (s *Store) decideGroup(group []*call) error {
 		rep, err := s.be.Swap(ctx, b)
 		received := s.local()
 		if err != nil {
-			return err
+			return group, err
 		}
 		s.offset.Store(rep.Clock - received)
 		if rep.Swapped {
@@ -388,15 +409,42 @@ func (s *Store) decideGroup(group []*call) error {
 					e.raw = b.New[j]
 				}
 			}
-			return nil
+			return group, nil
 		}
 		if len(rep.Cur) != n {
-			return fmt.Errorf("%w: %d states for %d keys", ErrMalformed, len(rep.Cur), n)
+			return group, fmt.Errorf("%w: %d states for %d keys", ErrMalformed, len(rep.Cur), n)
 		}
 		for j, e := range ents {
 			e.raw = rep.Cur[j]
 		}
 	}
+}
+
+// join adds to group, which holds the turns of keys, the calls in the
+// store's queue whose keys are all among them, up to MaxGroup calls in
+// all: those that came for a hot key while the group waited for its turn
+// join it, rather than wait for a turn of their own.
+func (s *Store) join(group []*call, keys [][]byte) []*call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	within := func(c *call) bool {
+		for _, k := range c.keys {
+			if _, ok := slices.BinarySearchFunc(keys, k, bytes.Compare); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	s.queue = slices.DeleteFunc(s.queue, func(c *call) bool {
+		if len(group) < MaxGroup && within(c) && c.state.CompareAndSwap(queued, taken) {
+			if c.err = c.ctx.Err(); c.err == nil {
+				group = append(group, c)
+			}
+			return true
+		}
+		return false
+	})
+	return group
 }
 
 // decideCall decides c at the instant at on the states b's group has

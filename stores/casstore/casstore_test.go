@@ -3,6 +3,7 @@ package casstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -281,6 +282,7 @@ func TestNew(t *testing.T) {
 		{nil, casstore.Config{}},
 		{newMem(), casstore.Config{MaxLag: -1}},
 		{newMem(), casstore.Config{CacheKeys: -1}},
+		{newMem(), casstore.Config{MaxSwaps: -1}},
 	} {
 		if s, err := casstore.New(tc.be, tc.cfg); err == nil {
 			s.Close()
@@ -303,14 +305,15 @@ func (g *gated) Swap(ctx context.Context, b *casstore.Batch) (casstore.Reply, er
 	return g.Backend.Swap(ctx, b)
 }
 
-// TestGroups holds a first call on a key in its Swap while 199 more
-// queue for the key: they are decided in groups of at most MaxGroup, one
-// Swap each, admitted exactly to the limit, each with its own decision.
+// TestGroups holds a first call on a key in its Swap, the one Swap its
+// store may have in flight, while 199 more queue: they are decided in
+// groups of at most MaxGroup, one Swap each, admitted exactly to the
+// limit, each with its own decision.
 func TestGroups(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		be := &gated{Backend: newMem(), gate: make(chan struct{})}
-		s := newStore(t, be, casstore.Config{SweepInterval: -1})
+		s := newStore(t, be, casstore.Config{SweepInterval: -1, MaxSwaps: 1})
 		const calls, burst = 200, 150
 		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(burst).WithBurst(burst), Cost: 1}
 		ds := make([]core.Decision, calls)
@@ -348,13 +351,14 @@ func TestGroups(t *testing.T) {
 	})
 }
 
-// TestGroupsLeaveOutCallersWhoLeft cancels a call while it waits for its
-// key: it fails with its context's error and is never decided.
+// TestGroupsLeaveOutCallersWhoLeft cancels a call while it waits for a
+// place among the Swaps in flight: it fails with its context's error and
+// is never decided.
 func TestGroupsLeaveOutCallersWhoLeft(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		be := &gated{Backend: newMem(), gate: make(chan struct{})}
-		s := newStore(t, be, casstore.Config{SweepInterval: -1})
+		s := newStore(t, be, casstore.Config{SweepInterval: -1, MaxSwaps: 1})
 		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10), Cost: 1}
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -380,6 +384,37 @@ func TestGroupsLeaveOutCallersWhoLeft(t *testing.T) {
 		peek.Op = core.OpPeek
 		if d, err := s.Apply(context.Background(), peek); err != nil || d.Remaining != 8 {
 			t.Errorf("peek = %+v, %v; want 8 left after one charge (and this peek's token)", d, err)
+		}
+	})
+}
+
+// TestGroupsManyKeys holds a first call in its Swap while 99 more, each
+// on a key of its own, queue: they are decided in groups of at most
+// MaxGroup, one Swap each, whatever their keys.
+func TestGroupsManyKeys(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		be := &gated{Backend: newMem(), gate: make(chan struct{})}
+		s := newStore(t, be, casstore.Config{SweepInterval: -1, MaxSwaps: 1})
+		const calls = 100
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				req := core.Request{Key: fmt.Sprint("k", i), Algorithm: algorithms.GCRA, Limit: core.PerHour(1), Cost: 1}
+				if d, err := s.Apply(context.Background(), req); err != nil || !d.Allowed || d.Remaining != 0 {
+					t.Errorf("key %d: %+v, %v; want allowed, 0 left", i, d, err)
+				}
+			})
+			if i == 0 {
+				synctest.Wait()
+			}
+		}
+		synctest.Wait()
+		close(be.gate)
+		wg.Wait()
+		want := casstore.Stats{Decided: calls, Calls: 1 + (calls-1+casstore.MaxGroup-1)/casstore.MaxGroup}
+		if st := s.Stats(); st != want {
+			t.Errorf("Stats = %+v, want %+v", st, want)
 		}
 	})
 }

@@ -14,10 +14,11 @@
 //     ones, all or none: a decision or a batch (ApplyAll, a sluice.Stack)
 //     is one Swap. On a mismatch the backend returns what it found and
 //     its clock, and the store decides again on them;
-//   - a process's calls that wait for one key are decided together, in
-//     turn, with one Swap for the group (a group commit), so that a hot
-//     key costs a round trip per group rather than per call, and only
-//     other processes make a call decide again;
+//   - a process's calls that wait while MaxSwaps Swaps are in flight are
+//     decided together, in turn, with one Swap for the group (a group
+//     commit), so that under load a decision costs a fraction of a round
+//     trip, on a hot key or on many keys; a process swaps a key once at a
+//     time, so that only other processes make a call decide again;
 //   - it validates requests before they reach the backend, heals states
 //     it cannot read, computes each state's expiry and sweeps idle keys
 //     ([Store.Sweep]), and counts its calls ([Store.Stats]).

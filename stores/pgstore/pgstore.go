@@ -31,8 +31,9 @@ type Config struct {
 	// Config holds the kit's settings, each documented, with its
 	// default, in [casstore.Config]: MaxLag, how far a decision's instant
 	// may trail the server's clock; CacheKeys, how many keys' last known
-	// states the store keeps; and SweepInterval, how often it deletes the
-	// rows of idle keys.
+	// states the store keeps; SweepInterval, how often it deletes the
+	// rows of idle keys; and MaxSwaps, how many calls of the database it
+	// has in flight at once (give the pool at least as many connections).
 	casstore.Config
 }
 
