@@ -706,21 +706,36 @@ func (a *Tally) Add(b Tally) {
 // error). The over-grant tests of the Redis and layered stores count with
 // it, in one process or several.
 func Hammer(store core.Store, req core.Request, n int, start, end time.Time) (Tally, error) {
+	return hammer(store, req, n, start, end, false)
+}
+
+// HammerUntilDenied is [Hammer], except that the goroutines go on calling
+// after end until one of them has seen a denial (for at most 30 s more):
+// however few calls a starved process makes by end, the key is driven
+// past its limit, so that an over-grant test checks what it should
+// without a bound on the calls made.
+func HammerUntilDenied(store core.Store, req core.Request, n int, start, end time.Time) (Tally, error) {
+	return hammer(store, req, n, start, end, true)
+}
+
+func hammer(store core.Store, req core.Request, n int, start, end time.Time, untilDenied bool) (Tally, error) {
 	// Only a safety net against a hung server: no call should come near it.
 	ctx, cancel := context.WithDeadline(context.Background(), end.Add(30*time.Second))
 	defer cancel()
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		total Tally
-		errs  []error
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		total  Tally
+		errs   []error
+		denied atomic.Bool
 	)
+	more := func() bool { return time.Now().Before(end) || untilDenied && !denied.Load() }
 	for range n {
 		wg.Go(func() {
 			time.Sleep(time.Until(start))
 			var mine Tally
 			var err error
-			for time.Now().Before(end) {
+			for more() {
 				var d core.Decision
 				d, err = store.Apply(ctx, req)
 				at := time.Now()
@@ -730,6 +745,9 @@ func Hammer(store core.Store, req core.Request, n int, start, end time.Time) (Ta
 				mine.Decisions++
 				if d.Allowed || mine.Decisions%denialSample == 0 {
 					mine.Records = append(mine.Records, Record{At: d.At.UnixMicro(), Allowed: d.Allowed, Remaining: d.Remaining, Retry: d.RetryAfter})
+				}
+				if !d.Allowed {
+					denied.Store(true)
 				}
 				if d.Allowed {
 					mine.Admitted++

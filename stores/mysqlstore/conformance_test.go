@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/dbfaults"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/mysqlstore"
 	"github.com/sluicehq/sluice/stores/mysqlstore/mysqltest"
@@ -18,6 +19,26 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, store(newDB(t, mysqltest.Start(t))))
+}
+
+// TestConformanceThroughChain runs the conformance suite on the
+// production chain over the store (dbfaults.ConformanceThroughChain).
+func TestConformanceThroughChain(t *testing.T) {
+	t.Parallel()
+	dbfaults.ConformanceThroughChain(t, store(newDB(t, mysqltest.Start(t))))
+}
+
+// TestNoOvergrantProcesses runs four processes of 16 goroutines on one
+// key of one table (dbfaults.NoOvergrantProcesses): together they are
+// admitted no more than the bound, and every decision replays against the
+// Go model. The test is not parallel, so that the package's other tests
+// do not compete with the workers for the machine's cores.
+func TestNoOvergrantProcesses(t *testing.T) {
+	dbfaults.NoOvergrantProcesses(t,
+		func(t *testing.T) string { return mysqltest.Start(t).DSN() },
+		func(t testing.TB, dsn, table string) core.Store {
+			return newStore(t, openDB(t, dsn), mysqlstore.Config{Table: table})
+		})
 }
 
 // TestKilled kills the server: a call on a connection it held, and a
@@ -47,5 +68,31 @@ func TestKilled(t *testing.T) {
 			t.Errorf("charge %d with the server killed: %v; want the store's failure", i, err)
 		}
 		t.Logf("charge %d with the server killed: %v (marked unavailable: %v)", i, err, errors.Is(err, core.ErrUnavailable))
+	}
+}
+
+// TestBreakerModes kills the server under a breaker in each mode
+// (dbfaults.BreakerModes): each mode answers, marked with its source, and
+// the breaker opens.
+func TestBreakerModes(t *testing.T) {
+	t.Parallel()
+	srv := mysqltest.Start(t)
+	db := newDB(t, srv)
+	dbfaults.BreakerModes(t, srv, func(t *testing.T, table string) core.Store {
+		return newStore(t, db, mysqlstore.Config{Table: table})
+	})
+}
+
+// TestKillRestart is R-04 on MariaDB (dbfaults.KillRestart): under load
+// behind a breaker in each mode, the server is killed (kill -9) and
+// restarted 2 s later. InnoDB keeps the keys' states across the crash.
+func TestKillRestart(t *testing.T) {
+	t.Parallel()
+	for _, mode := range dbfaults.Modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			srv := mysqltest.Start(t)
+			dbfaults.KillRestart(t, srv, newStore(t, newDB(t, srv), mysqlstore.Config{Table: "recovery"}), mode)
+		})
 	}
 }

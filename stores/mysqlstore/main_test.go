@@ -3,6 +3,9 @@ package mysqlstore_test
 import (
 	"database/sql"
 	"fmt"
+	"log"
+	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -13,13 +16,63 @@ import (
 )
 
 // Every test closes what it made: no goroutine of sluice may outlive
-// them.
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+// them. TestMain stops the Examples' server.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if examples.srv != nil {
+		if err := examples.srv.Close(); err != nil && code == 0 {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := leakcheck.Check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// examples is the Examples' server, started by the first of them.
+var examples struct {
+	once sync.Once
+	srv  *mysqltest.Server
+}
+
+// exampleDSN returns the DSN of the Examples' server, started on first
+// use, without the table "limits" an Example may have made before (as
+// with -count=2).
+func exampleDSN() string {
+	examples.once.Do(func() {
+		srv, err := mysqltest.New()
+		if err != nil {
+			log.Fatal(err)
+		}
+		examples.srv = srv
+	})
+	db, err := sql.Open("mysql", examples.srv.DSN())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("DROP TABLE IF EXISTS limits"); err != nil {
+		log.Fatal(err)
+	}
+	return examples.srv.DSN()
+}
 
 // newDB returns a pool of connections to srv, closed when the test ends.
 func newDB(t testing.TB, srv *mysqltest.Server) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("mysql", srv.DSN())
+	return openDB(t, srv.DSN())
+}
+
+// openDB returns a pool of connections to the server dsn names, closed
+// when the test ends.
+func openDB(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

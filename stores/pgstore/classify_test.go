@@ -3,17 +3,15 @@ package pgstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/dbfaults"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/stores/memstore"
 	"github.com/sluicehq/sluice/stores/pgstore"
 	"github.com/sluicehq/sluice/stores/pgstore/pgtest"
 )
@@ -160,62 +158,14 @@ func TestFailures(t *testing.T) {
 	})
 }
 
-// TestBreakerModes kills the server under a breaker in each mode and
-// checks that the mode answers: fail-open allows, fail-closed denies,
-// degrade decides on the local memstore, each marked with its source,
-// and that the breaker opens.
+// TestBreakerModes kills the server under a breaker in each mode
+// (dbfaults.BreakerModes): each mode answers, marked with its source, and
+// the breaker opens.
 func TestBreakerModes(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	srv := pgtest.Start(t)
 	pool := newPool(t, srv)
-	for _, tc := range []struct {
-		mode   policy.Mode
-		source core.Source
-	}{
-		{policy.FailOpen, core.SourceFailOpen},
-		{policy.FailClosed, core.SourceFailClosed},
-		{policy.Degrade, core.SourceDegraded},
-	} {
-		local, err := memstore.New(memstore.Config{SweepInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := policy.NewBreaker(newStore(t, pool, pgstore.Config{Table: fmt.Sprint("modes_", tc.mode)}),
-			policy.WithMode(tc.mode), policy.WithLocal(local), policy.WithTimeout(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		if d, err := b.Apply(ctx, charge("up")); err != nil || !d.Allowed || d.Source != core.SourceStore {
-			t.Fatalf("%v: a charge while the server is up = %+v, %v", tc.mode, d, err)
-		}
-		// Once the server is down, every answer is the mode's, and the
-		// circuit opens (it does not within a tenth of its window after
-		// NewBreaker, so the test calls until it does, for at most a
-		// minute). The local store admits what its bucket holds.
-		defer func(b *policy.Breaker, mode policy.Mode, source core.Source) {
-			local := 0
-			for i, deadline := 0, time.Now().Add(time.Minute); b.State() != policy.Open; i++ {
-				d, err := b.Apply(ctx, charge("down"))
-				wantAllowed := map[policy.Mode]bool{policy.FailOpen: true, policy.FailClosed: false, policy.Degrade: d.Allowed}[mode]
-				if err != nil || d.Allowed != wantAllowed || d.Source != source {
-					t.Fatalf("%v: charge %d with the server down = %+v, %v; want allowed %v from %v", mode, i, d, err, wantAllowed, source)
-				}
-				if d.Allowed && mode == policy.Degrade {
-					local++
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%v: the breaker is %v after a minute of failed calls, want open", mode, b.State())
-				}
-				time.Sleep(time.Millisecond)
-			}
-			if mode == policy.Degrade && local == 0 {
-				t.Errorf("degrade: the local store admitted nothing")
-			}
-		}(b, tc.mode, tc.source)
-	}
-	if err := srv.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	dbfaults.BreakerModes(t, srv, func(t *testing.T, table string) core.Store {
+		return newStore(t, pool, pgstore.Config{Table: table})
+	})
 }

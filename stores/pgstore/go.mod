@@ -7,8 +7,6 @@ replace github.com/sluicehq/sluice => ../..
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/sluicehq/sluice v0.0.0
-	go.opentelemetry.io/otel/metric v1.47.0
-	go.opentelemetry.io/otel/trace v1.47.0
 )
 
 require (
@@ -24,6 +22,8 @@ require (
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect

@@ -3,6 +3,9 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"log"
+	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -15,8 +18,52 @@ import (
 )
 
 // Every test closes what it made: no goroutine of sluice, gobreaker or
-// pgx may outlive them.
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+// pgx may outlive them. TestMain stops the Examples' server.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if examples.srv != nil {
+		if err := examples.srv.Close(); err != nil && code == 0 {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := leakcheck.Check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// examples is the Examples' server, started by the first of them.
+var examples struct {
+	once sync.Once
+	srv  *pgtest.Server
+}
+
+// exampleURL returns the URL of the Examples' server, started on first
+// use, without the table "limits" an Example may have made before (as
+// with -count=2).
+func exampleURL() string {
+	examples.once.Do(func() {
+		srv, err := pgtest.New()
+		if err != nil {
+			log.Fatal(err)
+		}
+		examples.srv = srv
+	})
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, examples.srv.URL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS limits"); err != nil {
+		log.Fatal(err)
+	}
+	return examples.srv.URL()
+}
 
 // newPool returns a pool of connections to srv, closed when the test
 // ends.

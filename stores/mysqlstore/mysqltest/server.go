@@ -28,6 +28,8 @@ const (
 	probeTimeout  = 2 * time.Second
 	pollInterval  = 20 * time.Millisecond
 	startAttempts = 5
+	restartTries  = 10                     // binds of the same port tried by Restart
+	restartPause  = 200 * time.Millisecond // between those binds
 )
 
 // ErrStopped is returned by [Server.Kill] on a server that is not
@@ -39,6 +41,7 @@ var ErrStopped = errors.New("mysqltest: server is stopped")
 type Server struct {
 	dir  string // the server's directory: data/, the socket and the log
 	port int
+	bin  string // mariadbd
 
 	mu   sync.Mutex
 	proc *spawn.Process // nil once killed
@@ -52,6 +55,22 @@ type Server struct {
 // minute, quoting its log.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// New starts a server as [Start] does, for code that has no testing.TB,
+// such as a TestMain that starts a server for the package's Examples; the
+// caller stops it with [Server.Close].
+func New() (*Server, error) {
 	var s *Server
 	var err error
 	for range startAttempts {
@@ -59,16 +78,16 @@ func Start(t testing.TB) *Server {
 			break
 		}
 	}
-	if err != nil {
-		t.Fatal(err)
+	return s, err
+}
+
+// Close kills the server, by PID, if it runs, and removes its directory.
+// [Start] closes its server when the test ends.
+func (s *Server) Close() error {
+	if err := s.Kill(); err != nil && !errors.Is(err, ErrStopped) {
+		return err
 	}
-	t.Cleanup(func() {
-		if err := s.Kill(); err != nil && !errors.Is(err, ErrStopped) {
-			t.Error(err)
-		}
-		os.RemoveAll(s.dir)
-	})
-	return s
+	return os.RemoveAll(s.dir)
 }
 
 // errPortInUse marks a start that failed because another process took
@@ -94,38 +113,67 @@ func start() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mysqltest: the installed data directory: %w", err)
 	}
-	s := &Server{dir: dir, port: port}
-	data := filepath.Join(dir, "data")
+	s := &Server{dir: dir, port: port, bin: server}
+	if err := s.launch(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts mariadbd on s's port and directory and waits until it
+// answers.
+func (s *Server) launch() error {
+	data := filepath.Join(s.dir, "data")
 	args := []string{"--no-defaults", "--datadir=" + data,
-		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
-		"--socket=" + filepath.Join(dir, "sock"), "--pid-file=" + filepath.Join(dir, "pid"),
+		"--port=" + strconv.Itoa(s.port), "--bind-address=127.0.0.1",
+		"--socket=" + filepath.Join(s.dir, "sock"), "--pid-file=" + filepath.Join(s.dir, "pid"),
 		"--skip-log-bin", "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0",
 		"--innodb-buffer-pool-size=32M", "--max-connections=200",
 	}
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
-	log, err := os.Create(filepath.Join(dir, "server.log"))
+	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("mysqltest: %w", err)
+		return fmt.Errorf("mysqltest: %w", err)
 	}
 	defer log.Close()
-	cmd := exec.Command(server, args...)
-	cmd.Dir = dir
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = log, log
 	p, err := spawn.Start(cmd)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("mysqltest: start mariadbd: %w", err)
+		return fmt.Errorf("mysqltest: start mariadbd: %w", err)
 	}
 	if err := s.waitReady(p, data); err != nil {
 		p.Kill()
-		os.RemoveAll(dir)
-		return nil, err
+		return err
 	}
+	s.mu.Lock()
 	s.proc = p
-	return s, nil
+	s.mu.Unlock()
+	return nil
+}
+
+// Restart starts a killed server again on the same port and directory,
+// keeping its data, and waits until it answers. It retries for a while if
+// the port is not yet free.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	running := s.proc != nil
+	s.mu.Unlock()
+	if running {
+		return errors.New("mysqltest: server is running")
+	}
+	var err error
+	for range restartTries {
+		if err = s.launch(); err == nil || !errors.Is(err, errPortInUse) {
+			return err
+		}
+		time.Sleep(restartPause)
+	}
+	return err
 }
 
 // tmpl is the data directory mariadb-install-db made once for the test

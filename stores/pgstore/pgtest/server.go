@@ -83,6 +83,22 @@ type process struct{ *spawn.Process }
 // within a minute, quoting its log.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	s, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// New starts a server as [Start] does, for code that has no testing.TB,
+// such as a TestMain that starts a server for the package's Examples; the
+// caller stops it with [Server.Close].
+func New(opts ...Option) (*Server, error) {
 	var cfg config
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -91,7 +107,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 		name, _, _ := strings.Cut(s, "=")
 		for _, o := range owned {
 			if strings.EqualFold(name, o) {
-				t.Fatalf("pgtest: WithSetting may not set %s", o)
+				return nil, fmt.Errorf("pgtest: WithSetting may not set %s", o)
 			}
 		}
 	}
@@ -102,15 +118,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 			break
 		}
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return s
+	return s, err
 }
 
 // errPortInUse marks a start that failed because another process took
@@ -422,8 +430,9 @@ func (s *Server) Restart() error {
 	return err
 }
 
-// close stops the server for good and removes its directory.
-func (s *Server) close() error {
+// Close stops the server for good, by PID, and removes its directory.
+// [Start] closes its server when the test ends.
+func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
