@@ -24,7 +24,6 @@ func ClientOption(addrs []string, deadline time.Duration) rueidis.ClientOption {
 		DisableRetry:      true,
 		Dialer:            net.Dialer{Timeout: 250 * time.Millisecond, KeepAlive: time.Second},
 		ConnWriteTimeout:  max(500*time.Millisecond, 2*deadline), // a connection whose replies stop is closed after this
-		MaxFlushDelay:     20 * time.Microsecond,                 // under load, more decisions per write
 		DialCtxFn:         Dial,                                  // a server that never answers fails the dial
 	}
 }

@@ -41,10 +41,12 @@ type Config struct {
 // each request with its algorithm's Lua twin, atomically, in one round
 // trip. Its methods are those of the engine under both Redis stores
 // (Apply, ApplyAll, Reset, Close, Key, Prefix), which redisstore shares.
-// rueidis pipelines concurrent calls on shared connections, so many
-// goroutines' decisions travel together; on a single server, decisions
-// and stacks beyond 16 in flight wait to be merged into one script call
-// (algorithms.MultiScript), which costs Redis less per decision. It works
+// A decision that finds no call of the store's in flight is sent at once,
+// on its caller's goroutine; those that arrive while one is in flight
+// wait for it and go together in the next, one write and one read for
+// all of them, and on a single server one script call
+// (algorithms.MultiScript), which costs the client and Redis less per
+// decision than a command each. It works
 // with a single server, Sentinel or Redis Cluster, where each key's state
 // lives in the slot of its own hash tag. rueidis retries only read-only
 // commands, so a decision whose reply timed out is never replayed. On
@@ -59,13 +61,6 @@ type Store struct {
 }
 
 var _ core.Store = (*Store)(nil)
-
-// mergeSenders is how many calls a store has in flight at once before
-// further decisions wait to be merged: up to it, a decision is its
-// caller's own call, which rueidis pipelines with the others, as fast as
-// merging at 16 goroutines on 2 CPUs, where 4 lost 17%; beyond it,
-// merging cuts Redis's CPU per decision (see docs/redis.md).
-const mergeSenders = 16
 
 // New returns a store that keeps state through client. It fails on a nil
 // client or a prefix with a brace; it does not contact Redis.
@@ -84,7 +79,7 @@ func newStore(client rueidis.Client, cfg Config, portable bool) (*Store, error) 
 	a.quitAt.Store(-int64(quitEvery))
 	e, err := redisengine.New(a, redisengine.Config{
 		Name: "rueidisstore", Prefix: cfg.Prefix, Merge: !cluster, Cluster: cluster,
-		Senders: mergeSenders, Inline: true, Down: clientDown, Portable: portable,
+		Inline: true, Down: clientDown, Portable: portable,
 	})
 	if err != nil {
 		return nil, err

@@ -55,8 +55,6 @@ type Config struct {
 	// Cluster says that a batch's keys must share a Cluster slot to be
 	// decided in one call (see [Engine.ApplyAll]).
 	Cluster bool
-	// Senders is how many batches are in flight at once (see [Queue]).
-	Senders int
 	// Inline sends a call that finds the queue idle on its caller's
 	// goroutine (see [Queue]).
 	Inline bool
@@ -108,7 +106,7 @@ func New(client Client, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{client: client, name: cfg.Name, prefix: prefix, merge: cfg.Merge, cluster: cfg.Cluster, detach: cfg.Detach, down: cfg.Down}
 	e.portable.Store(cfg.Portable)
-	e.queue.Send, e.queue.Senders, e.queue.Inline = e.send, cfg.Senders, cfg.Inline
+	e.queue.Send, e.queue.Inline = e.send, cfg.Inline
 	return e, nil
 }
 

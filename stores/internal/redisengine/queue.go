@@ -2,14 +2,21 @@ package redisengine
 
 import (
 	"context"
+	"runtime"
 	"sync"
 
 	"github.com/sluicehq/sluice/core"
 )
 
 // DefaultSenders is how many batches a queue has in flight at once
-// unless its Senders says otherwise.
-const DefaultSenders = 4
+// unless its Senders says otherwise: one, so that every call that
+// arrives during a round trip goes in the next batch, one write and one
+// read for all of them (and on one server one merged script call), which
+// is what a decision costs the client's and the server's CPU. With two or
+// four in flight, the calls that arrive during one round trip are spread
+// over several batches: at 64 goroutines on one key, 0.035 and 0.097
+// script calls per decision against 0.022 with one.
+const DefaultSenders = 1
 
 // Entry is one caller's call. A store embeds it in its own call, or points
 // Item at that, and reads the result the send function left there.
@@ -104,6 +111,10 @@ func (q *Queue) inline(c *Entry) error {
 }
 
 // send sends the queue, batch after batch, until it finds it empty.
+// Having woken a batch's callers it yields its processor once before it
+// takes the queue again, so that those who call again at once (a loop
+// of decisions, a handler's next request) join the next batch instead of
+// leaving it to the few who were quicker.
 func (q *Queue) send() {
 	defer q.wg.Done()
 	var batch, live []*Entry
@@ -133,6 +144,7 @@ func (q *Queue) send() {
 			close(c.done)
 			batch[i] = nil
 		}
+		runtime.Gosched()
 	}
 }
 
