@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -448,13 +449,17 @@ func (e *Engine) batchContext(batch []*Entry) (context.Context, func()) {
 // first caller's context, ending once every caller's has ended. Contexts
 // that end at a deadline end the batch at the last of them, without
 // registering with each; a context that ends without one (a breaker's
-// ends on the process's clock) is watched. A caller whose context never
-// ends leaves the batch unbounded but for the client's own timeouts. stop
-// releases what the context holds.
+// ends on the process's clock) is watched, once for all the contexts
+// that end together, by one Done channel: a breaker's calls share one
+// for a sixteenth of its deadline, so that a batch of a hundred of them
+// registers once or twice, not a hundred times. A caller whose context
+// never ends leaves the batch unbounded but for the client's own
+// timeouts. stop releases what the context holds.
 func lastContext(batch []*Entry) (ctx context.Context, stop func()) {
 	ctx = context.WithoutCancel(batch[0].Ctx)
 	var last time.Time
 	var watched []context.Context
+	var dones []<-chan struct{} // watched's
 	for _, c := range batch {
 		if d, ok := c.Ctx.Deadline(); ok {
 			if d.After(last) {
@@ -462,10 +467,13 @@ func lastContext(batch []*Entry) (ctx context.Context, stop func()) {
 			}
 			continue
 		}
-		if c.Ctx.Done() == nil {
+		done := c.Ctx.Done()
+		if done == nil {
 			return ctx, func() {}
 		}
-		watched = append(watched, c.Ctx)
+		if !slices.Contains(dones, done) {
+			watched, dones = append(watched, c.Ctx), append(dones, done)
+		}
 	}
 	if len(watched) == 0 {
 		return context.WithDeadline(ctx, last)
