@@ -1,6 +1,7 @@
 -- prelude.lua: the start of every algorithm's decision. A decision is
 -- this file, then the algorithm's own (tokenbucket.lua, ...), then
--- conclude.lua, run with KEY and ARG set (see shared.lua and scripts.go).
+-- conclude.lua, run with KEY, ARG and AT set (see shared.lua and
+-- scripts.go).
 -- The calling convention is core.Script's:
 --
 -- ENTRIES  whether the algorithm's states hold entries after the five
@@ -9,8 +10,10 @@
 --          little-endian doubles T, A, B, C, E (core.State's fields),
 --          then, for the sliding window log and the concurrency
 --          algorithm, their entries as pairs of doubles.
--- ARG      the request (ARGV[1] in a script of one decision): ten
---          little-endian doubles: now (µs since the Unix epoch, or -1 for
+-- ARG, AT  the request: the ten doubles of ARG from its byte AT (ARGV[1]
+--          and 1 in a script of one decision; MultiScript reads each of
+--          its requests where it lies in its ARGV[1], making no string of
+--          it), little-endian: now (µs since the Unix epoch, or -1 for
 --          the server's TIME), cost, op (0 charge, 1 peek, 2 refund, 3
 --          admit at most cost), rate, period (µs), burst, units per
 --          token, units per µs, the debt in units a reservation may run
@@ -29,7 +32,7 @@
 -- only 14 digits.
 
 local now, cost, op, rate, period, burst, u, r, maxdebt, lease =
-	struct.unpack('<dddddddddd', ARG)
+	struct.unpack('<dddddddddd', ARG, AT)
 -- A partial admission (op 3, core.OpAtMost) is decided in two passes of
 -- the decision (scripts.go): the first, before take is known, a peek of
 -- cost 0, whose remaining is the most the key admits, with most the
@@ -70,8 +73,14 @@ local peek, refund = op == 1, op == 2
 --
 -- In MultiScript, a key an earlier group wrote, or deleted, in this call
 -- is read from PENDING, the writes it holds until its end (false for a
--- deletion); a script of one decision has no PENDING.
+-- deletion), and any other from READ, the values the call read at its
+-- start; a script of one decision has neither. A key READ has no value
+-- for (missing, or not a string) is read with GET, whose error reply
+-- tells a key of another type from a missing one.
 local state = PENDING and PENDING[KEY]
+if state == nil and READ then
+	state = READ[KEY]
+end
 if state == nil then
 	state = redis.pcall('GET', KEY)
 end

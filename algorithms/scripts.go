@@ -71,7 +71,7 @@ var (
 // A partial admission is decided in two passes of the decision (see
 // prelude.lua): the first finds take, the second charges it.
 func single(lua string, entries bool) *Script {
-	return NewScript(shared + fmt.Sprintf("local KEY, ARG, ENTRIES, PENDING = KEYS[1], ARGV[1], %t, nil\n", entries) + `
+	return NewScript(shared + fmt.Sprintf("local KEY, ARG, AT, ENTRIES, PENDING, READ = KEYS[1], ARGV[1], 1, %t, nil, nil\n", entries) + `
 local take -- a partial admission's charge, once its first pass found it
 for pass = 1, 2 do
 ` + prelude + lua + conclude + `
@@ -96,7 +96,7 @@ end
 // A group's writes wait for its end, and are made only if every request
 // of the group was admitted; all the writes wait in PENDING, where later
 // groups read them, until the call's end, so that a key written by many
-// groups is written once.
+// groups is written once; every key is read once, at the call's start.
 func multi() *Script {
 	var b strings.Builder
 	b.WriteString(shared)
@@ -108,8 +108,23 @@ func multi() *Script {
 -- before. The reply is each decision's packed reply, one after another.
 local n = #KEYS
 local size = #ARGV[1] / n
-local out = {}
-local PENDING, pttl, order = {}, {}, {} -- the writes, their TTLs, their keys in turn
+local out, nout = {}, 0 -- the replies, nout of them
+local PENDING, pttl, order, norder = {}, {}, {}, 0 -- the writes, their TTLs, their keys in turn
+-- Every key's value, read at the start by MGET (a few hundred keys at a
+-- time, within what unpack may return): one command reads them all,
+-- where a GET each would cost Redis a command a request. A missing key,
+-- or one that is not a string, is left out, for its decision to GET.
+local READ = {}
+for first = 1, n, 256 do
+	local last = min(first + 255, n)
+	local got = redis.call('MGET', unpack(KEYS, first, last))
+	for i = first, last do
+		if got[i - first + 1] then
+			READ[KEYS[i]] = got[i - first + 1]
+		end
+	end
+end
+local wkeys, wttls, wvalues, whealed, unread = {}, {}, {}, {}, {}
 local g = 1
 while g <= n do
 local h = g -- the group is requests g to h
@@ -117,28 +132,32 @@ while h < n and string.byte(ARGV[3], h + 1) == 0 do
 	h = h + 1
 end
 local all = true
-local wkeys, wttls, wvalues, whealed = {}, {}, {}, {}
-local unread = {} -- healed keys left unwritten
+-- The group's writes, nw of them, and the healed keys it leaves
+-- unwritten, nu of them, in tables every group reuses: a table made a
+-- group would cost Redis an allocation and its collection.
+local nw, nu = 0, 0
 -- A group of partial admissions makes two passes (prelude.lua): the first
 -- finds fits, the most every request admits, at most its cost; the
 -- second charges every request take.
 local take, fits
 for pass = 1, 2 do
 for i = g, h do
-local KEY, ARG = KEYS[i], string.sub(ARGV[1], size * (i - 1) + 1, size * i)
+local KEY, ARG, AT = KEYS[i], ARGV[1], size * (i - 1) + 1
 local alg = string.byte(ARGV[2], i)
 `)
 	writeDecision(&b)
 	b.WriteString(`if most then
 	fits = min(fits or most, most, remaining)
 else
-	out[#out + 1] = reply
+	nout = nout + 1
+	out[nout] = reply
 	all = all and allowed
 	if dirty then
-		local w = #wkeys + 1
-		wkeys[w], wttls[w], wvalues[w], whealed[w] = KEY, ttl, value, healed
+		nw = nw + 1
+		wkeys[nw], wttls[nw], wvalues[nw], whealed[nw] = KEY, ttl, value, healed
 	elseif healed then
-		unread[#unread + 1] = KEY
+		nu = nu + 1
+		unread[nu] = KEY
 	end
 end
 end
@@ -148,32 +167,35 @@ end
 take, fits = max(fits, 1), nil
 end
 if all then
-	for j = 1, #wkeys do
+	for j = 1, nw do
 		local k = wkeys[j]
 		if PENDING[k] == nil then
-			order[#order + 1] = k
+			norder = norder + 1
+			order[norder] = k
 		end
 		PENDING[k], pttl[k] = wvalues[j], wttls[j]
 	end
 else
-	for j = 1, #wkeys do
+	for j = 1, nw do
 		if whealed[j] then
-			unread[#unread + 1] = wkeys[j]
+			nu = nu + 1
+			unread[nu] = wkeys[j]
 		end
 	end
 end
 -- A healed key the group does not write is deleted: it reads from now on
 -- as the missing key it was decided as.
-for j = 1, #unread do
+for j = 1, nu do
 	local k = unread[j]
 	if PENDING[k] == nil then
-		order[#order + 1] = k
+		norder = norder + 1
+		order[norder] = k
 	end
 	PENDING[k] = false
 end
 g = h + 1
 end
-for j = 1, #order do
+for j = 1, norder do
 	local k = order[j]
 	if PENDING[k] then
 		redis.call('PSETEX', k, pttl[k], PENDING[k])
@@ -187,7 +209,7 @@ return table.concat(out)
 }
 
 // writeDecision writes one decision by the algorithm whose MultiIndex is
-// alg, for a request on KEY and ARG: prelude.lua, the algorithm's file
+// alg, for a request on KEY, ARG and AT: prelude.lua, the algorithm's file
 // chosen by an if-chain, and conclude.lua, as straight-line code like a
 // single script's, so that a call makes no closure per algorithm.
 func writeDecision(b *strings.Builder) {
