@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -195,32 +196,51 @@ func BenchmarkRedis(b *testing.B) {
 			}
 			for _, c := range contenders {
 				b.Run(fmt.Sprintf("%s/g=%d/%s", w, g, c.Name), func(b *testing.B) {
-					closeCircuit(b, c)
-					before, clientBefore := serverCPU(b, srv), processCPU(b)
-					var modeBefore int64
-					if c.ModeAnswers != nil {
-						modeBefore = c.ModeAnswers()
-					}
-					b.ReportAllocs()
-					b.ResetTimer()
-					start := time.Now()
-					t := drive(b.Context(), c, g, keys.key, upTo(b.N))
-					elapsed := time.Since(start)
-					b.StopTimer()
-					after, clientAfter := serverCPU(b, srv), processCPU(b)
-					report(b, c, t, elapsed)
-					b.ReportMetric((after-before)/float64(b.N), "server-µs/op")
-					b.ReportMetric((clientAfter-clientBefore)/float64(b.N), "client-µs/op")
-					if c.ModeAnswers != nil {
-						// A chain's breaker answers by its mode (fail-open)
-						// a call that misses its deadline: fast, and not a
-						// decision of the store. Counted, so that a table
-						// can say how many of a chain's decisions were.
-						b.ReportMetric(float64(c.ModeAnswers()-modeBefore)/float64(b.N), "mode-answers/op")
-					}
+					runRedis(b, srv, c, g, keys.key)
 				})
 			}
 		}
+	}
+}
+
+// runRedis runs b.N decisions of c from g goroutines, decision i on
+// key(i), and reports, beside what report does, the CPU time the server
+// and this process took per decision (server-µs/op, client-µs/op), the
+// script calls the server ran per decision (calls/op: below 1 where
+// decisions were merged) and, where the system counts them, the write
+// system calls this process made per decision (writes/op: below 1 where
+// several decisions went out in one write), and for a chain the share of
+// decisions its breaker answered by its mode (mode-answers/op).
+func runRedis(b *testing.B, srv *redistest.Server, c Contender, g int, key func(int) string) {
+	closeCircuit(b, c)
+	before, clientBefore := readServer(b, srv), processCPU(b)
+	writesBefore, countsWrites := writeCalls()
+	var modeBefore int64
+	if c.ModeAnswers != nil {
+		modeBefore = c.ModeAnswers()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	t := drive(b.Context(), c, g, key, upTo(b.N))
+	elapsed := time.Since(start)
+	b.StopTimer()
+	after, clientAfter := readServer(b, srv), processCPU(b)
+	writesAfter, _ := writeCalls()
+	n := float64(b.N)
+	report(b, c, t, elapsed)
+	b.ReportMetric((after.cpu-before.cpu)/n, "server-µs/op")
+	b.ReportMetric((clientAfter-clientBefore)/n, "client-µs/op")
+	b.ReportMetric((after.scripts-before.scripts)/n, "calls/op")
+	if countsWrites {
+		b.ReportMetric(float64(writesAfter-writesBefore)/n, "writes/op")
+	}
+	if c.ModeAnswers != nil {
+		// A chain's breaker answers by its mode (fail-open) a call that
+		// misses its deadline: fast, and not a decision of the store.
+		// Counted, so that a table can say how many of a chain's
+		// decisions were.
+		b.ReportMetric(float64(c.ModeAnswers()-modeBefore)/n, "mode-answers/op")
 	}
 }
 
@@ -336,11 +356,17 @@ func processCPU(tb testing.TB) float64 {
 	return float64(d.Nanoseconds()) / 1e3
 }
 
-// serverCPU reads the CPU time, in µs, the Redis server has used: running
-// commands and scripts, and reading and writing its clients' sockets.
-func serverCPU(tb testing.TB, srv *redistest.Server) float64 {
+// serverStats are the Redis server's counters a benchmark reads before
+// and after its decisions.
+type serverStats struct {
+	cpu     float64 // µs of CPU time: running commands and scripts, and reading and writing its clients' sockets
+	scripts float64 // script calls: EVALSHA and EVAL
+}
+
+// readServer reads the Redis server's CPU time and script calls so far.
+func readServer(tb testing.TB, srv *redistest.Server) serverStats {
 	tb.Helper()
-	r, err := srv.Do("INFO", "cpu")
+	r, err := srv.Do("INFO", "cpu", "commandstats")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -348,16 +374,42 @@ func serverCPU(tb testing.TB, srv *redistest.Server) float64 {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var cpu float64
+	var s serverStats
 	for line := range strings.SplitSeq(info, "\r\n") {
 		name, value, _ := strings.Cut(line, ":")
-		if name == "used_cpu_sys" || name == "used_cpu_user" {
+		switch name {
+		case "used_cpu_sys", "used_cpu_user":
 			v, err := strconv.ParseFloat(value, 64)
 			if err != nil {
 				tb.Fatalf("INFO cpu: %q: %v", line, err)
 			}
-			cpu += v * 1e6
+			s.cpu += v * 1e6
+		case "cmdstat_evalsha", "cmdstat_eval":
+			// calls=N,usec=...
+			calls, _, _ := strings.Cut(strings.TrimPrefix(value, "calls="), ",")
+			v, err := strconv.ParseFloat(calls, 64)
+			if err != nil {
+				tb.Fatalf("INFO commandstats: %q: %v", line, err)
+			}
+			s.scripts += v
 		}
 	}
-	return cpu
+	return s
+}
+
+// writeCalls returns the write system calls this process has made
+// (/proc/self/io's syscw), and false where the system does not count
+// them.
+func writeCalls() (int64, bool) {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/time/rate"
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
@@ -103,10 +103,10 @@ var Chains = []struct{ Chain, Store string }{
 // its keys under its own prefix.
 //
 // Besides the bare stores it returns sluice's production chain over each
-// of redisstore and rueidisstore ([Chains]): telemetry with no-op
-// OpenTelemetry providers, over a policy without options, over a
-// breaker with default options, over layered with the zero Config, over
-// the store with its default Config.
+// of redisstore and rueidisstore ([Chains]): telemetry with the tracer
+// provider of [TracerProvider] and the no-op meter provider, over a
+// policy without options, over a breaker with default options, over
+// layered with the zero Config, over the store with its default Config.
 func RedisContenders(addr string, lim Limit) ([]Contender, error) {
 	return redisContenders(addr, lim)
 }
@@ -185,64 +185,89 @@ func isModeAnswer(s sluice.Source) bool {
 }
 
 func newRedisStore(addr string, lim Limit) (Contender, error) {
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	store, err := redisstore.New(client, redisstore.Config{Prefix: NameRedisStore + ":"})
-	if err != nil {
-		client.Close()
-		return Contender{}, err
-	}
-	return sluiceContender(NameRedisStore, store, lim, func() { client.Close() }, nil)
+	return newStore(NameRedisStore, redisStore, 0, nil)(addr, lim)
 }
 
 func newRueidisStore(addr string, lim Limit) (Contender, error) {
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		return Contender{}, err
-	}
-	store, err := rueidisstore.New(client, rueidisstore.Config{Prefix: NameRueidisStore + ":"})
-	if err != nil {
-		client.Close()
-		return Contender{}, err
-	}
-	return sluiceContender(NameRueidisStore, store, lim, client.Close, nil)
+	return newStore(NameRueidisStore, rueidisStore, 0, nil)(addr, lim)
 }
 
 func newRedisChain(breaker []policy.BreakerOption) func(string, Limit) (Contender, error) {
-	return func(addr string, lim Limit) (Contender, error) {
-		client := redis.NewClient(&redis.Options{Addr: addr})
-		store, err := redisstore.New(client, redisstore.Config{Prefix: NameRedisChain + ":"})
-		if err != nil {
-			client.Close()
-			return Contender{}, err
-		}
-		return chainContender(NameRedisChain, store, lim, func() { client.Close() }, breaker)
-	}
+	return newStore(NameRedisChain, redisStore, len(ChainLayers), breaker)
 }
 
 func newRueidisChain(breaker []policy.BreakerOption) func(string, Limit) (Contender, error) {
+	return newStore(NameRueidisChain, rueidisStore, len(ChainLayers), breaker)
+}
+
+// redisStore returns a redisstore on a go-redis client of addr with
+// default options, keys under prefix, and what closes the client.
+func redisStore(addr, prefix string) (sluice.Store, func(), error) {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	store, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return store, func() { client.Close() }, nil
+}
+
+// rueidisStore returns a rueidisstore on a rueidis client of addr with
+// default options (no client-side cache), keys under prefix, and what
+// closes the client.
+func rueidisStore(addr, prefix string) (sluice.Store, func(), error) {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := rueidisstore.New(client, rueidisstore.Config{Prefix: prefix})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return store, client.Close, nil
+}
+
+// ChainLayers names the layers of the production chain, from the store
+// up, in the order they wrap it.
+var ChainLayers = []string{"layered", "breaker", "policy", "telemetry"}
+
+// newStore returns what starts a contender named name deciding over the
+// store that open makes, under the first layers of [ChainLayers]: none
+// for a bare store, all of them for the production chain, whose breaker
+// breaker configures.
+func newStore(name string, open func(addr, prefix string) (sluice.Store, func(), error), layers int, breaker []policy.BreakerOption) func(string, Limit) (Contender, error) {
 	return func(addr string, lim Limit) (Contender, error) {
-		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		store, closeClient, err := open(addr, name+":")
 		if err != nil {
 			return Contender{}, err
 		}
-		store, err := rueidisstore.New(client, rueidisstore.Config{Prefix: NameRueidisChain + ":"})
-		if err != nil {
-			client.Close()
-			return Contender{}, err
+		if layers == 0 {
+			return sluiceContender(name, store, lim, closeClient, nil)
 		}
-		return chainContender(NameRueidisChain, store, lim, client.Close, breaker)
+		return chainContender(name, store, lim, closeClient, layers, breaker)
 	}
 }
 
+// TracerProvider returns the tracer provider the chains' telemetry is
+// given, as docs/telemetry.md recommends for a limiter: the SDK's,
+// sampling 1% of the traces that start at a decision (a decision in a
+// traced request follows its parent's sampling), with no exporter.
+func TracerProvider() *sdktrace.TracerProvider {
+	return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))
+}
+
 // chainContender decides, as sluiceContender does, with a sluice.Limiter,
-// over the production chain built on store: telemetry (no-op providers)
-// → policy (no options) → breaker (configured by breaker: the defaults
-// unless a test says otherwise) → layered (zero Config) → store. It counts
-// the decisions the breaker's mode answered.
-func chainContender(name string, store sluice.Store, lim Limit, closeClient func(), breaker []policy.BreakerOption) (Contender, error) {
+// over the first layers of the production chain built on store:
+// layered (zero Config), breaker (configured by breaker: the defaults
+// unless a test says otherwise), policy (no options), telemetry
+// ([TracerProvider], no-op meter provider). It counts the decisions the
+// breaker's mode answered.
+func chainContender(name string, store sluice.Store, lim Limit, closeClient func(), layers int, breaker []policy.BreakerOption) (Contender, error) {
 	var (
 		chain   sluice.Store = store
 		circuit *policy.Breaker
+		tp      *sdktrace.TracerProvider
 	)
 	wrap := func(f func(sluice.Store) (sluice.Store, error)) error {
 		outer, err := f(chain)
@@ -263,22 +288,30 @@ func chainContender(name string, store sluice.Store, lim Limit, closeClient func
 		},
 		func(s sluice.Store) (sluice.Store, error) { return policy.New(s) },
 		func(s sluice.Store) (sluice.Store, error) {
+			tp = TracerProvider()
 			return telemetry.New(s,
-				telemetry.WithTracerProvider(tracenoop.NewTracerProvider()),
+				telemetry.WithTracerProvider(tp),
 				telemetry.WithMeterProvider(metricnoop.NewMeterProvider()))
 		},
-	} {
+	}[:layers] {
 		if err := wrap(f); err != nil {
 			return Contender{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	var modeAnswers atomic.Int64
-	c, err := sluiceContender(name, chain, lim, closeClient, &modeAnswers)
+	c, err := sluiceContender(name, chain, lim, func() {
+		closeClient()
+		if tp != nil {
+			tp.Shutdown(context.Background())
+		}
+	}, &modeAnswers)
 	if err != nil {
 		return Contender{}, err
 	}
-	c.ModeAnswers = modeAnswers.Load
-	c.CircuitClosed = func() bool { return circuit.State() == policy.Closed }
+	if circuit != nil {
+		c.ModeAnswers = modeAnswers.Load
+		c.CircuitClosed = func() bool { return circuit.State() == policy.Closed }
+	}
 	return c, nil
 }
 

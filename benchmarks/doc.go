@@ -23,6 +23,12 @@
 //	BenchmarkDistinct1M     a million keys never seen before
 //	BenchmarkDirect         memstore and go-limiter called directly, hot key
 //	                        (not run by bench-compare)
+//	BenchmarkLayers         the production chain's layers added one by one
+//	                        over each Redis store, hot key, 64 goroutines
+//	                        (not run by bench-compare)
+//	BenchmarkLayerCost      the same layers over a store that answers at
+//	                        once: each layer's own CPU per decision (not
+//	                        run by bench-compare)
 //	TestOverGrant           64 goroutines against 10/s, burst 10, for 3 s
 //	TestCommandsPerDecision the commands each client sends, through a proxy
 //	TestCeiling             the server's EVALSHA ceiling for sluice's script
