@@ -12,10 +12,11 @@ import (
 // unless its Senders says otherwise: one, so that every call that
 // arrives during a round trip goes in the next batch, one write and one
 // read for all of them (and on one server one merged script call), which
-// is what a decision costs the client's and the server's CPU. With two or
-// four in flight, the calls that arrive during one round trip are spread
-// over several batches: at 64 goroutines on one key, 0.035 and 0.097
-// script calls per decision against 0.022 with one.
+// is what a decision costs the client's and the server's CPU. With more
+// in flight, the calls that arrive during one round trip are spread over
+// several batches: at 64 goroutines on one key, 0.035 script calls per
+// decision with two (0.097 with four, before senders yielded; see send)
+// against 0.022 with one.
 const DefaultSenders = 1
 
 // Entry is one caller's call. A store embeds it in its own call, or points
