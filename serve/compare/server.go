@@ -9,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/redistest/spawn"
 )
 
 // Timeouts of the harness. Each is generous: a loaded machine should make
@@ -27,10 +30,6 @@ const (
 	startTries   = 3                      // fresh ports tried when a port was taken
 	logTailLines = 30                     // log lines quoted in an error
 )
-
-// systemRedisPort is the machine's own Redis, whose port no server of
-// the harness is given.
-const systemRedisPort = 6379
 
 // Server is a rate-limit server process that [StartPeer] or [StartSluice]
 // started: a child of the test binary listening on 127.0.0.1 only. Its
@@ -46,29 +45,21 @@ type Server struct {
 	HTTPAddr string
 
 	logPath string
-	cmd     *exec.Cmd
-	done    <-chan struct{} // closed once the process is reaped
+	proc    *spawn.Process
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
 // PID returns the server's process ID.
-func (s *Server) PID() int { return s.cmd.Process.Pid }
+func (s *Server) PID() int { return s.proc.PID() }
 
 // CPU returns the CPU time, user plus system, that the server has used
 // since it started, in steps of 10 ms. See [ProcessCPU].
 func (s *Server) CPU() (time.Duration, error) { return ProcessCPU(s.PID()) }
 
 // Exited reports whether the server's process has ended.
-func (s *Server) Exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Server) Exited() bool { return s.proc.Exited() }
 
 // Stop sends SIGTERM to the server's process, by its PID, and waits up to
 // 5 seconds for it to exit before sending SIGKILL; either way it returns
@@ -84,20 +75,15 @@ func (s *Server) halt() error {
 	if s.Exited() {
 		return nil
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := s.proc.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("compare: SIGTERM to %s (pid %d): %w", s.Name, s.PID(), err)
 	}
-	t := time.NewTimer(stopTimeout)
-	defer t.Stop()
-	select {
-	case <-s.done:
+	if s.proc.WaitFor(stopTimeout) {
 		return nil
-	case <-t.C:
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("compare: SIGKILL to %s (pid %d): %w", s.Name, s.PID(), err)
+	if err := s.proc.Kill(); err != nil {
+		return fmt.Errorf("compare: SIGKILL to %s: %w", s.Name, err)
 	}
-	<-s.done
 	return fmt.Errorf("compare: %s (pid %d) did not exit within %v of SIGTERM and was killed\n%s", s.Name, s.PID(), stopTimeout, s.LogTail())
 }
 
@@ -167,40 +153,21 @@ func startOnce(l launch, try int) (*Server, error) {
 	cmd.Dir = l.dir
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = out, out
-	done, err := startChild(cmd)
+	proc, err := spawn.Start(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("compare: start %s: %w", l.name, err)
 	}
-	s := &Server{Name: l.name, GRPCAddr: grpcAddr, HTTPAddr: httpAddr, logPath: logPath, cmd: cmd, done: done}
-	if err := s.waitReady(l.ready); err != nil {
+	s := &Server{Name: l.name, GRPCAddr: grpcAddr, HTTPAddr: httpAddr, logPath: logPath, proc: proc}
+	err = proc.WaitReady(readyTimeout, pollInterval, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		defer cancel()
+		return l.ready(ctx, s)
+	})
+	if err != nil {
 		s.Stop()
-		return nil, err
+		return nil, fmt.Errorf("compare: %s: %w\n%s", s.Name, err, s.LogTail())
 	}
 	return s, nil
-}
-
-// waitReady probes until ready succeeds, the process exits, or 30
-// seconds pass.
-func (s *Server) waitReady(ready func(context.Context, *Server) error) error {
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-		err := ready(ctx, s)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if s.Exited() {
-			return fmt.Errorf("compare: %s (pid %d) exited before it was ready (%v)\n%s", s.Name, s.PID(), s.cmd.ProcessState, s.LogTail())
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("compare: %s (pid %d) not ready after %v: %v\n%s", s.Name, s.PID(), readyTimeout, err, s.LogTail())
-		}
-		select {
-		case <-s.done:
-		case <-time.After(pollInterval):
-		}
-	}
 }
 
 // httpOK checks that GET url answers 200.
@@ -231,23 +198,15 @@ func tcpOpen(ctx context.Context, addr string) error {
 }
 
 // freePorts returns n distinct ports of 127.0.0.1 that were free a moment
-// ago, never the system Redis's.
+// ago ([spawn.FreePort]).
 func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
 	var ports []int
 	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := spawn.FreePort()
 		if err != nil {
 			return nil, fmt.Errorf("compare: free port: %w", err)
 		}
-		lns = append(lns, ln) // held until all are chosen, so they differ
-		port := ln.Addr().(*net.TCPAddr).Port
-		if port != systemRedisPort {
+		if !slices.Contains(ports, port) {
 			ports = append(ports, port)
 		}
 	}

@@ -3,7 +3,8 @@ package limits
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"strings"
+
+	"github.com/sluicehq/sluice/stores"
 )
 
 // MaxKeyLen is the longest key, in bytes, [Key] returns: a key that would
@@ -30,24 +31,20 @@ const MaxKeyLen = 256
 // its value.
 func Key(domain string, entries []Entry) string { return stateKey(domain, entries, nil) }
 
+// keyParts escapes a key's domain, entry keys and values, so that '|',
+// '=' and '#' can separate them.
+var keyParts = stores.NewEscaper("|=#")
+
 // stateKey is Key, each entry's value replaced by steps[i].share where
 // there is one.
 func stateKey(domain string, entries []Entry, steps []step) string {
-	n := escapedLen(domain)
+	n := keyParts.Len(domain)
 	for i := range entries {
-		n += 2 + escapedLen(entries[i].Key) + escapedLen(value(entries, steps, i))
+		n += 2 + keyParts.Len(entries[i].Key) + keyParts.Len(value(entries, steps, i))
 	}
 	if n <= MaxKeyLen {
-		var b strings.Builder
-		b.Grow(n)
-		writeEscaped(&b, domain)
-		for i := range entries {
-			b.WriteByte('|')
-			writeEscaped(&b, entries[i].Key)
-			b.WriteByte('=')
-			writeEscaped(&b, value(entries, steps, i))
-		}
-		return b.String()
+		var buf [MaxKeyLen]byte
+		return string(appendKey(buf[:0], domain, entries, steps))
 	}
 	var stack [1024]byte
 	full := stack[:0]
@@ -57,8 +54,8 @@ func stateKey(domain string, entries []Entry, steps []step) string {
 	sum := sha256.Sum256(appendKey(full, domain, entries, steps))
 	var buf [MaxKeyLen]byte
 	b := buf[:0]
-	if d := escapedLen(domain); d <= 128 {
-		b = appendEscaped(b, domain)
+	if keyParts.Len(domain) <= 128 {
+		b = keyParts.Append(b, domain)
 		b = append(b, '|')
 	}
 	b = append(b, '#')
@@ -78,69 +75,12 @@ func value(entries []Entry, steps []step, i int) string {
 
 // appendKey appends the unhashed key to b.
 func appendKey(b []byte, domain string, entries []Entry, steps []step) []byte {
-	b = appendEscaped(b, domain)
+	b = keyParts.Append(b, domain)
 	for i := range entries {
 		b = append(b, '|')
-		b = appendEscaped(b, entries[i].Key)
+		b = keyParts.Append(b, entries[i].Key)
 		b = append(b, '=')
-		b = appendEscaped(b, value(entries, steps, i))
-	}
-	return b
-}
-
-// escaped reports whether c is written as %XX in a key.
-func escaped(c byte) bool { return c == '%' || c == '|' || c == '=' || c == '#' }
-
-// escapedLen returns the length of s escaped.
-func escapedLen(s string) int {
-	n := len(s)
-	for i := 0; i < len(s); i++ {
-		if escaped(s[i]) {
-			n += 2
-		}
-	}
-	return n
-}
-
-// writeEscaped writes s to b, escaped.
-func writeEscaped(b *strings.Builder, s string) {
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) && !escaped(s[i]) {
-			i++
-		}
-		b.WriteString(s[:i])
-		if i == len(s) {
-			return
-		}
-		b.WriteString(escape(s[i]))
-		s = s[i+1:]
-	}
-}
-
-// escape returns the escape of c, a byte that is escaped.
-func escape(c byte) string {
-	switch c {
-	case '%':
-		return "%25"
-	case '|':
-		return "%7C"
-	case '=':
-		return "%3D"
-	}
-	return "%23"
-}
-
-// appendEscaped appends s to b, escaped.
-func appendEscaped(b []byte, s string) []byte {
-	const digits = "0123456789ABCDEF"
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if escaped(c) {
-			b = append(b, '%', digits[c>>4], digits[c&15])
-			continue
-		}
-		b = append(b, c)
+		b = keyParts.Append(b, value(entries, steps, i))
 	}
 	return b
 }

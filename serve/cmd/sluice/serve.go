@@ -412,12 +412,9 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 		err    error
 	)
 	// The clients' options are the ones docs/redis.md recommends behind a
-	// breaker, their backstops kept above -timeout.
-	backstop := max(500*time.Millisecond, 2*timeout)
-	// A dial (with rueidis, its PING's answer too) may take as long as a
-	// call: a call that needs a new connection is not cut off before its
-	// deadline. At least 250 ms, so that a short -timeout does not make
-	// every dial on a busy host fail.
+	// breaker (redisstore.ClientOptions, rueidisstore.ClientOption), with
+	// a dial that may take as long as a call: a call that needs a new
+	// connection is not cut off before its deadline.
 	dialTimeout := max(250*time.Millisecond, timeout)
 	if rc.client == "go-redis" {
 		// go-redis writes a line to standard error for every call that
@@ -425,53 +422,38 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 		// the outage once. The logger is the process's, and this program
 		// owns the process.
 		redis.SetLogger(logging.NewBlacklistLogger([]string{"failed to dial"}))
+		opt := redisstore.ClientOptions(addrs, timeout)
+		opt.IsClusterMode = rc.typ == "cluster"
+		opt.MasterName = master
+		opt.Username, opt.Password = user, pass
+		opt.SentinelUsername, opt.SentinelPassword = suser, spass
+		opt.TLSConfig = rc.tls
+		opt.PoolSize = rc.poolSize
+		opt.DialTimeout = dialTimeout
+		// A dialer of rc's network (a Unix socket, or TCP), whose TLS
+		// handshake the call's context bounds.
 		dialer := &net.Dialer{Timeout: dialTimeout}
-		c := redis.NewUniversalClient(&redis.UniversalOptions{
-			Addrs:            addrs,
-			IsClusterMode:    rc.typ == "cluster",
-			MasterName:       master,
-			Username:         user,
-			Password:         pass,
-			SentinelUsername: suser,
-			SentinelPassword: spass,
-			TLSConfig:        rc.tls,
-			PoolSize:         rc.poolSize,
-			Dialer: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				conn, err := dialer.DialContext(ctx, network, addr)
-				if err != nil || rc.tls == nil {
-					return conn, err
-				}
-				t := tls.Client(conn, tlsFor(rc.tls, addr))
-				if err := t.HandshakeContext(ctx); err != nil {
-					conn.Close()
-					return nil, err
-				}
-				return t, nil
-			},
-			ContextTimeoutEnabled: true, // the breaker's deadline bounds every read and write
-			MaxRetries:            -1,   // a failed call is the breaker's business
-			DialerRetries:         1,
-			ReadTimeout:           backstop, // bounds pipelined batches
-			WriteTimeout:          backstop,
-			PoolTimeout:           max(time.Second, 2*timeout), // above the deadline
-			DisableIdentity:       true,
-		})
+		opt.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if err != nil || rc.tls == nil {
+				return conn, err
+			}
+			t := tls.Client(conn, tlsFor(rc.tls, addr))
+			if err := t.HandshakeContext(ctx); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return t, nil
+		}
+		c := redis.NewUniversalClient(opt)
 		shut = func() { c.Close() }
 		remote, err = redisstore.New(c, redisstore.Config{Prefix: rc.prefix})
 	} else {
-		opt := rueidis.ClientOption{
-			InitAddress:       addrs,
-			Username:          user,
-			Password:          pass,
-			TLSConfig:         rc.tls,
-			ForceSingleClient: rc.typ == "single", // one server: a client even while Redis is down
-			DisableCache:      true,
-			DisableRetry:      true,
-			Dialer:            net.Dialer{Timeout: dialTimeout, KeepAlive: time.Second},
-			ConnWriteTimeout:  backstop,
-			MaxFlushDelay:     20 * time.Microsecond,
-			DialCtxFn:         rueidisstore.Dial, // a silent server fails the dial, not hold callers a second
-		}
+		opt := rueidisstore.ClientOption(addrs, timeout)
+		opt.Username, opt.Password = user, pass
+		opt.TLSConfig = rc.tls
+		opt.ForceSingleClient = rc.typ == "single" // one server: a client even while Redis is down
+		opt.Dialer.Timeout = dialTimeout
 		if master != "" {
 			opt.Sentinel = rueidis.SentinelOption{MasterSet: master, Username: suser, Password: spass, TLSConfig: rc.tls}
 		}
