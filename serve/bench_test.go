@@ -43,7 +43,7 @@ descriptors:
 // ([{user=U}]) or three ([{user=U}] [{tenant=T}] [{user=U}, {path=/api}],
 // as rlsload sends them), for 10,000 users and 16 tenants, at 64
 // goroutines, on memstore and on each Redis store behind the chain
-// sluice serve runs (telemetry with no-op providers, a fail-open
+// sluice-serve runs (telemetry with no-op providers, a fail-open
 // breaker).
 func BenchmarkShouldRateLimit(b *testing.B) {
 	set, err := limits.Parse(limits.Options{}, limits.File{Name: "bench.yaml", Data: []byte(benchLimits)})

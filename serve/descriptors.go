@@ -38,7 +38,7 @@ type DescriptorStats struct {
 	// mode included.
 	OverLimit uint64
 	// OverLimitWithLocalCache counts the denied hits the local cache
-	// answered (sluice serve -local-cache), without asking Redis.
+	// answered (sluice-serve -local-cache), without asking Redis.
 	OverLimitWithLocalCache uint64
 	// ShadowMode counts the hits a limit in shadow_mode would have
 	// denied.

@@ -12,11 +12,10 @@
 // HTTP port (/healthcheck and /json, answered as the peer answers them), a
 // debug HTTP port (/healthz, /metrics, /limits), configuration reloading
 // that keeps the previous limits when a new file is invalid, and a
-// graceful stop. The
-// sluice command built from this module (serve/cmd/sluice) is the usual
-// way to run it:
+// graceful stop. The program sluice-serve, built from this module
+// (serve/cmd/sluice-serve), is the usual way to run it:
 //
-//	sluice serve -config limits.yaml -redis 127.0.0.1:6379
+//	sluice-serve -config limits.yaml -redis 127.0.0.1:6379
 //
 // This package lives in its own module, github.com/sluicehq/sluice/serve,
 // so that gRPC and Envoy's protos stay out of the library's. See

@@ -51,7 +51,7 @@ var clients = []struct {
 	}},
 }
 
-// chain is what sluice serve runs: telemetry around a breaker around the
+// chain is what sluice-serve runs: telemetry around a breaker around the
 // store.
 func chain(t testing.TB, remote core.Store, mode policy.Mode, timeout time.Duration) core.Store {
 	t.Helper()

@@ -81,7 +81,7 @@ type Config struct {
 	// Reload is how often the configuration is read again and, if it
 	// changed and is valid, put in force; 0 means [DefaultReload], and a
 	// negative value turns the polling off ([Server.Reload] still
-	// reloads, as the sluice command does on SIGHUP).
+	// reloads, as sluice-serve does on SIGHUP).
 	Reload time.Duration
 	// Grace is how long Serve lets requests in flight finish when its
 	// context ends; 0 means [DefaultGrace].
@@ -95,7 +95,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Server is sluice serve: a [Service] on a gRPC port, with the gRPC
+// Server is sluice-serve: a [Service] on a gRPC port, with the gRPC
 // health service, a debug HTTP port and configuration reloading. Make one
 // with [NewServer] and run it with [Server.Serve].
 type Server struct {
@@ -382,7 +382,7 @@ func (s *Server) logWarnings(set *limits.Set) {
 		log.Warn("no limits loaded: every request is answered OK")
 	}
 	if n := set.Leases(); n > 0 && !s.cfg.Leases {
-		log.Warn("limits: rules lease, but the store takes no leases: they are decided without (sluice serve leases when started with -lease-all, or with a rule that leases)", "rules", n)
+		log.Warn("limits: rules lease, but the store takes no leases: they are decided without (sluice-serve leases when started with -lease-all, or with a rule that leases)", "rules", n)
 	}
 	for _, w := range set.Warnings() {
 		log.Warn("limits: "+w.Msg, "file", w.File, "line", w.Line)

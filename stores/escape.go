@@ -4,7 +4,7 @@ package stores
 // each byte of its set are written as %XX (two capital hex digits), so
 // that those bytes can separate the parts of a key and no part can hold
 // one. The Redis stores escape a user's key with the set "{}", so that it
-// cannot choose its Redis Cluster hash tag; sluice serve escapes a
+// cannot choose its Redis Cluster hash tag; sluice-serve escapes a
 // descriptor's parts with "|=#". The zero Escaper escapes '%' alone. An
 // Escaper is safe for concurrent use.
 type Escaper struct {

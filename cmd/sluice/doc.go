@@ -9,7 +9,7 @@
 //	sim      run a traffic pattern through an algorithm and report what it admits
 //	inspect  print a key's state and TTL in Redis (in sluice-redis)
 //	bench    measure decisions against your Redis (in sluice-redis)
-//	serve    serve Envoy's rate-limit API (in the serve module's build)
+//	serve    serve Envoy's rate-limit API (in sluice-serve, of the serve module)
 //	help     list the commands, or show one command's flags (sluice help sim)
 //
 // # sim

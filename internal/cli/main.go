@@ -25,9 +25,10 @@ const (
 // each of overrides in place of the command of its name. The root
 // module's cmd/sluice links no Redis client, so that sim builds quickly:
 // its "inspect" and "bench" say that cmd/sluice-redis has them (package
-// rediscli, which that build passes), and its "serve" that the server's
-// module (github.com/sluicehq/sluice/serve, which keeps gRPC and Envoy's
-// protos out of this module) has it; that build passes all three.
+// rediscli, which that build passes), and its "serve" that the
+// rate-limit service is a program of its own, sluice-serve, in the
+// server's module (github.com/sluicehq/sluice/serve, which keeps gRPC and
+// Envoy's protos out of this module).
 func Commands(overrides ...Command) []Command {
 	cmds := []Command{
 		{"sim", "run a traffic pattern through an algorithm and report what it admits", runSim},
@@ -55,13 +56,14 @@ go-redis and rueidis. From a checkout:
 
 or: go install github.com/sluicehq/sluice/cmd/sluice-redis@latest
 `
-	serverBuild = `sluice: this build has no server: "sluice serve" is built from the module
-github.com/sluicehq/sluice/serve, which keeps gRPC and Envoy's protos out of
-the library's module. From a checkout:
+	serverBuild = `sluice: this build has no server: the rate-limit service is a program of its
+own, sluice-serve, built from the module github.com/sluicehq/sluice/serve,
+which keeps gRPC and Envoy's protos out of the library's module. From a
+checkout:
 
-	cd serve && go run ./cmd/sluice serve -config limits.yaml
+	cd serve && go run ./cmd/sluice-serve -config limits.yaml
 
-or: go install github.com/sluicehq/sluice/serve/cmd/sluice@latest
+or: go install github.com/sluicehq/sluice/serve/cmd/sluice-serve@latest
 See docs/serve.md.
 `
 )

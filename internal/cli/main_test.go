@@ -23,7 +23,7 @@ func TestCommands(t *testing.T) {
 		{[]string{"help", "frobnicate"}, 2, "", "sluice: unknown command \"frobnicate\"\n"},
 		{[]string{"inspect", "k"}, 2, "", "go run ./cmd/sluice-redis inspect -h"},
 		{[]string{"bench"}, 2, "", "go run ./cmd/sluice-redis bench -h"},
-		{[]string{"serve"}, 2, "", "cd serve && go run ./cmd/sluice serve"},
+		{[]string{"serve"}, 2, "", "cd serve && go run ./cmd/sluice-serve"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer

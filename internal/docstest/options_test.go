@@ -65,7 +65,7 @@ var commands = map[string]string{
 	"internal/cli/sim.go":              "sluice sim",
 	"internal/cli/rediscli/inspect.go": "sluice inspect",
 	"internal/cli/rediscli/bench.go":   "sluice bench",
-	"serve/cmd/sluice/serve.go":        "sluice serve",
+	"serve/cmd/sluice-serve/serve.go":  "sluice-serve",
 }
 
 // An option is one identifier the page must name, and where it is

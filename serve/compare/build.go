@@ -15,11 +15,11 @@ import (
 // The packages the harness builds. The peer comes from the Go module
 // proxy at the version peer/go.mod pins (its tool directive), built in
 // that module of its own so that its dependencies are the ones it was
-// written for; sluice serve from the serve module next door, through the
+// written for; sluice-serve from the serve module next door, through the
 // replace.
 const (
 	PeerPackage   = "github.com/envoyproxy/ratelimit/src/service_cmd"
-	SluicePackage = "github.com/sluicehq/sluice/serve/cmd/sluice"
+	SluicePackage = "github.com/sluicehq/sluice/serve/cmd/sluice-serve"
 )
 
 // buildTimeout bounds one go build; a cold module cache makes the peer's
@@ -48,11 +48,11 @@ func PeerBinary() (string, error) {
 	return buildOnce("ratelimit", peerDir(), PeerPackage)
 }
 
-// SluiceBinary returns the path of sluice's command, built on first use
+// SluiceBinary returns the path of sluice-serve, built on first use
 // from the serve module ([SluicePackage]). It returns the build's error,
 // output included, if the package does not build (yet).
 func SluiceBinary() (string, error) {
-	return buildOnce("sluice", filepath.Dir(moduleDir()), SluicePackage)
+	return buildOnce("sluice-serve", filepath.Dir(moduleDir()), SluicePackage)
 }
 
 // RemoveBuilds removes the binaries built so far. Call it once the tests

@@ -21,7 +21,7 @@ import (
 	"github.com/sluicehq/sluice/redistest"
 )
 
-// TestCompat sends envoyproxy/ratelimit (the peer) and sluice serve the
+// TestCompat sends envoyproxy/ratelimit (the peer) and sluice-serve the
 // same sequences of requests, one request to each in turn, and checks
 // every answer field by field against the table below: overall_code,
 // each status's code, current_limit (requests_per_unit, unit, name),
@@ -40,7 +40,7 @@ import (
 // the peer's, and both are asserted exactly (the case's name in
 // brackets):
 //
-//	                        envoyproxy/ratelimit                  sluice serve
+//	                        envoyproxy/ratelimit                  sluice-serve
 //	a request of several    increments every descriptor's         decides the descriptors as one atomic
 //	descriptors, one over   counter, the allowed ones too         stack: a denial charges none of them
 //	its limit [several
@@ -61,7 +61,7 @@ import (
 //	is_negative_hits        ignored: the hits are counted         the hits are given back
 //	an invalid request      fails with code Unknown               fails with code InvalidArgument
 //
-// If sluice serve does not build yet, only the peer's answers are
+// If sluice-serve does not build yet, only the peer's answers are
 // checked, and the sluice subtest says why it was skipped.
 func TestCompat(t *testing.T) {
 	t.Parallel()
@@ -119,7 +119,7 @@ func TestCompat(t *testing.T) {
 	t.Run("sluice", func(t *testing.T) {
 		if sluiceErr != nil {
 			first, _, _ := strings.Cut(sluiceErr.Error(), "\n")
-			t.Skipf("sluice serve does not build yet, so only the peer's answers were checked: %s", first)
+			t.Skipf("sluice-serve does not build yet, so only the peer's answers were checked: %s", first)
 		}
 	})
 }
@@ -449,7 +449,7 @@ func compatCases() []compatCase {
 		{name: "limit override from Envoy", steps: repeat(req(override),
 			all(ok(limOverride, 0)), all(over(limOverride)))},
 		// Both ignore unit_multiplier: 2 per SECOND × 60 is 2 a second
-		// (sluice serve's -unit-multiplier honours it).
+		// (sluice-serve's -unit-multiplier honours it).
 		{name: "limit override with a unit multiplier", steps: []step{{
 			req:  req(multiplied),
 			want: all(ok(limMultiplied, 1)),
@@ -545,7 +545,7 @@ func newSide(t *testing.T, srv *Server, r *redistest.Server, exact bool) *side {
 	return &side{srv: srv, client: rlsv3.NewRateLimitServiceClient(conn), redis: r, exact: exact}
 }
 
-// pair is the peer and, if it builds, sluice serve.
+// pair is the peer and, if it builds, sluice-serve.
 type pair struct {
 	peer, sluice *side
 }

@@ -1,4 +1,4 @@
-// Package compare sets sluice serve beside envoyproxy/ratelimit, the
+// Package compare sets sluice-serve beside envoyproxy/ratelimit, the
 // reference implementation of Envoy's rate-limit service, on the same
 // machine and the same redis-server.
 //

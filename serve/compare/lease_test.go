@@ -29,7 +29,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000}
 `
 
-// TestLeaseTwoServers runs two sluice serve processes on one Redis, each
+// TestLeaseTwoServers runs two sluice-serve processes on one Redis, each
 // leasing batches of a hot descriptor, and sends both 4000 requests of
 // it from 16 streams: together they admit no more than its limit, 2000
 // in the hour (a lease is charged to Redis before it is spent, and under
@@ -42,7 +42,7 @@ descriptors:
 // a fraction of the decisions only.
 func TestLeaseTwoServers(t *testing.T) {
 	if _, err := SluiceBinary(); err != nil {
-		t.Skipf("sluice serve does not build: %v", err)
+		t.Skipf("sluice-serve does not build: %v", err)
 	}
 	t.Parallel()
 	r := redistest.Start(t)

@@ -26,7 +26,7 @@ func migrationBlock(tl *tally, perVariant [2]int, reload int) string {
 	}
 	fmt.Fprintf(&b, "Of %d expectations, %d pass and %d differ by design, each checked to be the design's answer, none otherwise:\n\n",
 		tl.passed+design+tl.failed, tl.passed, design)
-	b.WriteString("| expectations | envoyproxy/ratelimit | sluice serve | why |\n|---|---|---|---|\n")
+	b.WriteString("| expectations | envoyproxy/ratelimit | sluice-serve | why |\n|---|---|---|---|\n")
 	reasons := make([]string, 0, len(tl.design))
 	for r := range tl.design {
 		reasons = append(reasons, r)
@@ -49,15 +49,15 @@ func migrationBlock(tl *tally, perVariant [2]int, reload int) string {
 		n          int
 		tests, why string
 	}{
-		{5*without + with, "memcached: `TestBasicConfigMemcache` (3 variants, one with a local cache), `TestConfigMemcacheWithMaxIdleConns` (2), `TestMultiNodeMemcache` (1), each `testBasicBaseConfig`", "no memcached store: `BACKEND_TYPE=memcache` stops `sluice serve`"},
-		{2*without + 2*with + reload, "xDS: `TestXdsProviderBasicConfig` (4 variants of `testBasicBaseConfig`, two with a local cache), `TestXdsProviderBasicConfigReload` (`testConfigReload`)", "no configuration by xDS: `CONFIG_TYPE` other than `FILE` stops `sluice serve`"},
-		{peerAssertions("Test_mTLS") + peerAssertions("TestReloadGRPCServerCerts"), "TLS on the gRPC port: `Test_mTLS`, `TestReloadGRPCServerCerts` (their assertions)", "not built: `GRPC_SERVER_USE_TLS=true` stops `sluice serve`"},
+		{5*without + with, "memcached: `TestBasicConfigMemcache` (3 variants, one with a local cache), `TestConfigMemcacheWithMaxIdleConns` (2), `TestMultiNodeMemcache` (1), each `testBasicBaseConfig`", "no memcached store: `BACKEND_TYPE=memcache` stops `sluice-serve`"},
+		{2*without + 2*with + reload, "xDS: `TestXdsProviderBasicConfig` (4 variants of `testBasicBaseConfig`, two with a local cache), `TestXdsProviderBasicConfigReload` (`testConfigReload`)", "no configuration by xDS: `CONFIG_TYPE` other than `FILE` stops `sluice-serve`"},
+		{peerAssertions("Test_mTLS") + peerAssertions("TestReloadGRPCServerCerts"), "TLS on the gRPC port: `Test_mTLS`, `TestReloadGRPCServerCerts` (their assertions)", "not built: `GRPC_SERVER_USE_TLS=true` stops `sluice-serve`"},
 	}
 	total := 0
 	for _, r := range notReplayed {
 		total += r.n
 	}
-	fmt.Fprintf(&b, "\nNot replayed, %d expectations, of features `sluice serve` does not have:\n\n", total)
+	fmt.Fprintf(&b, "\nNot replayed, %d expectations, of features `sluice-serve` does not have:\n\n", total)
 	b.WriteString("| expectations | the peer's tests | why |\n|---|---|---|\n")
 	for _, r := range notReplayed {
 		fmt.Fprintf(&b, "| %d | %s | %s |\n", r.n, r.tests, r.why)

@@ -30,7 +30,7 @@ import (
 
 // TestPeerIntegration replays the expectations of envoyproxy/ratelimit's
 // own integration tests (test/integration/integration_test.go in the
-// peer's module, read from the module cache) against sluice serve: the
+// peer's module, read from the module cache) against sluice-serve: the
 // same runtime directory (the peer's test/integration/runtime, copied),
 // the same settings, given as the peer's environment variables and no
 // flag (REDIS_TIMEOUT is the peer's default, 10s, rather than unset: see
@@ -47,10 +47,10 @@ import (
 // TestBasicTLSConfig, TestBasicAuthConfigWithRedisCluster,
 // TestBasicAuthConfigWithRedisSentinel, TestBasicConfig_ExtraTags,
 // TestBasicReloadConfig and TestShareThreshold (the memcached, xDS and
-// gRPC TLS tests are not replayed: sluice serve has none of them).
+// gRPC TLS tests are not replayed: sluice-serve has none of them).
 func TestPeerIntegration(t *testing.T) {
 	if _, err := SluiceBinary(); err != nil {
-		t.Skipf("sluice serve does not build: %v", err)
+		t.Skipf("sluice-serve does not build: %v", err)
 	}
 	root := peerModuleDir(t)
 	src, err := os.ReadFile(filepath.Join(root, "test/integration/integration_test.go"))
@@ -331,7 +331,7 @@ const (
 )
 
 // reasonRows are the migration guide's columns for each reason: what the
-// peer does, what sluice serve does, and why.
+// peer does, what sluice-serve does, and why.
 var reasonRows = map[string][3]string{
 	noGauges:    {"the gauges `ratelimit.localcache.hitCount` and `missCount`", "none", "they are freecache's; sluice's `-local-cache` is a cache of denials by key (stores/layered), which keeps no such counts"},
 	atomicStack: {"a request of two descriptors, one over its limit: the other is charged (its `limit_remaining` falls)", "the other is not charged: its `limit_remaining` is what the peer answers with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`", "the atomic decision: a denial charges nothing"},
@@ -363,7 +363,7 @@ func extraTags(tl *tally, s *peerServer) {
 	tl.expect(false, design, "sluice_limits_rules %d, want a configuration in force", rules)
 }
 
-// peerServer is sluice serve started as the peer is in its tests, and a
+// peerServer is sluice-serve started as the peer is in its tests, and a
 // client.
 type peerServer struct {
 	srv     *Server
@@ -372,7 +372,7 @@ type peerServer struct {
 }
 
 // startSluiceEnv copies the peer's integration runtime directory and
-// runs sluice serve with no flag, configured by the peer's settings
+// runs sluice-serve with no flag, configured by the peer's settings
 // (defaultSettings in its integration test) and env.
 func startSluiceEnv(t *testing.T, peerRoot string, env map[string]string) *peerServer {
 	t.Helper()

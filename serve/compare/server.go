@@ -36,7 +36,7 @@ const (
 // methods are safe for concurrent use.
 type Server struct {
 	// Name says which server it is, such as "envoyproxy/ratelimit" or
-	// "sluice serve".
+	// "sluice-serve".
 	Name string
 	// GRPCAddr is the address of its RLS gRPC service, "127.0.0.1:PORT".
 	GRPCAddr string

@@ -103,7 +103,7 @@ type contender struct {
 	name   string
 	srv    *Server
 	bucket bool // token bucket: L at once, then L per window length
-	leases bool // sluice serve leasing (-lease-all)
+	leases bool // sluice-serve leasing (-lease-all)
 }
 
 // workload is one of the four measured loads.
@@ -151,8 +151,8 @@ func (e edgeResult) allowed(c contender) float64 {
 	return float64(edgeLimit * (e.last.Unix() - e.first.Unix() + 1))
 }
 
-// TestSideBySide measures envoyproxy/ratelimit, sluice serve (fixed
-// window, its default) and sluice serve with token buckets on one
+// TestSideBySide measures envoyproxy/ratelimit, sluice-serve (fixed
+// window, its default) and sluice-serve with token buckets on one
 // redis-server with one load generator, alternating them round by round,
 // and writes docs/serve-compare.md. It takes minutes, so it runs only
 // with SLUICE_COMPARE=1: use ./run.

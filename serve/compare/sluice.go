@@ -9,23 +9,23 @@ import (
 )
 
 // SluiceName is the [Server.Name] of the servers [StartSluice] starts.
-const SluiceName = "sluice serve"
+const SluiceName = "sluice-serve"
 
 // SluiceConfig configures [StartSluice]. The zero values of Client, Mode
-// and Timeout leave sluice serve's own defaults.
+// and Timeout leave sluice-serve's own defaults.
 type SluiceConfig struct {
-	// Redis is the address of the Redis sluice serve keeps its state in,
+	// Redis is the address of the Redis sluice-serve keeps its state in,
 	// "127.0.0.1:PORT". Required.
 	Redis string
 
 	// Config is the limits, in envoyproxy/ratelimit's YAML format (one
-	// domain), which sluice serve reads unchanged; a rate_limit may also
+	// domain), which sluice-serve reads unchanged; a rate_limit may also
 	// say "algorithm: token-bucket". Required.
 	Config string
 
 	// Client is the Redis client, "rueidis" or "go-redis" (-client).
 	Client string
-	// Mode is what sluice serve answers when Redis fails: "fail-open",
+	// Mode is what sluice-serve answers when Redis fails: "fail-open",
 	// "fail-closed" or "degrade" (-mode).
 	Mode string
 	// Timeout bounds each decision's call to Redis; past it the answer
@@ -37,10 +37,10 @@ type SluiceConfig struct {
 	Args []string
 }
 
-// StartSluice builds sluice's command if this test binary has not yet
+// StartSluice builds sluice-serve if this test binary has not yet
 // ([SluiceBinary]), writes cfg.Config to a file, and runs
 //
-//	sluice serve -config FILE -grpc-addr 127.0.0.1:PORT -http-addr 127.0.0.1:PORT -api-addr '' -redis ADDR [-client C] [-mode M] [-timeout D] [-headers] [Args...]
+//	sluice-serve -config FILE -grpc-addr 127.0.0.1:PORT -http-addr 127.0.0.1:PORT -api-addr '' -redis ADDR [-client C] [-mode M] [-timeout D] [-headers] [Args...]
 //
 // on free ports. It returns once GET /healthz on the HTTP address answers
 // 200 and the gRPC address accepts connections. t.Cleanup stops the
@@ -66,7 +66,7 @@ func StartSluice(t testing.TB, cfg SluiceConfig) *Server {
 		dir:   dir,
 		ports: 2,
 		args: func(ports []int) ([]string, []string) {
-			args := []string{"serve",
+			args := []string{
 				"-config", confPath,
 				"-grpc-addr", loopback(ports[0]),
 				"-http-addr", loopback(ports[1]),

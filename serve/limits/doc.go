@@ -1,4 +1,4 @@
-// Package limits loads the limits configuration of sluice serve, the
+// Package limits loads the limits configuration of sluice-serve, the
 // server of Envoy's rate limit service API. The format is that of Envoy's
 // reference rate limit service (github.com/envoyproxy/ratelimit), so that
 // a deployment's files load unchanged; sluice adds three keys of its own.

@@ -16,7 +16,7 @@
 // prefix defaults to one made from the time, so every run starts with
 // fresh counters; give the same -prefix to continue where a run left
 // off. -print-config prints a configuration in envoyproxy/ratelimit's
-// YAML format (which sluice serve reads too) that limits those
+// YAML format (which sluice-serve reads too) that limits those
 // requests: -limit per -unit per user, twice that per user and path,
 // 1,000 times that per tenant.
 //

@@ -15,7 +15,7 @@
 // that limits its keys. Every goroutine Run starts has ended when it
 // returns.
 //
-// The package is the measuring apparatus of sluice serve's comparison
+// The package is the measuring apparatus of sluice-serve's comparison
 // with envoyproxy/ratelimit (serve/compare) and of the rlsload command,
 // which points it at any RLS server.
 package loadgen

@@ -97,7 +97,7 @@ func mix(x uint64) uint64 {
 // requests per unit for {user}, twice that for {user, path}, and 1,000
 // times that for a tenant. unit is "second", "minute", "hour" or "day".
 // extra, if not empty, is added to every rate_limit block, such as
-// "algorithm: token-bucket" for sluice serve.
+// "algorithm: token-bucket" for sluice-serve.
 func SampleConfig(domain string, perUser uint32, unit, extra string) string {
 	limit := func(indent string, n uint64) string {
 		s := fmt.Sprintf("%srate_limit:\n%s  unit: %s\n%s  requests_per_unit: %d\n", indent, indent, unit, indent, n)

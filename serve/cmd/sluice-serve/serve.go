@@ -10,10 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,7 +23,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/serve"
 	"github.com/sluicehq/sluice/serve/limits"
@@ -36,21 +33,7 @@ import (
 	"github.com/sluicehq/sluice/telemetry"
 )
 
-// serveCommand is this build's "serve".
-var serveCommand = cli.Command{
-	Name:    "serve",
-	Summary: "serve Envoy's rate-limit API (RLS v3) over any store chain",
-	Run: func(args []string, stdout, stderr io.Writer) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		return runServe(ctx, args, os.Environ(), stdout, stderr, hup, nil)
-	},
-}
-
-// serveGOGC is the garbage collector's target sluice serve runs with
+// serveGOGC is the garbage collector's target sluice-serve runs with
 // unless GOGC is set. Each request allocates its messages; at Go's
 // default of 100 the collector runs so often that it takes a tenth of the
 // server's CPU, and shrinks the idle stream workers' stacks, which then
@@ -63,12 +46,12 @@ const serveGOGC = 400
 // modes are -mode's values.
 var modes = map[string]policy.Mode{"fail-open": policy.FailOpen, "fail-closed": policy.FailClosed, "degrade": policy.Degrade}
 
-// runServe is sluice serve until ctx ends, configured by args and by the
+// runServe is sluice-serve until ctx ends, configured by args and by the
 // environment environ (envoyproxy/ratelimit's variables, "NAME=value"):
 // each value on reload reloads the configuration, and ready, if not nil,
 // is called with the server once its ports are open.
 func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Writer, reload <-chan os.Signal, ready func(*serve.Server)) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := flag.NewFlagSet("sluice-serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var (
 		config    = fs.String("config", "", "the limits: a `file` in envoyproxy/ratelimit's format, or a directory of them; empty: the peer's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY and RUNTIME_WATCH_ROOT say where (docs/serve.md)")
@@ -89,7 +72,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		prefix    = fs.String("prefix", "sluice:", "the Redis key `prefix` (CACHE_KEY_PREFIX)")
 		modeName  = fs.String("mode", "fail-open", "what a decision is while Redis is down: fail-open, fail-closed or degrade")
 		timeout   = fs.Duration("timeout", 100*time.Millisecond, "the deadline of each Redis call; past it the breaker answers in -mode (REDIS_TIMEOUT, if set)")
-		inst      = fs.Int("instances", 1, "how many sluice serve processes share the limits (degrade mode decides each under its share)")
+		inst      = fs.Int("instances", 1, "how many sluice-serve processes share the limits (degrade mode decides each under its share)")
 		cache     = fs.Int("local-cache", 0, "hold up to this many `keys` over their limit in this process, and deny them without asking Redis until they may pass (LOCAL_CACHE_SIZE_IN_BYTES ÷ 512); 0: none")
 		leaseAll  = fs.Int64("lease-all", 0, "lease batches of up to `N` requests for every fixed-window, token-bucket or gcra rule of at least 100×N requests per unit that does not say its own lease (sluice's rate_limit key lease); 0: only those that do")
 		headers   = fs.Bool("headers", false, "add RateLimit-Limit, -Remaining and -Reset to every response (LIMIT_RESPONSE_HEADERS_ENABLED)")
@@ -124,12 +107,12 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	}
 	env, err := applyEnv(fs, lookup, environ)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 		return 2
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, "Usage: sluice serve [flags]\n\n"+
+			fmt.Fprint(stdout, "Usage: sluice-serve [flags]\n\n"+
 				"Serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService)\n"+
 				"over a sluice store chain: telemetry, a breaker and a Redis store (see docs/serve.md).\n"+
 				"envoyproxy/ratelimit's environment variables, named after each flag, set its default;\n"+
@@ -139,7 +122,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 		return 2
 	}
 	if *cluster {
@@ -156,7 +139,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	case "error", "fatal", "panic":
 		level = slog.LevelError
 	default:
-		fmt.Fprintf(stderr, "sluice serve: -log-level %q: want debug, info, warn or error\n", *logLevel)
+		fmt.Fprintf(stderr, "sluice-serve: -log-level %q: want debug, info, warn or error\n", *logLevel)
 		return 2
 	}
 	var handler slog.Handler
@@ -166,7 +149,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	case "json":
 		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	default:
-		fmt.Fprintf(stderr, "sluice serve: -log-format %q: want text or json\n", *logFormat)
+		fmt.Fprintf(stderr, "sluice-serve: -log-format %q: want text or json\n", *logFormat)
 		return 2
 	}
 	log := slog.New(handler)
@@ -174,7 +157,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	if *config == "" {
 		*config, appDir, err = runtimeConfig(lookup)
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+			fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 			return 2
 		}
 	}
@@ -184,43 +167,43 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	mode, ok := modes[*modeName]
 	switch {
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "sluice-serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	case *backend != "redis" && *backend != "memory":
-		fmt.Fprintf(stderr, "sluice serve: -backend %q: want redis or memory\n", *backend)
+		fmt.Fprintf(stderr, "sluice-serve: -backend %q: want redis or memory\n", *backend)
 		return 2
 	case *backend == "redis" && *addr == "":
-		fmt.Fprintln(stderr, "sluice serve: -redis is empty; give Redis's address, or -backend memory")
+		fmt.Fprintln(stderr, "sluice-serve: -redis is empty; give Redis's address, or -backend memory")
 		return 2
 	case *redisType != "single" && *redisType != "cluster" && *redisType != "sentinel":
-		fmt.Fprintf(stderr, "sluice serve: -redis-type %q: want single, cluster or sentinel\n", *redisType)
+		fmt.Fprintf(stderr, "sluice-serve: -redis-type %q: want single, cluster or sentinel\n", *redisType)
 		return 2
 	case *sockType != "" && *sockType != "tcp" && *sockType != "unix":
-		fmt.Fprintf(stderr, "sluice serve: -redis-socket-type %q: want tcp or unix\n", *sockType)
+		fmt.Fprintf(stderr, "sluice-serve: -redis-socket-type %q: want tcp or unix\n", *sockType)
 		return 2
 	case !ok:
-		fmt.Fprintf(stderr, "sluice serve: -mode %q: want fail-open, fail-closed or degrade\n", *modeName)
+		fmt.Fprintf(stderr, "sluice-serve: -mode %q: want fail-open, fail-closed or degrade\n", *modeName)
 		return 2
 	case *clientN != "rueidis" && *clientN != "go-redis":
-		fmt.Fprintf(stderr, "sluice serve: -client %q: want rueidis or go-redis\n", *clientN)
+		fmt.Fprintf(stderr, "sluice-serve: -client %q: want rueidis or go-redis\n", *clientN)
 		return 2
 	case *timeout <= 0:
-		fmt.Fprintln(stderr, "sluice serve: -timeout must be positive")
+		fmt.Fprintln(stderr, "sluice-serve: -timeout must be positive")
 		return 2
 	case *cache < 0:
-		fmt.Fprintf(stderr, "sluice serve: -local-cache %d: want a number of keys, or 0 for none\n", *cache)
+		fmt.Fprintf(stderr, "sluice-serve: -local-cache %d: want a number of keys, or 0 for none\n", *cache)
 		return 2
 	case *cache > 0 && *addr == "":
-		fmt.Fprintln(stderr, "sluice serve: -local-cache caches Redis's denials: it needs -redis")
+		fmt.Fprintln(stderr, "sluice-serve: -local-cache caches Redis's denials: it needs -redis")
 		return 2
 	case *leaseAll < 0:
-		fmt.Fprintf(stderr, "sluice serve: -lease-all %d: want a batch, or 0 for none\n", *leaseAll)
+		fmt.Fprintf(stderr, "sluice-serve: -lease-all %d: want a batch, or 0 for none\n", *leaseAll)
 		return 2
 	case *poolSize < 1:
-		fmt.Fprintf(stderr, "sluice serve: -redis-pool-size %d: want at least 1\n", *poolSize)
+		fmt.Fprintf(stderr, "sluice-serve: -redis-pool-size %d: want at least 1\n", *poolSize)
 		return 2
 	case *maxAge <= 0 || *maxGrace < 0:
-		fmt.Fprintln(stderr, "sluice serve: -grpc-max-connection-age must be positive, and its grace not negative")
+		fmt.Fprintln(stderr, "sluice-serve: -grpc-max-connection-age must be positive, and its grace not negative")
 		return 2
 	}
 	for _, w := range env.warnings {
@@ -234,7 +217,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	var tlsConfig *tls.Config
 	if *redisTLS {
 		if tlsConfig, err = env.redisTLS(); err != nil {
-			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+			fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 			return 2
 		}
 	}
@@ -249,7 +232,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	if *otlp != "" {
 		sdk, err := openTracing(*otlp, *ratio)
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+			fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 			return 2
 		}
 		defer func() {
@@ -271,7 +254,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	leases = leases && *addr != ""
 	store, breaker, closeStore, err := openStore(log, rc, mode, *timeout, *inst, *cache, leases, tp)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 		return 1
 	}
 	defer closeStore()
@@ -321,7 +304,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		Logger:            log,
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 		return 1
 	}
 	log.Info("serving", "grpc", srv.GRPCAddr(), "api", srv.APIAddr(), "debug", srv.HTTPAddr(), "store", describe(rc), "mode", mode.String(), "config", *config)
@@ -343,7 +326,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	err = srv.Serve(ctx)
 	<-done
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 		return 1
 	}
 	return 0
@@ -526,7 +509,7 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 	return t, b, func() { t.Close(); shut() }, nil
 }
 
-// windowLeaseTTL is how long sluice serve's leases under the fixed window
+// windowLeaseTTL is how long sluice-serve's leases under the fixed window
 // may be spent after they were taken (layered.Config.WindowLeaseTTL),
 // within their window; a token bucket's or GCRA's live for
 // layered.DefaultLeaseTTL.

@@ -24,7 +24,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/serve"
@@ -57,7 +56,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
 `
 
-// running is sluice serve run in process by startServe, with a client.
+// running is sluice-serve run in process by startServe, with a client.
 type running struct {
 	srv    *serve.Server
 	client rlsv3.RateLimitServiceClient
@@ -70,7 +69,7 @@ type running struct {
 	code   int
 }
 
-// startServe writes config to a file and runs sluice serve on it in
+// startServe writes config to a file and runs sluice-serve on it in
 // process, on ports of its own, with args after its own (a flag given
 // twice takes the later value), and connects a client to it. The server
 // is stopped when the test ends, if not before (running.stop).
@@ -96,7 +95,7 @@ func startServe(t *testing.T, config string, args ...string) *running {
 	case r.srv = <-ready:
 	case code := <-r.exited:
 		cancel()
-		t.Fatalf("sluice serve exited %d: %s", code, r.stderr.String())
+		t.Fatalf("sluice-serve exited %d: %s", code, r.stderr.String())
 	}
 	conn, err := grpc.NewClient(r.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -107,7 +106,7 @@ func startServe(t *testing.T, config string, args ...string) *running {
 	t.Cleanup(func() {
 		conn.Close()
 		if code := r.stop(); code != 0 {
-			t.Errorf("sluice serve exited %d: %s", code, r.stderr.String())
+			t.Errorf("sluice-serve exited %d: %s", code, r.stderr.String())
 		}
 	})
 	return r
@@ -122,7 +121,7 @@ func (r *running) stop() int {
 	return r.code
 }
 
-// TestServe runs sluice serve in process, on memory and on a real
+// TestServe runs sluice-serve in process, on memory and on a real
 // redis-server: it answers, reloads on a signal and stops with status 0.
 func TestServe(t *testing.T) {
 	for _, redisArgs := range [][]string{nil, {"-redis", redistest.Shared(t).Addr(), "-prefix", "cmd-serve-test:"}} {
@@ -157,7 +156,7 @@ func TestServe(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			if code := r.stop(); code != 0 {
-				t.Errorf("sluice serve exited %d: %s", code, r.stderr.String())
+				t.Errorf("sluice-serve exited %d: %s", code, r.stderr.String())
 			}
 			if log := r.stderr.String(); !strings.Contains(log, "limits reloaded") || !strings.Contains(log, "stopping") {
 				t.Errorf("the log lacks the reload or the stop:\n%s", log)
@@ -198,18 +197,8 @@ func TestServeUsage(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		code := runServe(context.Background(), tt.args, nil, &stdout, &stderr, nil, nil)
 		if code != tt.code || !strings.Contains(stderr.String(), tt.want) {
-			t.Errorf("sluice serve %q = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
+			t.Errorf("sluice-serve %q = %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
 		}
-	}
-	// The whole program knows serve, and the other commands, the Redis
-	// ones included.
-	var stdout bytes.Buffer
-	if code := cli.Run([]string{"help"}, &stdout, &stdout, commands()); code != 0 || !strings.Contains(stdout.String(), "\tserve ") || !strings.Contains(stdout.String(), "\tsim ") {
-		t.Errorf("sluice help = %d:\n%s", code, stdout.String())
-	}
-	stdout.Reset()
-	if code := cli.Run([]string{"help", "inspect"}, &stdout, &stdout, commands()); code != 0 || !strings.Contains(stdout.String(), "Usage: sluice inspect") {
-		t.Errorf("sluice help inspect = %d:\n%s", code, stdout.String())
 	}
 }
 
@@ -220,7 +209,7 @@ func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
 	return redisfaults.InfoCount(info, "cmdstat_evalsha", "calls") + redisfaults.InfoCount(info, "cmdstat_eval", "calls")
 }
 
-// TestServeLocalCache runs sluice serve with -local-cache on a redis-server
+// TestServeLocalCache runs sluice-serve with -local-cache on a redis-server
 // of its own: once a key is over its limit, later requests for it are
 // denied without a script call, also inside a request of two descriptors,
 // and the metric counts them; a key under its limit still asks Redis.
@@ -333,7 +322,7 @@ func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceService
 	return &coltracepb.ExportTraceServiceResponse{}, nil
 }
 
-// TestServeTraces runs sluice serve with -otlp-endpoint against a real
+// TestServeTraces runs sluice-serve with -otlp-endpoint against a real
 // gRPC collector: a request carrying Envoy's sampled W3C trace context is
 // traced in Envoy's trace, its store decision as its child; a request
 // without one is not, at -trace-ratio 0; the spans reach the collector by
@@ -365,7 +354,7 @@ func TestServeTraces(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code := r.stop(); code != 0 { // the last spans are sent as it stops
-		t.Fatalf("sluice serve exited %d: %s", code, r.stderr.String())
+		t.Fatalf("sluice-serve exited %d: %s", code, r.stderr.String())
 	}
 
 	col.mu.Lock()
@@ -396,7 +385,7 @@ func TestServeTraces(t *testing.T) {
 	}
 }
 
-// TestServeRedisDownAtStart starts sluice serve, with each client, on a
+// TestServeRedisDownAtStart starts sluice-serve, with each client, on a
 // Redis that is down: it serves at once, answering in -mode (fail-open:
 // OK with no current_limit), and once the same server is back, decisions
 // come from Redis again, without a restart.
@@ -444,7 +433,7 @@ func TestServeRedisDownAtStart(t *testing.T) {
 	}
 }
 
-// TestServeSlowRedis starts sluice serve, with each client, on a Redis
+// TestServeSlowRedis starts sluice-serve, with each client, on a Redis
 // whose every reply comes 400 ms late, with -timeout 2s (as
 // REDIS_TIMEOUT=2s sets it): a new connection's handshake is as slow as
 // any call, and the decisions come from Redis, not from -mode. (With

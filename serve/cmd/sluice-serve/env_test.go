@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/serve"
 )
 
-// startEnv runs sluice serve in process with no flags at all, configured
+// startEnv runs sluice-serve in process with no flags at all, configured
 // by environ alone, as a Deployment written for envoyproxy/ratelimit runs
 // it, and returns the server, a client and its log.
 func startEnv(t *testing.T, environ []string) (*serve.Server, rlsv3.RateLimitServiceClient, *syncBuffer) {
@@ -35,7 +35,7 @@ func startEnv(t *testing.T, environ []string) (*serve.Server, rlsv3.RateLimitSer
 	case srv = <-ready:
 	case code := <-exited:
 		cancel()
-		t.Fatalf("sluice serve exited %d: %s", code, stderr.String())
+		t.Fatalf("sluice-serve exited %d: %s", code, stderr.String())
 	}
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -46,7 +46,7 @@ func startEnv(t *testing.T, environ []string) (*serve.Server, rlsv3.RateLimitSer
 		conn.Close()
 		cancel()
 		if code := <-exited; code != 0 {
-			t.Errorf("sluice serve exited %d: %s", code, stderr.String())
+			t.Errorf("sluice-serve exited %d: %s", code, stderr.String())
 		}
 	})
 	return srv, rlsv3.NewRateLimitServiceClient(conn), stderr
@@ -90,7 +90,7 @@ func healthcheck(t *testing.T, srv *serve.Server) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// TestServePeerEnvironment starts sluice serve as a Deployment written for
+// TestServePeerEnvironment starts sluice-serve as a Deployment written for
 // envoyproxy/ratelimit starts it: no flags, the peer's variables, and a
 // runtime directory behind a link whose files are named c.conf, d and
 // .dot, with a key repeated. Every file of the application directory is

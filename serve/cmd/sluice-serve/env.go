@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Environment variables: sluice serve reads envoyproxy/ratelimit's own
+// Environment variables: sluice-serve reads envoyproxy/ratelimit's own
 // (its src/settings/settings.go), under the peer's names, so that a
 // Deployment written for the peer configures it unchanged. Each flag's
 // default is the peer's default; a variable set in the environment
@@ -95,9 +95,9 @@ var unhonoured = []struct {
 	bad    func(string) bool // nil: any value
 	why    string
 }{
-	{"GRPC_UDS", false, nonEmpty, "sluice serve listens on TCP only (-grpc-addr)"},
-	{"GRPC_SERVER_TLS_", true, nil, "sluice serve's gRPC port has no TLS; terminate TLS in front of it"},
-	{"GRPC_CLIENT_TLS_", true, nil, "sluice serve's gRPC port has no TLS; terminate TLS in front of it"},
+	{"GRPC_UDS", false, nonEmpty, "sluice-serve listens on TCP only (-grpc-addr)"},
+	{"GRPC_SERVER_TLS_", true, nil, "sluice-serve's gRPC port has no TLS; terminate TLS in front of it"},
+	{"GRPC_CLIENT_TLS_", true, nil, "sluice-serve's gRPC port has no TLS; terminate TLS in front of it"},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", false, isTrue, "it applies to xDS configuration, which sluice does not read"},
 	{"CONFIG_GRPC_XDS_", true, nil, "sluice reads files only"},
 	{"XDS_CLIENT_", true, nil, "sluice reads files only"},
@@ -118,10 +118,10 @@ var unhonoured = []struct {
 	{"REDIS_PERSECOND_", true, nil, "per-second limits are decided on the one Redis, with the others"},
 	{"QUOTA_MODE", false, isTrue, "sluice has no quota mode"},
 	{"RESPONSE_DYNAMIC_METADATA", false, isTrue, "sluice sets no dynamic metadata"},
-	{"TRACING_SERVICE_", true, nil, "sluice's spans name their service sluice serve"},
+	{"TRACING_SERVICE_", true, nil, "sluice's spans name their service sluice-serve"},
 }
 
-// refused are the peer's settings that, set so, would make sluice serve
+// refused are the peer's settings that, set so, would make sluice-serve
 // something other than what the deployment asks: it stops instead.
 var refused = []struct {
 	name string
@@ -130,7 +130,7 @@ var refused = []struct {
 }{
 	{"CONFIG_TYPE", func(v string) bool { return !strings.EqualFold(v, "FILE") }, "sluice reads its configuration from files only (CONFIG_TYPE=FILE)"},
 	{"BACKEND_TYPE", func(v string) bool { return strings.EqualFold(v, "memcache") }, "sluice decides on Redis (BACKEND_TYPE=redis) or in memory (memory), not on memcached"},
-	{"GRPC_SERVER_USE_TLS", isTrue, "sluice serve's gRPC port has no TLS; terminate TLS in front of it and unset GRPC_SERVER_USE_TLS"},
+	{"GRPC_SERVER_USE_TLS", isTrue, "sluice-serve's gRPC port has no TLS; terminate TLS in front of it and unset GRPC_SERVER_USE_TLS"},
 }
 
 // environment is what applyEnv read: what the flags cannot say.
