@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/serve/limits"
+	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -44,15 +45,20 @@ descriptors:
 // as rlsload sends them), for 10,000 users and 16 tenants, at 64
 // goroutines, on memstore and on each Redis store behind the chain
 // sluice-serve runs (telemetry with no-op providers, a fail-open
-// breaker).
+// breaker), and with every rule leased (rueidis-leases).
 func BenchmarkShouldRateLimit(b *testing.B) {
 	set, err := limits.Parse(limits.Options{}, limits.File{Name: "bench.yaml", Data: []byte(benchLimits)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	leased, err := limits.Parse(limits.Options{Lease: 100}, limits.File{Name: "bench.yaml", Data: []byte(benchLimits)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	type store struct {
 		name string
 		open func(b *testing.B) core.Store
+		set  *limits.Set
 	}
 	stores := []store{
 		{"memstore", func(b *testing.B) core.Store {
@@ -62,14 +68,29 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			}
 			b.Cleanup(func() { s.Close() })
 			return s
-		}},
+		}, set},
 	}
 	for _, c := range clients {
 		stores = append(stores, store{c.name, func(b *testing.B) core.Store {
 			prefix := "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 			return chain(b, c.open(b, redistest.Shared(b).Addr(), prefix), policy.FailOpen, 100*time.Millisecond)
-		}})
+		}, set})
 	}
+	// Leases, as sluice-serve -lease-all 100 takes them: every rule leases
+	// batches of up to 100 from rueidis, through the layered store below
+	// the breaker; a request is decided from the leases, with a Redis
+	// call only when one runs out.
+	stores = append(stores, store{"rueidis-leases", func(b *testing.B) core.Store {
+		prefix := "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+		l, err := layered.New(clients[0].open(b, redistest.Shared(b).Addr(), prefix), layered.Config{
+			Lease:          func(req core.Request) int64 { return limits.LeaseOf(req.Algorithm) },
+			WindowLeaseTTL: time.Minute,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return chain(b, l, policy.FailOpen, 100*time.Millisecond)
+	}, leased})
 	// The requests, made before: a request is read, never written, by
 	// the service.
 	reqs := map[int][]*rlsv3.RateLimitRequest{}
@@ -86,7 +107,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, st := range stores {
 		for _, n := range []int{1, 3} {
 			b.Run(fmt.Sprintf("%s/descriptors=%d", st.name, n), func(b *testing.B) {
-				svc, err := NewService(st.open(b), set)
+				svc, err := NewService(st.open(b), st.set)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -195,7 +195,9 @@ func NewServer(cfg Config) (*Server, error) {
 	// than on a new one whose stack grows (and is copied) for every
 	// request: that copying was a sixth of the server's CPU. Requests
 	// beyond the workers get a goroutine of their own, as without them.
-	opts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}, cfg.GRPC...)
+	// The codec reads requests in Envoy's shape with fewer allocations
+	// than protobuf, and everything else as protobuf does (codec).
+	opts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec())}, cfg.GRPC...)
 	s.grpc = grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

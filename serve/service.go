@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -308,7 +310,8 @@ func (s *Service) DescriptorStats(name string) (DescriptorStats, bool) {
 // slot is what one descriptor of a request comes to.
 type slot struct {
 	rule      *limits.Rule
-	unlimited bool // no limit at all: answered with limit_remaining 2^32-1
+	key       string // the key its state is kept under
+	unlimited bool   // no limit at all: answered with limit_remaining 2^32-1
 	shadow    bool
 	req       int   // the request's index in its batch; -1: none
 	hits      int64 // the descriptor's own cost
@@ -318,10 +321,11 @@ type slot struct {
 // ShouldRateLimit decides a request: see [Service].
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	s.stats.RPCs.Add(1)
-	if s.traced {
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			ctx = traceContext.Extract(ctx, metadataCarrier(md))
-		}
+	if !s.traced {
+		return s.decide(ctx, req)
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		ctx = traceContext.Extract(ctx, metadataCarrier(md))
 	}
 	ctx, span := s.tracer.Start(ctx, "sluice.rls.ShouldRateLimit", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
@@ -340,6 +344,48 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
+// scratch is what deciding one request needs besides its response: each
+// descriptor's slot, and the requests and decisions of its store calls.
+// Requests take one from scratchPool and give it back, so that a
+// decision allocates its response and its keys, not its working memory.
+type scratch struct {
+	slots   []slot
+	reqs    [2][]core.Request  // the enforced descriptors' requests, and the shadow ones'
+	outs    [2][]core.Decision // their decisions
+	asked   []bool             // applyEnforced: the requests decided alone
+	charged []int              // applyEnforced: the leased requests charged
+	rest    []core.Request     // applyEnforced: the others
+	restOut []core.Decision
+	at      []int // where each of rest is in the enforced requests
+}
+
+// scratchPool holds scratches of requests with at most
+// DefaultMaxDescriptors descriptors; a larger one is left to the
+// collector.
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// reset empties sc for a request of n descriptors.
+func (sc *scratch) reset(n int) {
+	sc.slots = slices.Grow(sc.slots[:0], n)[:n]
+	for i := range sc.reqs {
+		sc.reqs[i] = slices.Grow(sc.reqs[i][:0], n)
+	}
+}
+
+// release clears sc's references to the request and returns it to the
+// pool.
+func (sc *scratch) release() {
+	if cap(sc.slots) > DefaultMaxDescriptors {
+		return
+	}
+	clear(sc.slots)
+	for i := range sc.reqs {
+		clear(sc.reqs[i][:cap(sc.reqs[i])])
+	}
+	clear(sc.rest[:cap(sc.rest)])
+	scratchPool.Put(sc)
+}
+
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := s.check(req); err != nil {
 		s.stats.Invalid.Add(1)
@@ -347,8 +393,10 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 	set := s.limits.Load()
 	dscs := req.Descriptors
-	slots := make([]slot, len(dscs))
-	keys := make([]string, len(dscs))
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	sc.reset(len(dscs))
+	slots := sc.slots
 	var replaced map[string]bool
 	for i, d := range dscs {
 		rule, key, name, err := s.match(set, req.Domain, d)
@@ -356,12 +404,11 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			s.stats.Invalid.Add(1)
 			return nil, status.Error(grpccodes.InvalidArgument, fmt.Sprintf("descriptor %d: %v", i, err))
 		}
-		slots[i] = slot{rule: rule, req: -1}
+		slots[i] = slot{rule: rule, key: key, req: -1}
 		if rule != nil && !rule.Unlimited {
 			slots[i].hits = hits(req, d)
 			slots[i].counts = s.dstats.of(name)
 		}
-		keys[i] = key
 		for _, name := range ruleReplaces(rule) {
 			if replaced == nil {
 				replaced = map[string]bool{}
@@ -369,10 +416,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			replaced[name] = true
 		}
 	}
-	// Room for every descriptor at once: the requests are large, and
-	// growing the slice was a tenth of the bytes a request allocated.
-	enforce := make([]core.Request, 0, len(dscs))
-	var shadow []core.Request
+	enforce, shadow := sc.reqs[0], sc.reqs[1]
 	for i, d := range dscs {
 		sl := &slots[i]
 		rule := sl.rule
@@ -390,7 +434,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if rule.Deny {
 			continue // over the limit whatever the store holds
 		}
-		r := core.Request{Key: keys[i], Algorithm: rule.Algorithm, Limit: rule.Limit, Cost: sl.hits}
+		r := core.Request{Key: sl.key, Algorithm: rule.Algorithm, Limit: rule.Limit, Cost: sl.hits}
 		if d.GetIsNegativeHits() {
 			r.Op = core.OpRefund
 		}
@@ -400,6 +444,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			enforce, sl.req = add(enforce, r)
 		}
 	}
+	sc.reqs[0], sc.reqs[1] = enforce, shadow
 	// A rule that denies everything is over the limit before the store
 	// is asked; then the enforced descriptors are only looked at.
 	denied := false
@@ -409,18 +454,20 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	if denied {
 		peek(enforce)
 	}
-	in, err := s.applyEnforced(ctx, enforce)
-	if err != nil {
+	sc.outs[0] = slices.Grow(sc.outs[0][:0], len(enforce))[:len(enforce)]
+	if err := s.applyEnforced(ctx, sc, enforce, sc.outs[0]); err != nil {
 		return nil, err
 	}
+	in := sc.outs[0]
 	admitted := !denied && allowed(in)
 	if !admitted {
 		peek(shadow)
 	}
-	sh, err := s.apply(ctx, shadow)
-	if err != nil {
+	sc.outs[1] = slices.Grow(sc.outs[1][:0], len(shadow))[:len(shadow)]
+	if err := s.apply(ctx, shadow, sc.outs[1]); err != nil {
 		return nil, err
 	}
+	sh := sc.outs[1]
 	batches := [2]batch{{enforce, in, admitted}, {shadow, sh, admitted && allowed(sh)}}
 	return s.respond(slots, &batches), nil
 }
@@ -549,23 +596,21 @@ func peek(reqs []core.Request) {
 	}
 }
 
-// apply decides a batch in one store call.
-func (s *Service) apply(ctx context.Context, reqs []core.Request) ([]core.Decision, error) {
+// apply decides a batch in one store call, writing its decisions to out.
+func (s *Service) apply(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	var err error
 	switch len(reqs) {
 	case 0:
-		return nil, nil
+		return nil
 	case 1:
-		d, err := s.store.Apply(ctx, reqs[0])
-		if err != nil {
-			return nil, s.storeError(err)
-		}
-		return []core.Decision{d}, nil
+		out[0], err = s.store.Apply(ctx, reqs[0])
+	default:
+		err = s.store.ApplyAll(ctx, reqs, out)
 	}
-	out := make([]core.Decision, len(reqs))
-	if err := s.store.ApplyAll(ctx, reqs, out); err != nil {
-		return nil, s.storeError(err)
+	if err != nil {
+		return s.storeError(err)
 	}
-	return out, nil
+	return nil
 }
 
 // applyEnforced decides the enforced descriptors' requests: in one store
@@ -581,22 +626,23 @@ func (s *Service) apply(ctx context.Context, reqs []core.Request) ([]core.Decisi
 // fixed window a charge fell in has ended changes nothing, and the
 // charge stays in that window: it cannot make any window admit more
 // than its rate.
-func (s *Service) applyEnforced(ctx context.Context, reqs []core.Request) ([]core.Decision, error) {
+func (s *Service) applyEnforced(ctx context.Context, sc *scratch, reqs []core.Request, out []core.Decision) error {
 	leased := 0
 	for _, r := range reqs {
 		if r.Op != core.OpCharge {
-			return s.apply(ctx, reqs)
+			return s.apply(ctx, reqs, out)
 		}
 		if limits.LeaseOf(r.Algorithm) > 0 {
 			leased++
 		}
 	}
 	if leased == 0 || len(reqs) == 1 {
-		return s.apply(ctx, reqs)
+		return s.apply(ctx, reqs, out)
 	}
-	out := make([]core.Decision, len(reqs))
-	asked := make([]bool, len(reqs))
-	var charged []int
+	asked := slices.Grow(sc.asked[:0], len(reqs))[:len(reqs)]
+	clear(asked)
+	charged := sc.charged[:0]
+	defer func() { sc.asked, sc.charged = asked, charged }()
 	undo := func() {
 		for _, i := range charged {
 			r := reqs[i]
@@ -614,7 +660,7 @@ func (s *Service) applyEnforced(ctx context.Context, reqs []core.Request) ([]cor
 		d, err := s.store.Apply(ctx, r)
 		if err != nil {
 			undo()
-			return nil, s.storeError(err)
+			return s.storeError(err)
 		}
 		out[i], asked[i] = d, true
 		if !d.Allowed {
@@ -623,8 +669,7 @@ func (s *Service) applyEnforced(ctx context.Context, reqs []core.Request) ([]cor
 		}
 		charged = append(charged, i)
 	}
-	var rest []core.Request
-	var at []int
+	rest, at := sc.rest[:0], sc.at[:0]
 	for i, r := range reqs {
 		if asked[i] {
 			continue
@@ -634,18 +679,19 @@ func (s *Service) applyEnforced(ctx context.Context, reqs []core.Request) ([]cor
 		}
 		rest, at = append(rest, r), append(at, i)
 	}
-	ds, err := s.apply(ctx, rest)
-	if err != nil {
+	sc.rest, sc.at = rest, at
+	sc.restOut = slices.Grow(sc.restOut[:0], len(rest))[:len(rest)]
+	if err := s.apply(ctx, rest, sc.restOut); err != nil {
 		undo()
-		return nil, err
+		return err
 	}
 	for j, i := range at {
-		out[i] = ds[j]
+		out[i] = sc.restOut[j]
 	}
-	if denied || !allowed(ds) {
+	if denied || !allowed(sc.restOut) {
 		undo()
 	}
-	return out, nil
+	return nil
 }
 
 // storeError is the gRPC status for a store's error: InvalidArgument for a
@@ -688,12 +734,7 @@ func (sl *slot) batch() int {
 // respond builds the response from each descriptor's slot and the
 // decisions of the enforced and shadow batches.
 func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(slots))}
-	// The descriptors' messages are made together, three allocations a
-	// response rather than three a descriptor.
-	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(slots))
-	curs := make([]rlsv3.RateLimitResponse_RateLimit, len(slots))
-	durs := make([]durationpb.Duration, len(slots))
+	resp, sts, curs, durs := newResponse(len(slots))
 	var binding *rlsv3.RateLimitResponse_DescriptorStatus
 	for i, sl := range slots {
 		st := &sts[i]
@@ -775,6 +816,32 @@ func (s *Service) respond(slots []slot, batches *[2]batch) *rlsv3.RateLimitRespo
 		s.stats.GlobalShadow.Add(1)
 	}
 	return resp
+}
+
+// smallResponse is a response of up to four descriptors and every
+// message in it, made in one allocation: Envoy sends a handful of
+// descriptors, and a message each was a fifth of what a request
+// allocated.
+type smallResponse struct {
+	resp rlsv3.RateLimitResponse
+	ptrs [4]*rlsv3.RateLimitResponse_DescriptorStatus
+	sts  [4]rlsv3.RateLimitResponse_DescriptorStatus
+	curs [4]rlsv3.RateLimitResponse_RateLimit
+	durs [4]durationpb.Duration
+}
+
+// newResponse returns an OK response with n statuses, and the messages
+// its statuses may point to: each status, its current limit and its
+// duration until reset.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []rlsv3.RateLimitResponse_DescriptorStatus, []rlsv3.RateLimitResponse_RateLimit, []durationpb.Duration) {
+	if n <= 4 {
+		m := new(smallResponse)
+		m.resp.OverallCode = rlsv3.RateLimitResponse_OK
+		m.resp.Statuses = m.ptrs[:n]
+		return &m.resp, m.sts[:n], m.curs[:n], m.durs[:n]
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	return resp, make([]rlsv3.RateLimitResponse_DescriptorStatus, n), make([]rlsv3.RateLimitResponse_RateLimit, n), make([]durationpb.Duration, n)
 }
 
 // untilReset is a descriptor's duration_until_reset: after a denial, the

@@ -1,6 +1,9 @@
 package limits
 
-import "strings"
+import (
+	"strings"
+	"sync/atomic"
+)
 
 // node is a descriptor, or a domain's root. Children are found by their
 // composite key, as the rate limit service finds them: the descriptor's
@@ -21,6 +24,10 @@ type node struct {
 	valueToMetric, shareThreshold bool
 	file                          string
 	line                          int
+	// keyMetric is the stats name of a match that found this descriptor
+	// and each of its ancestors by key alone, which their keys make
+	// whatever the request's values: made by the first such match.
+	keyMetric atomic.Pointer[string]
 }
 
 // wildcard is a child whose composite key ends in "*".
@@ -126,8 +133,9 @@ func trimKey(s, key string) string {
 // This is the rate limit service's GetLimit, exactly, as are the Key and
 // Metric it returns ([Match]).
 //
-// Match allocates only the two strings it returns; it returns the zero
-// Match, allocating nothing, when no rule applies.
+// Match allocates only the two strings it returns, and the Metric only
+// where it holds a request's value (else the first time); it returns
+// the zero Match, allocating nothing, when no rule applies.
 func (s *Set) Match(domain string, entries []Entry) Match {
 	if s == nil || len(entries) == 0 {
 		return Match{}
@@ -173,6 +181,19 @@ func (s *Set) Match(domain string, entries []Entry) Match {
 //     descriptor with value_to_metric; the wildcard as configured
 //     otherwise.
 func metric(domain string, entries []Entry, steps []step, r *Rule) string {
+	byKeys := !r.DetailedMetric
+	for _, st := range steps {
+		byKeys = byKeys && st.how == byKey && !st.node.valueToMetric
+	}
+	if byKeys {
+		leaf := steps[len(steps)-1].node
+		if m := leaf.keyMetric.Load(); m != nil {
+			return *m
+		}
+		m := joinMetric(domain, entries, func(int) (string, bool) { return "", false })
+		leaf.keyMetric.Store(&m)
+		return m
+	}
 	shared := false
 	for i, st := range steps {
 		shared = shared || st.share(entries[i]) != ""
