@@ -121,6 +121,41 @@ func (ca *CA) ClientCertificate(t testing.TB, name string) tls.Certificate {
 	return tls.Certificate{}
 }
 
+// CertificateFiles writes a certificate for name, 127.0.0.1 and
+// localhost, signed by the CA for usage (x509.ExtKeyUsageServerAuth for a
+// server's, x509.ExtKeyUsageClientAuth for a client's), and its key, to
+// PEM files in dir, for a program that reads them: it returns their
+// paths. It fails the test if the files cannot be made.
+func (ca *CA) CertificateFiles(t testing.TB, dir, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
+	certPEM, keyPEM, err := ca.issue(name, usage)
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{certFile, certPEM}, {keyFile, keyPEM}} {
+		if err == nil {
+			err = os.WriteFile(f.path, f.data, 0o600)
+		}
+	}
+	if err != nil {
+		t.Fatalf("redistest: certificate files %q: %v", name, err)
+	}
+	return certFile, keyFile
+}
+
+// CertFile writes the CA's certificate to a PEM file in dir, ca.crt, for
+// a program that trusts the CA, and returns its path. It fails the test
+// if the file cannot be written.
+func (ca *CA) CertFile(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(path, ca.certPEM, 0o600); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return path
+}
+
 // issue returns a certificate for name, 127.0.0.1 and localhost, signed by
 // the CA for usage (a server's or a client's), and its key, both in PEM.
 func (ca *CA) issue(name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {

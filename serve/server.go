@@ -49,6 +49,11 @@ type Config struct {
 	// listen, such as "127.0.0.1:8081"; required. Port 0 picks a free
 	// port ([Server.GRPCAddr] says which).
 	GRPCAddr string
+	// GRPCNetwork is GRPCAddr's network: "tcp" (the default, also for
+	// "") or "unix", GRPCAddr then being a Unix socket's path, as
+	// envoyproxy/ratelimit's GRPC_UDS. TLS on the port is a GRPC option
+	// (grpc.Creds).
+	GRPCNetwork string
 	// HTTPAddr, if set, is where the debug port listens: /healthz,
 	// /metrics (Prometheus text format), /limits (what is loaded) and
 	// /debug/pprof/ (Go's profiles).
@@ -140,6 +145,13 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Limits == "" || cfg.GRPCAddr == "" {
 		return nil, errors.New("serve: Config needs Limits and GRPCAddr")
 	}
+	switch cfg.GRPCNetwork {
+	case "":
+		cfg.GRPCNetwork = "tcp"
+	case "tcp", "unix":
+	default:
+		return nil, fmt.Errorf("serve: Config.GRPCNetwork %q: want tcp or unix", cfg.GRPCNetwork)
+	}
 	if cfg.Reload == 0 {
 		cfg.Reload = DefaultReload
 	}
@@ -161,7 +173,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, svc: svc, log: log, health: health.NewServer()}
 	now := time.Now()
 	s.loadedAt.Store(&now)
-	s.lis, err = net.Listen("tcp", cfg.GRPCAddr)
+	s.lis, err = net.Listen(cfg.GRPCNetwork, cfg.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("serve: gRPC port: %w", err)
 	}
@@ -210,7 +222,8 @@ func NewServer(cfg Config) (*Server, error) {
 // Service returns the server's RLS service.
 func (s *Server) Service() *Service { return s.svc }
 
-// GRPCAddr returns the address the gRPC port listens on.
+// GRPCAddr returns the address the gRPC port listens on: host:port, or
+// a Unix socket's path.
 func (s *Server) GRPCAddr() string { return s.lis.Addr().String() }
 
 // HTTPAddr returns the address the debug port listens on; "" if none.

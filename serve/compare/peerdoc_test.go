@@ -51,13 +51,13 @@ func migrationBlock(tl *tally, perVariant [2]int, reload int) string {
 	}{
 		{5*without + with, "memcached: `TestBasicConfigMemcache` (3 variants, one with a local cache), `TestConfigMemcacheWithMaxIdleConns` (2), `TestMultiNodeMemcache` (1), each `testBasicBaseConfig`", "no memcached store: `BACKEND_TYPE=memcache` stops `sluice-serve`"},
 		{2*without + 2*with + reload, "xDS: `TestXdsProviderBasicConfig` (4 variants of `testBasicBaseConfig`, two with a local cache), `TestXdsProviderBasicConfigReload` (`testConfigReload`)", "no configuration by xDS: `CONFIG_TYPE` other than `FILE` stops `sluice-serve`"},
-		{peerAssertions("Test_mTLS") + peerAssertions("TestReloadGRPCServerCerts"), "TLS on the gRPC port: `Test_mTLS`, `TestReloadGRPCServerCerts` (their assertions)", "not built: `GRPC_SERVER_USE_TLS=true` stops `sluice-serve`"},
+		{peerAssertions("Test_mTLS") + peerAssertions("TestReloadGRPCServerCerts"), "TLS on the gRPC port: `Test_mTLS`, `TestReloadGRPCServerCerts` (their assertions)", "checked apart, by `TestServeTLS` (serve/cmd/sluice-serve): a client certificate of the client CA naming `GRPC_CLIENT_TLS_SAN` is admitted and others refused, and a certificate renamed over the old one is served to the next connections"},
 	}
 	total := 0
 	for _, r := range notReplayed {
 		total += r.n
 	}
-	fmt.Fprintf(&b, "\nNot replayed, %d expectations, of features `sluice-serve` does not have:\n\n", total)
+	fmt.Fprintf(&b, "\nNot replayed, %d expectations: of features `sluice-serve` does not have, and of TLS on the gRPC port, which their tests set up in the peer's process:\n\n", total)
 	b.WriteString("| expectations | the peer's tests | why |\n|---|---|---|\n")
 	for _, r := range notReplayed {
 		fmt.Fprintf(&b, "| %d | %s | %s |\n", r.n, r.tests, r.why)

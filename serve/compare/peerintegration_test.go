@@ -3,7 +3,6 @@ package compare
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"io/fs"
@@ -83,7 +82,7 @@ func TestPeerIntegration(t *testing.T) {
 	}
 	requirePass(t, sentinel.Primary())
 	requirePass(t, sentinel.Replica())
-	clientCert, clientKey := clientCertFiles(t, ca)
+	clientCert, clientKey := ca.CertificateFiles(t, t.TempDir(), "sluice", x509.ExtKeyUsageClientAuth)
 	tl := &tally{t: t, design: map[string]int{}}
 
 	type variant struct {
@@ -204,26 +203,6 @@ func requirePass(t *testing.T, r *redistest.Server) {
 	if _, err := r.Do("CONFIG", "SET", "requirepass", peerPassword); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// clientCertFiles writes a client certificate that ca signed, and its
-// key, to PEM files, for REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY.
-func clientCertFiles(t *testing.T, ca *redistest.CA) (certFile, keyFile string) {
-	t.Helper()
-	cert := ca.ClientCertificate(t, "sluice")
-	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }
 
 func b2i(b bool) int {

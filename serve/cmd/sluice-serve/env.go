@@ -21,8 +21,7 @@ import (
 // replaces it; a flag on the command line replaces both. A variable
 // sluice cannot honour is named in a warning at start, never ignored in
 // silence; one whose honest answer is to refuse (CONFIG_TYPE=GRPC_XDS_SOTW,
-// BACKEND_TYPE=memcache, GRPC_SERVER_USE_TLS=true) stops it with an
-// error.
+// BACKEND_TYPE=memcache) stops it with an error.
 
 // lookupFunc reads an environment variable, as os.LookupEnv.
 type lookupFunc func(string) (string, bool)
@@ -60,6 +59,12 @@ var envFlags = []envSetting{
 	{"LIMIT_RESET_HEADER", "reset-header", nil},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "healthy-with-config", boolean},
 	{"SHADOW_MODE", "shadow-mode", boolean},
+	{"GRPC_UDS", "grpc-uds", nil},
+	{"GRPC_SERVER_USE_TLS", "grpc-tls", boolean},
+	{"GRPC_SERVER_TLS_CERT", "grpc-tls-cert", nil},
+	{"GRPC_SERVER_TLS_KEY", "grpc-tls-key", nil},
+	{"GRPC_CLIENT_TLS_CACERT", "grpc-client-ca", nil},
+	{"GRPC_CLIENT_TLS_SAN", "grpc-client-san", nil},
 	{"GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", duration},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", duration},
 	{"PROMETHEUS_PATH", "metrics-path", nil},
@@ -95,9 +100,6 @@ var unhonoured = []struct {
 	bad    func(string) bool // nil: any value
 	why    string
 }{
-	{"GRPC_UDS", false, nonEmpty, "sluice-serve listens on TCP only (-grpc-addr)"},
-	{"GRPC_SERVER_TLS_", true, nil, "sluice-serve's gRPC port has no TLS; terminate TLS in front of it"},
-	{"GRPC_CLIENT_TLS_", true, nil, "sluice-serve's gRPC port has no TLS; terminate TLS in front of it"},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", false, isTrue, "it applies to xDS configuration, which sluice does not read"},
 	{"CONFIG_GRPC_XDS_", true, nil, "sluice reads files only"},
 	{"XDS_CLIENT_", true, nil, "sluice reads files only"},
@@ -130,7 +132,6 @@ var refused = []struct {
 }{
 	{"CONFIG_TYPE", func(v string) bool { return !strings.EqualFold(v, "FILE") }, "sluice reads its configuration from files only (CONFIG_TYPE=FILE)"},
 	{"BACKEND_TYPE", func(v string) bool { return strings.EqualFold(v, "memcache") }, "sluice decides on Redis (BACKEND_TYPE=redis) or in memory (memory), not on memcached"},
-	{"GRPC_SERVER_USE_TLS", isTrue, "sluice-serve's gRPC port has no TLS; terminate TLS in front of it and unset GRPC_SERVER_USE_TLS"},
 }
 
 // environment is what applyEnv read: what the flags cannot say.

@@ -246,7 +246,8 @@ func TestServePeerEnvironmentErrors(t *testing.T) {
 	}{
 		{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_TYPE=GRPC_XDS_SOTW: sluice reads its configuration from files only"},
 		{"BACKEND_TYPE=memcache", "BACKEND_TYPE=memcache"},
-		{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_USE_TLS=true"},
+		{"GRPC_SERVER_USE_TLS=true", "needs -grpc-tls-cert and -grpc-tls-key (GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY)"},
+		{"GRPC_SERVER_USE_TLS=yes", `GRPC_SERVER_USE_TLS="yes": want true or false`},
 		{"PORT=http", `PORT="http": want a port number`},
 		{"NEAR_LIMIT_RATIO=most", `NEAR_LIMIT_RATIO="most": want a number`},
 		{"REDIS_TLS=maybe", `REDIS_TLS="maybe": want true or false`},

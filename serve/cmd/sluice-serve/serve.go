@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/core"
@@ -57,6 +58,12 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		config    = fs.String("config", "", "the limits: a `file` in envoyproxy/ratelimit's format, or a directory of them; empty: the peer's RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY and RUNTIME_WATCH_ROOT say where (docs/serve.md)")
 		ignoreDot = fs.Bool("ignore-dotfiles", false, "skip configuration files and directories whose names begin with . (RUNTIME_IGNOREDOTFILES; a Kubernetes ConfigMap volume needs it)")
 		grpcAddr  = fs.String("grpc-addr", net.JoinHostPort(peerHost, peerGRPCPort), "the `address` the RLS gRPC service and gRPC health listen on (GRPC_HOST:GRPC_PORT)")
+		grpcUDS   = fs.String("grpc-uds", "", "serve gRPC on the Unix socket at this `path` instead of -grpc-addr (GRPC_UDS)")
+		grpcTLSOn = fs.Bool("grpc-tls", false, "serve gRPC over TLS, with -grpc-tls-cert and -grpc-tls-key (GRPC_SERVER_USE_TLS)")
+		grpcCert  = fs.String("grpc-tls-cert", "", "with -grpc-tls: the server's certificate chain, a PEM `file`, read again when it changes (GRPC_SERVER_TLS_CERT)")
+		grpcKey   = fs.String("grpc-tls-key", "", "with -grpc-tls: the server's private key, a PEM `file`, read again when it changes (GRPC_SERVER_TLS_KEY)")
+		clientCA  = fs.String("grpc-client-ca", "", "with -grpc-tls: require a client certificate signed by a CA of this PEM `file` (GRPC_CLIENT_TLS_CACERT)")
+		clientSAN = fs.String("grpc-client-san", "", "with -grpc-client-ca: require a client certificate that names this `host` (GRPC_CLIENT_TLS_SAN)")
 		apiAddr   = fs.String("api-addr", net.JoinHostPort(peerHost, peerPort), "the `address` of envoyproxy/ratelimit's HTTP port: /healthcheck and /json (HOST:PORT); empty for none")
 		httpAddr  = fs.String("http-addr", net.JoinHostPort(peerHost, peerDebugPort), "the debug `address`: /healthz, /metrics, /limits, /debug/pprof/ (DEBUG_HOST:DEBUG_PORT); empty for none")
 		metrics   = fs.String("metrics-addr", "", "also serve /metrics' text on this `address` (PROMETHEUS_ADDR, with USE_PROMETHEUS=true); empty for none")
@@ -214,6 +221,25 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 			log.Warn("envoyproxy/ratelimit setting REDIS_POOL_SIZE: not honoured: the rueidis client pipelines on one connection a node (-client go-redis has a pool)")
 		}
 	}
+	if !*grpcTLSOn && (*grpcCert != "" || *grpcKey != "" || *clientCA != "" || *clientSAN != "") {
+		log.Warn("the gRPC port's TLS files are not used without -grpc-tls (GRPC_SERVER_USE_TLS=true), as envoyproxy/ratelimit does not use them")
+	}
+	grpcOpts := []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge:      *maxAge,
+		MaxConnectionAgeGrace: *maxGrace,
+	})}
+	if *grpcTLSOn {
+		c, err := grpcTLS(*grpcCert, *grpcKey, *clientCA, *clientSAN, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
+			return 2
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(c)))
+	}
+	grpcNet := "tcp"
+	if *grpcUDS != "" {
+		grpcNet, *grpcAddr = "unix", *grpcUDS
+	}
 	var tlsConfig *tls.Config
 	if *redisTLS {
 		if tlsConfig, err = env.redisTLS(); err != nil {
@@ -283,22 +309,20 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		reloadEvery = -1
 	}
 	srv, err := serve.NewServer(serve.Config{
-		Store:        store,
-		Limits:       *config,
-		LimitOptions: limitOpts,
-		Leases:       leases,
-		GRPCAddr:     *grpcAddr,
-		HTTPAddr:     *httpAddr,
-		APIAddr:      *apiAddr,
-		MetricsAddr:  *metrics,
-		MetricsPath:  *mpath,
-		Reload:       reloadEvery,
-		Grace:        *grace,
-		Service:      opts,
-		GRPC: []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionAge:      *maxAge,
-			MaxConnectionAgeGrace: *maxGrace,
-		})},
+		Store:             store,
+		Limits:            *config,
+		LimitOptions:      limitOpts,
+		Leases:            leases,
+		GRPCAddr:          *grpcAddr,
+		GRPCNetwork:       grpcNet,
+		HTTPAddr:          *httpAddr,
+		APIAddr:           *apiAddr,
+		MetricsAddr:       *metrics,
+		MetricsPath:       *mpath,
+		Reload:            reloadEvery,
+		Grace:             *grace,
+		Service:           opts,
+		GRPC:              grpcOpts,
 		HealthyWithConfig: *healthy,
 		StoreHealthy:      storeHealthy,
 		Logger:            log,

@@ -75,6 +75,13 @@ type running struct {
 // is stopped when the test ends, if not before (running.stop).
 func startServe(t *testing.T, config string, args ...string) *running {
 	t.Helper()
+	return startServeEnv(t, config, nil, args...)
+}
+
+// startServeEnv is startServe in the environment environ
+// ("NAME=value").
+func startServeEnv(t *testing.T, config string, environ []string, args ...string) *running {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "limits.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
@@ -89,7 +96,7 @@ func startServe(t *testing.T, config string, args ...string) *running {
 	}
 	args = append(base, args...)
 	go func() {
-		r.exited <- runServe(ctx, args, nil, &stdout, r.stderr, r.reload, func(s *serve.Server) { ready <- s })
+		r.exited <- runServe(ctx, args, environ, &stdout, r.stderr, r.reload, func(s *serve.Server) { ready <- s })
 	}()
 	select {
 	case r.srv = <-ready:
