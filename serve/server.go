@@ -36,6 +36,14 @@ const DefaultGrace = 10 * time.Second
 // one per request (grpc.NumStreamWorkers).
 const streamWorkers = 256
 
+// The flow-control windows of the gRPC port, in bytes: HTTP/2's default
+// for a stream, and room for every stream's request at once on a
+// connection.
+const (
+	streamWindow = 64 << 10
+	connWindow   = 1 << 20
+)
+
 // Config is what a [Server] serves.
 type Config struct {
 	// Store decides; required. The server does not close it.
@@ -209,7 +217,16 @@ func NewServer(cfg Config) (*Server, error) {
 	// beyond the workers get a goroutine of their own, as without them.
 	// The codec reads requests in Envoy's shape with fewer allocations
 	// than protobuf, and everything else as protobuf does (codec).
-	opts := append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec())}, cfg.GRPC...)
+	// Static flow-control windows: a request and its answer are a few
+	// hundred bytes, which never fill the windows, and the windows'
+	// estimate of the bandwidth-delay product costs a ping, and its
+	// answer on the other side, for every burst of requests.
+	opts := append([]grpc.ServerOption{
+		grpc.NumStreamWorkers(streamWorkers),
+		grpc.ForceServerCodecV2(newCodec()),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+	}, cfg.GRPC...)
 	s.grpc = grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
