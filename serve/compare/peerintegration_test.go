@@ -390,7 +390,7 @@ func startSluiceEnv(t *testing.T, peerRoot string, env map[string]string) *peerS
 			for k, v := range env {
 				vars[k] = v
 			}
-			return []string{"serve"}, environ(vars)
+			return nil, environ(vars)
 		},
 		addrs: func(ports []int) (string, string) { return loopback(ports[0]), loopback(ports[1]) },
 		ready: func(ctx context.Context, s *Server) error {
