@@ -44,15 +44,21 @@ import (
 //   - Denied with Limit 0: there is no shared value (a read, or a
 //     proposal of cost 0).
 //
-// The state ([core.State]) is T, the instant of the last write; A, the
-// value; B, its sequence number; C, 0; and E, when it is forgotten, T plus
-// the TTL. The Lua twin treats a value it cannot read (a key of another
+// The state ([core.State]) is Last, the instant of the last write;
+// Vals[sharedValue], the value; Vals[sharedSeq], its sequence number;
+// Vals[2], 0; and Expires, when it is forgotten, Last plus the TTL. The Lua twin treats a value it cannot read (a key of another
 // type, a string that is not five doubles, numbers that are not finite
 // integers in range) as no value, and overwrites it at the next proposal;
 // the Go transition treats a state out of range the same way.
 var SharedLimit core.Algorithm = &sharedLimit{}
 
 type sharedLimit struct{}
+
+// The shared limit's numbers in [core.State.Vals]; the third is 0.
+const (
+	sharedValue = 0
+	sharedSeq   = 1
+)
 
 var _ algorithms.Scripted = (*sharedLimit)(nil)
 
@@ -83,15 +89,16 @@ func (*sharedLimit) Script() *algorithms.Script { return sharedScript }
 // else is treated as no value, as the Lua twin treats a value it cannot
 // read.
 func readable(s *core.State) bool {
-	return s.T >= 0 && s.T <= s.E && s.E <= core.MaxExact &&
-		s.A >= 1 && s.A <= core.MaxUnits && s.B >= 1 && s.B <= core.MaxUnits && s.C == 0
+	return s.Last >= 0 && s.Last <= s.Expires && s.Expires <= core.MaxExact &&
+		s.Vals[sharedValue] >= 1 && s.Vals[sharedValue] <= core.MaxUnits &&
+		s.Vals[sharedSeq] >= 1 && s.Vals[sharedSeq] <= core.MaxUnits && s.Vals[2] == 0
 }
 
 // Transition decides st on s (see [SharedLimit]).
 func (*sharedLimit) Transition(s *core.State, st core.Step) core.Decision {
 	var t, a, b, e int64
 	if readable(s) {
-		t, a, b, e = s.T, s.A, s.B, s.E
+		t, a, b, e = s.Last, s.Vals[sharedValue], s.Vals[sharedSeq], s.Expires
 	}
 	now := max(st.Now, t) // the value's clock never runs backwards
 	live := e > now
@@ -103,7 +110,7 @@ func (*sharedLimit) Transition(s *core.State, st core.Step) core.Decision {
 		if live && b < core.MaxUnits {
 			seq = b + 1
 		}
-		s.T, s.A, s.B, s.C, s.E = now, st.Cost, seq, 0, now+ttl
+		s.Last, s.Vals, s.Expires = now, [3]int64{sharedValue: st.Cost, sharedSeq: seq}, now+ttl
 		return core.Decision{Allowed: true, Limit: st.Cost, Remaining: seq, ResetAfter: micros(ttl)}
 	}
 	if live {

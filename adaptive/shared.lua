@@ -3,10 +3,11 @@
 -- it shares nothing with the scripts of package algorithms, only their
 -- calling convention (algorithms.Script):
 --
--- KEYS[1]  the shared value: five little-endian doubles T (instant of the
---          last write, µs), A (the value, thousandths of an event per
---          period), B (its sequence number), C (0), E (when it is
---          forgotten, µs).
+-- KEYS[1]  the shared value: five little-endian doubles T (Last, the
+--          instant of the last write, µs), A (Vals[sharedValue], the
+--          value, thousandths of an event per period), B (Vals[sharedSeq],
+--          its sequence number), C (0), E (Expires, when it is forgotten,
+--          µs).
 -- ARGV[1]  ten little-endian doubles, of which this script reads five:
 --          now (µs since the Unix epoch, or -1 for the server's TIME),
 --          cost (the proposal), op (0 propose, else read), rate (writes

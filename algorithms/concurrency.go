@@ -30,15 +30,18 @@ const MaxConcurrency = 10_000
 // expires: a release may free a slot sooner. Use sluice.Limiter.Acquire,
 // which makes leases, rather than requests of your own.
 //
-// State: T the last change (µs); A the slots held; E when the last lease
-// expires; Log the slots, one entry each, as (expiry µs, lease), in no
-// particular order. Expired slots are dropped at every change.
+// State: Last the last change (µs); Vals[ccHeld] the slots held; Expires
+// when the last lease expires; Log the slots, one entry each, as (expiry µs,
+// lease), in no particular order. Expired slots are dropped at every change.
 //
 // When the limit changes, leases keep their expiries, and are judged
 // against the new Rate.
 var Concurrency core.Algorithm = &concurrency{}
 
 type concurrency struct{}
+
+// The concurrency algorithm's number in [core.State.Vals].
+const ccHeld = 0
 
 func (*concurrency) Name() string { return "concurrency" }
 
@@ -56,9 +59,9 @@ func (*concurrency) Horizon(l core.Limit) time.Duration { return l.Period() }
 
 func (*concurrency) Transition(s *core.State, st core.Step) core.Decision {
 	n, ttl, lease := st.Limit.Rate(), st.Limit.PeriodMicros(), st.Lease
-	now := max(st.Now, s.T)
+	now := max(st.Now, s.Last)
 	log := s.Log
-	if now >= s.E {
+	if now >= s.Expires {
 		log = log[:0] // every lease has expired
 	}
 	// live counts the slots still held, mine the request's lease's (none
@@ -108,19 +111,19 @@ func (*concurrency) Transition(s *core.State, st core.Step) core.Decision {
 		if len(out) == 0 {
 			out = nil
 		}
-		s.T, s.A, s.E, s.Log = now, int64(len(out)), e, out
+		s.Last, s.Vals[ccHeld], s.Expires, s.Log = now, int64(len(out)), e, out
 	}
 	switch {
 	case st.Op == core.OpRefund && lease != 0:
 		if mine > 0 {
 			keep(true, 0, 0, 0)
-			return decision(true, s.A, s.E)
+			return decision(true, s.Vals[ccHeld], s.Expires)
 		}
 		return decision(true, live, last)
 	case st.Op == core.OpRefund:
 		if live > 0 && st.Cost > 0 {
 			keep(false, st.Cost, 0, 0)
-			return decision(true, s.A, s.E)
+			return decision(true, s.Vals[ccHeld], s.Expires)
 		}
 		return decision(true, live, last)
 	case mine > 0 && st.Cost > 0:

@@ -3,10 +3,11 @@
 -- packed request with its lease) and conclude.lua (which makes the reply
 -- and the write).
 --
--- State: T the last change (µs); A the slots held; E when the last lease
--- expires; then the slots as pairs of doubles (expiry µs, lease), 16 bytes
--- each, live ones only. rate is how many slots a key may hold, period a
--- lease's time to live; lease 0 is anonymous.
+-- State: T (Last) the last change (µs); A (Vals[ccHeld]) the slots held; E
+-- (Expires) when the last lease expires; then the slots as pairs of
+-- doubles (expiry µs, lease), 16 bytes each, live ones only. rate is how
+-- many slots a key may hold, period a lease's time to live; lease 0 is
+-- anonymous.
 
 local HEAD = 40 -- bytes of T, A, B, C, E
 local slots = {} -- the live slots: {at, id}

@@ -115,7 +115,7 @@ func TestZeroCost(t *testing.T) {
 }
 
 // TestZeroCostChangesNothing: a cost of zero charges nothing, and the
-// state's T is documented as the instant of the last charge, so admitting
+// state's Last is documented as the instant of the last charge, so admitting
 // one must leave the state as it was. It matters when clocks disagree: a
 // zero-cost call stamped late must not drag later decisions forward to its
 // instant. Here a key has spent its 1 req/s at t0; a zero-cost call
@@ -280,7 +280,7 @@ func TestHorizon(t *testing.T) {
 			for _, at := range []int64{t0, t0 + 59_999_999, t0 + 60_000_000} {
 				var s core.State
 				apply(tc.alg, &s, at, core.Request{Limit: tc.lim, Cost: capa})
-				later := s.T + h.Microseconds()
+				later := s.Last + h.Microseconds()
 				for _, cost := range []int64{1, capa} {
 					used, fresh := clone(s), core.State{}
 					got := apply(tc.alg, &used, later, core.Request{Limit: tc.lim, Cost: cost})

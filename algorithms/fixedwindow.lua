@@ -2,9 +2,10 @@
 -- (which gives the calling convention: KEY the state, ARG the packed
 -- request) and conclude.lua (which makes the reply and the write).
 --
--- State: T the last charge (µs); A the start of the counted window; B the
--- count charged in it; E the window's end. Windows are aligned to the Unix
--- epoch, so Go and Lua agree on every boundary.
+-- State: T (Last) the last charge (µs); A (Vals[fwStart]) the start of the
+-- counted window; B (Vals[fwCount]) the count charged in it; E (Expires)
+-- the window's end. Windows are aligned to the Unix epoch, so Go and Lua
+-- agree on every boundary.
 
 local start = floor(now / period) * period
 local count = 0

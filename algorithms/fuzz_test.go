@@ -116,7 +116,7 @@ func fuzzLimit(t *testing.T, alg core.Algorithm, rate uint16, period uint32, bur
 // was admitted), and a description of what is wrong, or "".
 func checkCall(alg core.Algorithm, before, s core.State, now int64, o op, d core.Decision) (core.State, string) {
 	lim, capa := o.lim, capacity(alg, o.lim)
-	eff := max(now, before.T) // the instant the algorithm decides at
+	eff := max(now, before.Last) // the instant the algorithm decides at
 	switch {
 	case d.Limit != capa:
 		return s, fmt.Sprintf("Limit = %d, want %d", d.Limit, capa)
@@ -161,7 +161,7 @@ func checkCall(alg core.Algorithm, before, s core.State, now int64, o op, d core
 	if (o.peek || !d.Allowed) && !sameState(s, before) {
 		return s, fmt.Sprintf("state changed from %s to %s; a peek or a denial must change nothing", relState(before), relState(s))
 	}
-	if s.T < before.T || s.T > eff {
+	if s.Last < before.Last || s.Last > eff {
 		return s, fmt.Sprintf("State.T went from %s to %s, want it between the two", relState(before), relState(s))
 	}
 	if alg != algorithms.SlidingWindowLog && s.Log != nil {
@@ -215,8 +215,8 @@ func checkCall(alg core.Algorithm, before, s core.State, now int64, o op, d core
 // callName names the call o makes at now, and its decision d.
 func callName(o op, now int64, before core.State, d core.Decision) string {
 	name := fmt.Sprintf("%s = %+v", step{at: micros(now - t0), cost: o.cost, peek: o.peek}.name(), d)
-	if now < before.T {
-		name += fmt.Sprintf(" (decided at %s)", offset(micros(before.T-t0)))
+	if now < before.Last {
+		name += fmt.Sprintf(" (decided at %s)", offset(micros(before.Last-t0)))
 	}
 	return name
 }
@@ -239,7 +239,7 @@ func runTrace(t *testing.T, alg core.Algorithm, lim core.Limit, data []byte, m m
 	for i, o := range decodeOps(data, alg, lim) {
 		now += o.gap
 		before := clone(s)
-		eff := max(now, before.T)
+		eff := max(now, before.Last)
 		d := apply(alg, &s, now, core.Request{Limit: lim, Cost: o.cost, Op: peekIf(o.peek)})
 		fail := func(format string, args ...any) {
 			t.Helper()
@@ -249,7 +249,7 @@ func runTrace(t *testing.T, alg core.Algorithm, lim core.Limit, data []byte, m m
 		if msg != "" {
 			fail("%s", msg)
 		}
-		if alg == algorithms.SlidingWindowLog && s.A > lim.Rate() {
+		if alg == algorithms.SlidingWindowLog && s.Vals[algorithms.LogCost] > lim.Rate() {
 			fail("state %s logs more than the rate", relState(s))
 		}
 		if want := m.decide(h, eff, o.cost); d != want {
@@ -257,8 +257,8 @@ func runTrace(t *testing.T, alg core.Algorithm, lim core.Limit, data []byte, m m
 		}
 
 		// Horizon: a state left alone that long decides as a fresh one.
-		if after.T != 0 {
-			at := max(after.T+horizon.Microseconds(), eff)
+		if after.Last != 0 {
+			at := max(after.Last+horizon.Microseconds(), eff)
 			for _, cost := range []int64{1, capa} {
 				idle, fresh := clone(after), core.State{}
 				got := apply(alg, &idle, at, core.Request{Limit: lim, Cost: cost})
@@ -313,28 +313,28 @@ func runSwitchingTrace(t *testing.T, alg core.Algorithm, data []byte) {
 	}
 }
 
-// checkLog checks what the sliding window log documents of its state: A is
-// the total of Log[B:], one entry per instant in time order, and the slice
-// is compacted once half of it is dead.
+// checkLog checks what the sliding window log documents of its state: its
+// cost is the total of the live log, one entry per instant in time order,
+// and the slice is compacted once half of it is dead.
 func checkLog(s core.State) string {
-	if s.B < 0 || s.B > int64(len(s.Log)) {
-		return "B is outside the log"
+	if s.Vals[algorithms.LogFirst] < 0 || s.Vals[algorithms.LogFirst] > int64(len(s.Log)) {
+		return "the first live entry is outside the log"
 	}
 	var total int64
-	for i, e := range s.Log[s.B:] {
+	for i, e := range s.Log[s.Vals[algorithms.LogFirst]:] {
 		if e.Cost <= 0 {
 			return fmt.Sprintf("entry %d has cost %d", i, e.Cost)
 		}
-		if i > 0 && e.At <= s.Log[int(s.B)+i-1].At {
+		if i > 0 && e.At <= s.Log[int(s.Vals[algorithms.LogFirst])+i-1].At {
 			return "entries are not one per instant in time order"
 		}
 		total += e.Cost
 	}
 	switch {
-	case total != s.A:
-		return fmt.Sprintf("A = %d, want the total of Log[B:], %d", s.A, total)
-	case 2*s.B > int64(len(s.Log)):
-		return fmt.Sprintf("%d of %d entries are dead; want the log compacted", s.B, len(s.Log))
+	case total != s.Vals[algorithms.LogCost]:
+		return fmt.Sprintf("cost = %d, want the total of the live log, %d", s.Vals[algorithms.LogCost], total)
+	case 2*s.Vals[algorithms.LogFirst] > int64(len(s.Log)):
+		return fmt.Sprintf("%d of %d entries are dead; want the log compacted", s.Vals[algorithms.LogFirst], len(s.Log))
 	}
 	return ""
 }

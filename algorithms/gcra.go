@@ -20,10 +20,11 @@ import (
 // arithmetic works in ticks, where a token is perToken ticks and the
 // tolerance Burst × perToken.
 //
-// State: T the last charge (µs); A the TAT's whole microseconds; B its
-// fraction in ticks (0 ≤ B < |C|); C the perMicro the fraction was written
-// under, negated when the key was in debt at T (see below); E the TAT
-// rounded up, when the key is fully rested.
+// State: Last the last charge (µs); Vals[gcraTAT] the TAT's whole
+// microseconds; Vals[gcraTicks] its fraction in ticks (0 ≤ ticks <
+// |perMicro|); Vals[gcraPerMicro] the perMicro the fraction was written
+// under, negated when the key was in debt at Last (see below); Expires the
+// TAT rounded up, when the key is fully rested.
 //
 // A reservation ([core.Request.MaxWait]) may move the TAT further ahead of
 // now than the tolerance, by at most [core.Step.Debt] ticks (a tick is a
@@ -38,18 +39,25 @@ import (
 // by the refunded cost's intervals, never before now: it pays off debt
 // first, exactly as the token bucket puts its tokens back.
 //
-// When the limit changes before E, the key keeps the time it owed at its
-// last charge (its TAT, rounded up to a whole microsecond when the
-// fraction's ticks change size). If the key was not in debt then, the
-// time owed is capped at the new tolerance: a key is never more than
-// empty. If it was (C is negative), the key keeps all of it, up to 2^52
-// ticks of the new limit, so that reservations already admitted stay
-// ahead of every later request: a lowered burst then leaves the key owing
-// the old tolerance's time as well as its debt, which it waits out at the
-// new rate. The sign of C is what tells the two apart, since the TAT alone
-// cannot tell a reservation's debt from a key a lowered burst left
-// over-full. From E on the key is forgotten.
+// When the limit changes before Expires, the key keeps the time it owed at
+// its last charge (its TAT, rounded up to a whole microsecond when the
+// fraction's ticks change size). If the key was not in debt then, the time
+// owed is capped at the new tolerance: a key is never more than empty. If it
+// was (the kept perMicro is negative), the key keeps all of it, up to 2^52
+// ticks of the new limit, so that reservations already admitted stay ahead
+// of every later request: a lowered burst then leaves the key owing the old
+// tolerance's time as well as its debt, which it waits out at the new rate.
+// The sign of the kept perMicro is what tells the two apart, since the TAT
+// alone cannot tell a reservation's debt from a key a lowered burst left
+// over-full. From Expires on the key is forgotten.
 type gcra struct{}
+
+// GCRA's numbers in [core.State.Vals].
+const (
+	gcraTAT      = 0
+	gcraTicks    = 1
+	gcraPerMicro = 2
+)
 
 func (*gcra) Name() string { return "gcra" }
 
@@ -73,22 +81,22 @@ func (*gcra) Transition(s *core.State, st core.Step) core.Decision {
 	// 2^52 ticks (what a reservation may owe, core.Step.Debt), so that
 	// every sum below stays within 2^53.
 	var owed int64
-	if now = max(now, s.T); now < s.E {
-		ahead := s.A - s.T
+	if now = max(now, s.Last); now < s.Expires {
+		ahead := s.Vals[gcraTAT] - s.Last
 		switch {
-		case s.C == r:
+		case s.Vals[gcraPerMicro] == r:
 			// Written under this rate, within a tolerance of at most
 			// 2^52 ticks: the product cannot overflow.
-			owed = min(ahead*r+s.B, tolerance)
-		case s.C == -r:
+			owed = min(ahead*r+s.Vals[gcraTicks], tolerance)
+		case s.Vals[gcraPerMicro] == -r:
 			// In debt under this rate: at most 2^52 ticks, likewise.
-			owed = ahead*r + s.B
+			owed = ahead*r + s.Vals[gcraTicks]
 		default:
-			if s.B > 0 {
+			if s.Vals[gcraTicks] > 0 {
 				ahead++
 			}
 			limit := tolerance
-			if s.C < 0 {
+			if s.Vals[gcraPerMicro] < 0 {
 				limit = core.MaxUnits
 			}
 			owed = min(min(ahead, core.CeilDiv(limit, r))*r, limit)
@@ -97,7 +105,7 @@ func (*gcra) Transition(s *core.State, st core.Step) core.Decision {
 	// debt is how far the TAT is ahead of now: what was owed, less what
 	// the time since has paid, as a token bucket refills. Beyond the
 	// tolerance it is a reservation's debt.
-	debt := tolerance - refill(tolerance-owed, tolerance, now-s.T, r)
+	debt := tolerance - refill(tolerance-owed, tolerance, now-s.Last, r)
 	decision := func(allowed bool, debt int64) core.Decision {
 		return core.Decision{Allowed: allowed, Limit: burst, Remaining: max(tolerance-debt, 0) / u, Level: core.Level{Units: tolerance - debt, PerToken: u}, ResetAfter: micros(core.CeilDiv(debt, r))}
 	}
@@ -106,7 +114,7 @@ func (*gcra) Transition(s *core.State, st core.Step) core.Decision {
 		if debt > tolerance {
 			c = -r // in debt: keep it through a change of limit
 		}
-		s.T, s.A, s.B, s.C, s.E = now, now+debt/r, debt%r, c, now+core.CeilDiv(debt, r)
+		s.Last, s.Vals[gcraTAT], s.Vals[gcraTicks], s.Vals[gcraPerMicro], s.Expires = now, now+debt/r, debt%r, c, now+core.CeilDiv(debt, r)
 	}
 	if st.Op == core.OpRefund {
 		if cost > 0 && debt > 0 {
@@ -122,19 +130,19 @@ func (*gcra) Transition(s *core.State, st core.Step) core.Decision {
 	if cost > burst {
 		d := decision(false, debt)
 		d.RetryAfter = core.RetryNever
-		return forget(d, now, s.E)
+		return forget(d, now, s.Expires)
 	}
 	// A cost of 0 is always admitted, even by a key in debt.
 	if over := debt + cost*u - tolerance; cost > 0 && over > st.Debt {
 		d := decision(false, debt)
 		d.RetryAfter = micros(core.CeilDiv(over, r))
-		return forget(d, now, s.E)
+		return forget(d, now, s.Expires)
 	}
 	debt += cost * u
 	d := decision(true, debt)
 	switch {
 	case cost == 0:
-		return forget(d, now, s.E)
+		return forget(d, now, s.Expires)
 	case st.Op == core.OpCharge:
 		save(debt)
 	}

@@ -2,10 +2,11 @@
 -- the calling convention: KEY the state, ARG the packed request) and
 -- conclude.lua (which makes the reply and the write).
 --
--- State: T the last charge (µs); A the TAT's whole microseconds; B its
--- fraction in ticks of 1/|C| µs; C the units per µs it was written under,
--- negated when the key was in debt at T (a reservation took the TAT
--- beyond the tolerance); E the TAT rounded up. Arithmetic is in ticks: a
+-- State: T (Last) the last charge (µs); A (Vals[gcraTAT]) the TAT's whole
+-- microseconds; B (Vals[gcraTicks]) its fraction in ticks of 1/|C| µs; C
+-- (Vals[gcraPerMicro]) the units per µs it was written under, negated when
+-- the key was in debt at T (a reservation took the TAT beyond the
+-- tolerance); E (Expires) the TAT rounded up. Arithmetic is in ticks: a
 -- token is u ticks, the tolerance burst × u.
 
 local tolerance = burst * u

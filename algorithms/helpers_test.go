@@ -134,19 +134,19 @@ func clone(s core.State) core.State {
 
 // sameState reports whether a and b hold the same numbers and log entries.
 func sameState(a, b core.State) bool {
-	return a.T == b.T && a.A == b.A && a.B == b.B && a.C == b.C && a.E == b.E && slices.Equal(a.Log, b.Log)
+	return a.Last == b.Last && a.Vals == b.Vals && a.Expires == b.Expires && slices.Equal(a.Log, b.Log)
 }
 
-// relState formats s for failure messages, with T relative to t0 in
-// microseconds unless it is zero.
+// relState formats s for failure messages, with Last and Expires relative
+// to t0 in microseconds unless zero.
 func relState(s core.State) string {
 	t := "0"
-	if s.T != 0 {
-		t = fmt.Sprintf("t0%+d", s.T-t0)
+	if s.Last != 0 {
+		t = fmt.Sprintf("t0%+d", s.Last-t0)
 	}
 	e := "0"
-	if s.E != 0 {
-		e = fmt.Sprintf("t0%+d", s.E-t0)
+	if s.Expires != 0 {
+		e = fmt.Sprintf("t0%+d", s.Expires-t0)
 	}
-	return fmt.Sprintf("{T:%s A:%d B:%d C:%d E:%s Log:%v}", t, s.A, s.B, s.C, e, s.Log)
+	return fmt.Sprintf("{Last:%s Vals:%v Expires:%s Log:%v}", t, s.Vals, e, s.Log)
 }

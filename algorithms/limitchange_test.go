@@ -118,7 +118,7 @@ func TestGCRALimitChange(t *testing.T) {
 		runSteps(t, algorithms.GCRA, three, &s, []step{
 			{at: 0, cost: 1, allowed: true, remaining: 2, reset: 333334 * time.Microsecond},
 		})
-		if want := (core.State{T: t0, A: t0 + 333333, B: 1, C: 3, E: t0 + 333334}); !sameState(s, want) {
+		if want := (core.State{Last: t0, Vals: [3]int64{t0 + 333333, 1, 3}, Expires: t0 + 333334}); !sameState(s, want) {
 			t.Fatalf("after AllowN(t0, 1) under %v: state %s, want %s", three, relState(s), relState(want))
 		}
 		// TAT t0+333333⅓µs is rounded up to t0+333334µs, then moved on by
@@ -126,7 +126,7 @@ func TestGCRALimitChange(t *testing.T) {
 		runSteps(t, algorithms.GCRA, seven, &s, []step{
 			{at: 0, cost: 1, allowed: true, remaining: 0, reset: 476192 * time.Microsecond},
 		})
-		if want := (core.State{T: t0, A: t0 + 476191, B: 1, C: 7, E: t0 + 476192}); !sameState(s, want) {
+		if want := (core.State{Last: t0, Vals: [3]int64{t0 + 476191, 1, 7}, Expires: t0 + 476192}); !sameState(s, want) {
 			t.Errorf("after AllowN(t0, 1) under %v: state %s, want %s (TAT t0+333334µs + 142857⅐µs)", seven, relState(s), relState(want))
 		}
 	})

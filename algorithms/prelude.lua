@@ -7,9 +7,10 @@
 -- ENTRIES  whether the algorithm's states hold entries after the five
 --          numbers (the sliding window log's and concurrency's do).
 -- KEY      the key's state (KEYS[1] in a script of one decision): five
---          little-endian doubles T, A, B, C, E (core.State's fields),
---          then, for the sliding window log and the concurrency
---          algorithm, their entries as pairs of doubles.
+--          little-endian doubles T, A, B, C, E (core.State's Last,
+--          Vals[0], Vals[1], Vals[2] and Expires), then, for the sliding
+--          window log and the concurrency algorithm, their entries as
+--          pairs of doubles.
 -- ARG, AT  the request: the ten doubles of ARG from its byte AT (ARGV[1]
 --          and 1 in a script of one decision; MultiScript reads each of
 --          its requests where it lies in its ARGV[1], making no string of

@@ -120,8 +120,8 @@ func TestGCRADebtLimitChange(t *testing.T) {
 		{at: 0, cost: 3, allowed: true, remaining: 0, reset: 300 * ms},
 		{at: 0, cost: 2, wait: time.Second, allowed: true, level: -2, reset: 500 * ms, delay: 200 * ms}, // TAT t0+500ms
 	})
-	if s.C >= 0 {
-		t.Fatalf("state %s after a reservation into debt: want C negative", relState(s))
+	if s.Vals[algorithms.GCRAPerMicro] >= 0 {
+		t.Fatalf("state %s after a reservation into debt: want its perMicro negative", relState(s))
 	}
 	runReserveSteps(t, algorithms.GCRA, ten, &s, []reserveStep{
 		// At 5 req/s with a burst of 1 the whole 500ms is kept: the key
@@ -132,8 +132,8 @@ func TestGCRADebtLimitChange(t *testing.T) {
 		{at: 400 * ms, cost: 1, retry: 100 * ms, reset: 300 * ms},
 		{at: 500 * ms, cost: 1, allowed: true, remaining: 0, reset: 300 * ms},
 	})
-	if s.C <= 0 {
-		t.Fatalf("state %s out of debt: want C positive", relState(s))
+	if s.Vals[algorithms.GCRAPerMicro] <= 0 {
+		t.Fatalf("state %s out of debt: want its perMicro positive", relState(s))
 	}
 	// Out of debt, the cap applies again (TestGCRALimitChange).
 	var c core.State

@@ -43,7 +43,7 @@ import (
 //     ten integers.
 //
 // A script that writes sets a TTL on the key no longer than the time the
-// state matters (its E, see [core.State]) plus a margin.
+// state matters (its Expires, see [core.State]) plus a margin.
 //
 // One packed argument rather than ten decimal ones saves the server ten
 // number conversions and the client ten allocations per decision.

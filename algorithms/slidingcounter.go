@@ -19,9 +19,10 @@ import (
 // Rate × Period (µs) must stay within [core.MaxUnits]. Denied requests are
 // not counted.
 //
-// State: T the last charge (µs); A the start of the current window (µs);
-// B its count; C the previous window's count; E the end of the window after
-// the current one, when the count stops weighing.
+// State: Last the last charge (µs); Vals[swcStart] the start of the
+// current window (µs); Vals[swcCount] its count; Vals[swcPrev] the previous
+// window's count; Expires the end of the window after the current one, when
+// the count stops weighing.
 //
 // When the limit changes, counts are kept against the new rate, capped at
 // it; a new period whose windows start elsewhere starts counting afresh.
@@ -31,6 +32,13 @@ import (
 // previous window, that one's, while it still weighs. A charge refunded
 // before the key is charged in a later window is therefore undone exactly.
 type slidingWindowCounter struct{}
+
+// The sliding window counter's numbers in [core.State.Vals].
+const (
+	swcStart = 0
+	swcCount = 1
+	swcPrev  = 2
+)
 
 func (*slidingWindowCounter) Name() string { return "sliding-window-counter" }
 
@@ -46,15 +54,15 @@ func (*slidingWindowCounter) Horizon(l core.Limit) time.Duration { return 2 * l.
 func (*slidingWindowCounter) Transition(s *core.State, st core.Step) core.Decision {
 	cost := st.Cost
 	rate, period := st.Limit.Rate(), st.Limit.PeriodMicros()
-	now := max(st.Now, s.T)
+	now := max(st.Now, s.Last)
 	start := windowStart(now, period)
 	var cur, prev int64
-	if now < s.E {
-		switch s.A {
+	if now < s.Expires {
+		switch s.Vals[swcStart] {
 		case start:
-			cur, prev = s.B, s.C
+			cur, prev = s.Vals[swcCount], s.Vals[swcPrev]
 		case start - period:
-			prev = s.B
+			prev = s.Vals[swcCount]
 		}
 	}
 	// Counts beyond a lowered rate deny alike; capping them keeps the
@@ -80,28 +88,28 @@ func (*slidingWindowCounter) Transition(s *core.State, st core.Step) core.Decisi
 		case cost == 0:
 		case cur > 0:
 			cur = max(cur-cost, 0)
-			s.T, s.A, s.B, s.C, s.E = now, start, cur, prev, start+2*period
-		case prev > 0 && s.A == start-period:
+			s.Last, s.Vals[swcStart], s.Vals[swcCount], s.Vals[swcPrev], s.Expires = now, start, cur, prev, start+2*period
+		case prev > 0 && s.Vals[swcStart] == start-period:
 			// The last charge was in the previous window, which still
 			// weighs until this one ends.
 			prev = max(prev-cost, 0)
-			s.T, s.A, s.B, s.C, s.E = now, start, 0, prev, start+period
+			s.Last, s.Vals[swcStart], s.Vals[swcCount], s.Vals[swcPrev], s.Expires = now, start, 0, prev, start+period
 		}
 		return core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), Level: level(cur), ResetAfter: resetAfter(cur)}
 	}
 	if cost > rate {
-		return forget(unsatisfiable(rate, remaining(cur), level(cur), resetAfter(cur)), now, s.E)
+		return forget(unsatisfiable(rate, remaining(cur), level(cur), resetAfter(cur)), now, s.Expires)
 	}
 	if room := rate - cur - cost; cost > 0 && (room < 0 || prev*left > room*period) {
-		return forget(core.Decision{Limit: rate, Remaining: remaining(cur), Level: level(cur), RetryAfter: micros(retry(elapsed, period, rate, cur, prev, cost)), ResetAfter: resetAfter(cur)}, now, s.E)
+		return forget(core.Decision{Limit: rate, Remaining: remaining(cur), Level: level(cur), RetryAfter: micros(retry(elapsed, period, rate, cur, prev, cost)), ResetAfter: resetAfter(cur)}, now, s.Expires)
 	}
 	cur += cost
 	d := core.Decision{Allowed: true, Limit: rate, Remaining: remaining(cur), Level: level(cur), ResetAfter: resetAfter(cur)}
 	switch {
 	case cost == 0:
-		return forget(d, now, s.E)
+		return forget(d, now, s.Expires)
 	case st.Op == core.OpCharge:
-		s.T, s.A, s.B, s.C, s.E = now, start, cur, prev, start+2*period
+		s.Last, s.Vals[swcStart], s.Vals[swcCount], s.Vals[swcPrev], s.Expires = now, start, cur, prev, start+2*period
 	}
 	return d
 }

@@ -2,8 +2,9 @@
 -- prelude.lua (which gives the calling convention: KEY the state, ARG the
 -- packed request) and conclude.lua (which makes the reply and the write).
 --
--- State: T the last charge (µs); A the start of the current window; B its
--- count; C the previous window's count; E the end of the window after the
+-- State: T (Last) the last charge (µs); A (Vals[swcStart]) the start of
+-- the current window; B (Vals[swcCount]) its count; C (Vals[swcPrev]) the
+-- previous window's count; E (Expires) the end of the window after the
 -- current one. Rate × period (µs) is within 2^52, so every product below
 -- is exact.
 

@@ -23,20 +23,26 @@ const maxIdleLog = 16
 // window of one Period, at the price of memory proportional to the rate.
 // Denied requests are not logged.
 //
-// State: T the last charge (µs); A the total cost of Log[B:]; B the index
-// of the first entry not yet dropped; E when the newest entry leaves the
-// window; Log the charges in time order, one entry per instant. Entries
-// that fall out of the window are dropped when the next charge is
-// admitted, and the slice is compacted once half of it is dead, so each
-// charge costs amortized constant time; a log whose entries have all left
-// gives up a large array.
+// State: Last the last charge (µs); Vals[logCost] the total cost of
+// Log[Vals[logFirst]:]; Vals[logFirst] the index of the first entry not yet
+// dropped; Expires when the newest entry leaves the window; Log the charges
+// in time order, one entry per instant. Entries that fall out of the window
+// are dropped when the next charge is admitted, and the slice is compacted
+// once half of it is dead, so each charge costs amortized constant time; a
+// log whose entries have all left gives up a large array.
 //
-// When the limit changes, the logged charges are judged against the new
-// rate and period until E; from E on the key is forgotten.
+// When the limit changes, the logged charges are judged against the new rate
+// and period until Expires; from Expires on the key is forgotten.
 //
 // A refund takes its cost off the newest entries still in the window,
 // newest first, so a refund of the key's last charge undoes it exactly.
 type slidingWindowLog struct{}
+
+// The sliding window log's numbers in [core.State.Vals].
+const (
+	logCost  = 0
+	logFirst = 1
+)
 
 func (*slidingWindowLog) Name() string { return "sliding-window-log" }
 
@@ -52,9 +58,9 @@ func (*slidingWindowLog) Horizon(l core.Limit) time.Duration { return l.Period()
 func (*slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
 	cost := st.Cost
 	rate, period := st.Limit.Rate(), st.Limit.PeriodMicros()
-	first, live := s.B, s.A
-	now := max(st.Now, s.T)
-	if now >= s.E {
+	first, live := s.Vals[logFirst], s.Vals[logCost]
+	now := max(st.Now, s.Last)
+	if now >= s.Expires {
 		first, live = int64(len(s.Log)), 0 // forgotten
 	}
 	// Skip the entries that have left the window (now − period, now].
@@ -83,15 +89,15 @@ func (*slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
 				n--
 			}
 			s.Log = s.Log[:n]
-			s.T, s.A, s.B, s.E = now, live, first, now
+			s.Last, s.Vals[logCost], s.Vals[logFirst], s.Expires = now, live, first, now
 			if live > 0 {
-				s.E = s.Log[n-1].At + period
+				s.Expires = s.Log[n-1].At + period
 			}
 		}
 		return core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), Level: whole(rate - live), ResetAfter: resetAfter(live)}
 	}
 	if cost > rate {
-		return forget(unsatisfiable(rate, max(rate-live, 0), whole(rate-live), resetAfter(live)), now, s.E)
+		return forget(unsatisfiable(rate, max(rate-live, 0), whole(rate-live), resetAfter(live)), now, s.Expires)
 	}
 	if cost > 0 && live+cost > rate {
 		// The request passes once enough of the oldest charges leave.
@@ -105,10 +111,10 @@ func (*slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
 			Level:      whole(rate - live),
 			RetryAfter: micros(s.Log[i-1].At + period - now),
 			ResetAfter: resetAfter(live),
-		}, now, s.E)
+		}, now, s.Expires)
 	}
 	if cost == 0 {
-		return forget(core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), Level: whole(rate - live), ResetAfter: resetAfter(live)}, now, s.E)
+		return forget(core.Decision{Allowed: true, Limit: rate, Remaining: max(rate-live, 0), Level: whole(rate - live), ResetAfter: resetAfter(live)}, now, s.Expires)
 	}
 	if st.Op == core.OpPeek {
 		// The charge would be the newest entry, leaving a period from now.
@@ -130,6 +136,6 @@ func (*slidingWindowLog) Transition(s *core.State, st core.Step) core.Decision {
 		log = append(log, core.LogEntry{At: now, Cost: cost})
 	}
 	live += cost
-	s.T, s.A, s.B, s.E, s.Log = now, live, first, now+period, log
+	s.Last, s.Vals[logCost], s.Vals[logFirst], s.Expires, s.Log = now, live, first, now+period, log
 	return core.Decision{Allowed: true, Limit: rate, Remaining: rate - live, Level: whole(rate - live), ResetAfter: resetAfter(live)}
 }

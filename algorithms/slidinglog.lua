@@ -2,12 +2,13 @@
 -- (which gives the calling convention: KEY the state, ARG the packed
 -- request) and conclude.lua (which makes the reply and the write).
 --
--- State: T the last charge (µs); A the total cost of the entries; E when
--- the newest entry leaves the window; then the entries, oldest first, as
--- pairs of doubles (at, cost), 16 bytes each. Entries that have left the
--- window are dropped whenever the state is written, so the value holds at
--- most rate entries and a decision reads only those it needs: the ones
--- that have left the window, and for a denial the ones that must leave.
+-- State: T (Last) the last charge (µs); A (Vals[logCost]) the total cost
+-- of the entries; E (Expires) when the newest entry leaves the window;
+-- then the entries, oldest first, as pairs of doubles (at, cost), 16 bytes
+-- each. Entries that have left the window are dropped whenever the state
+-- is written, so the value holds at most rate entries and a decision reads
+-- only those it needs: the ones that have left the window, and for a
+-- denial the ones that must leave.
 
 local HEAD = 40 -- bytes of T, A, B, C, E
 local n = 0

@@ -230,7 +230,7 @@ func TestBackwardsClock(t *testing.T) {
 	}
 }
 
-// TestBackwardsClockSteps spells out what deciding at max(T, now) means for
+// TestBackwardsClockSteps spells out what deciding at max(Last, now) means for
 // each algorithm: no refill from the past, and no earlier window.
 func TestBackwardsClockSteps(t *testing.T) {
 	t.Parallel()
@@ -291,8 +291,8 @@ func TestBackwardsClockSteps(t *testing.T) {
 			apply(algorithms.SlidingWindowLog, &s, t0+at, core.Request{Algorithm: algorithms.SlidingWindowLog, Limit: lim, Cost: 2})
 		}
 		want := []core.LogEntry{{At: t0 + 5_000_000, Cost: 6}}
-		if len(s.Log[s.B:]) != 1 || s.Log[s.B] != want[0] || s.T != t0+5_000_000 {
-			t.Errorf("after charges at t0+5s, t0+4s, t0+5s−1µs: T = %s, live log = %v, want T = t0+5s, log %v", offset(time.Duration(s.T-t0)*time.Microsecond), s.Log[s.B:], want)
+		if len(s.Log[s.Vals[algorithms.LogFirst]:]) != 1 || s.Log[s.Vals[algorithms.LogFirst]] != want[0] || s.Last != t0+5_000_000 {
+			t.Errorf("after charges at t0+5s, t0+4s, t0+5s−1µs: Last = %s, live log = %v, want Last = t0+5s, log %v", offset(time.Duration(s.Last-t0)*time.Microsecond), s.Log[s.Vals[algorithms.LogFirst]:], want)
 		}
 	})
 }

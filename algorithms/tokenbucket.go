@@ -14,13 +14,14 @@ import (
 // units and perMicro units accrue each microsecond, so refilling is exact
 // integer arithmetic, in Go and in Lua alike.
 //
-// State: T the last charge (µs); A the level in units at T; B the units per
-// token the level was written under; E when the bucket will be full again.
+// State: Last the last charge (µs); Vals[tbLevel] the level in units at
+// Last; Vals[tbPerToken] the units per token the level was written under;
+// Expires when the bucket will be full again.
 //
-// When the limit changes before E, the bucket keeps its tokens, capped at
-// the new burst; if the change alters the units a token is made of, a
-// fraction of a token earned under the old limit is dropped. From E on the
-// key is forgotten and starts full under whatever limit it is asked.
+// When the limit changes before Expires, the bucket keeps its tokens, capped
+// at the new burst; if the change alters the units a token is made of, a
+// fraction of a token earned under the old limit is dropped. From Expires on
+// the key is forgotten and starts full under whatever limit it is asked.
 //
 // A reservation ([core.Request.MaxWait]) may take the level below zero,
 // by at most [core.Step.Debt]: the tokens it took are owed, later
@@ -29,6 +30,12 @@ import (
 // never above the burst: exactly the level the bucket would have had
 // without the refunded charge.
 type tokenBucket struct{}
+
+// The token bucket's numbers in [core.State.Vals].
+const (
+	tbLevel    = 0
+	tbPerToken = 1
+)
 
 func (*tokenBucket) Name() string { return "token-bucket" }
 
@@ -52,13 +59,13 @@ func (*tokenBucket) Transition(s *core.State, st core.Step) core.Decision {
 	// here within 2^53.
 	floor := capacity - core.MaxUnits
 	level := capacity
-	now := max(st.Now, s.T)
-	if now < s.E {
-		level = s.A
-		if s.B != u && s.B > 0 {
-			level = min(max(floorDiv(s.A, s.B), floor/u), burst) * u
+	now := max(st.Now, s.Last)
+	if now < s.Expires {
+		level = s.Vals[tbLevel]
+		if s.Vals[tbPerToken] != u && s.Vals[tbPerToken] > 0 {
+			level = min(max(floorDiv(s.Vals[tbLevel], s.Vals[tbPerToken]), floor/u), burst) * u
 		}
-		level = refill(max(level, floor), capacity, now-s.T, r)
+		level = refill(max(level, floor), capacity, now-s.Last, r)
 	}
 	// The decision is built once, at the end, from these: a Decision has
 	// too many fields to live in registers, and each copy of one through
@@ -73,7 +80,7 @@ func (*tokenBucket) Transition(s *core.State, st core.Step) core.Decision {
 			} else {
 				level += cost * u
 			}
-			s.T, s.A, s.B, s.E = now, level, u, now+core.CeilDiv(capacity-level, r)
+			s.Last, s.Vals[tbLevel], s.Vals[tbPerToken], s.Expires = now, level, u, now+core.CeilDiv(capacity-level, r)
 		}
 		allowed = true
 	case cost > burst:
@@ -87,13 +94,13 @@ func (*tokenBucket) Transition(s *core.State, st core.Step) core.Decision {
 		level -= cost * u
 		delay = core.CeilDiv(-level, r)
 		if st.Op == core.OpCharge {
-			s.T, s.A, s.B, s.E = now, level, u, now+core.CeilDiv(capacity-level, r)
+			s.Last, s.Vals[tbLevel], s.Vals[tbPerToken], s.Expires = now, level, u, now+core.CeilDiv(capacity-level, r)
 		}
 	}
 	reset := core.CeilDiv(capacity-level, r)
 	if (!allowed || cost == 0) && st.Op != core.OpRefund {
 		// Nothing was written: cap the waits at the state's end (forget).
-		if left := s.E - now; left > 0 {
+		if left := s.Expires - now; left > 0 {
 			reset = min(reset, left)
 			if retry > 0 {
 				retry = min(retry, left)

@@ -2,9 +2,10 @@
 -- (which gives the calling convention: KEY the state, ARG the packed
 -- request) and conclude.lua (which makes the reply and the write).
 --
--- State: T the last charge (µs); A the level in units at T, below zero
--- while reservations are owed (never below -2^52); B the units per token
--- the level was written under; E when the bucket is full again.
+-- State: T (Last) the last charge (µs); A (Vals[tbLevel]) the level in
+-- units at T, below zero while reservations are owed (never below -2^52);
+-- B (Vals[tbPerToken]) the units per token the level was written under; E
+-- (Expires) when the bucket is full again.
 
 local capacity = burst * u
 -- A key owes at most 2^52 - capacity, also when the limit changed since it

@@ -391,7 +391,7 @@ func (o Op) String() string {
 // [Request.Step] makes one.
 type Step struct {
 	// Now is the instant to decide at, in µs since the Unix epoch.
-	// Algorithms decide at max(Now, State.T).
+	// Algorithms decide at max(Now, State.Last).
 	Now int64
 	// Cost is the request's cost, 0 to [MaxUnits].
 	Cost int64
@@ -433,33 +433,36 @@ func ValidateKey(key string) error {
 // the same order, in one Redis key. The zero State is a key that has
 // never been charged.
 //
-// T and E mean the same for every algorithm; A, B and C are the
-// algorithm's own numbers, short because the Lua twins and the Go
-// transitions use the same names, and each algorithm documents them:
+// Last and Expires mean the same for every algorithm; Vals are the
+// algorithm's own numbers, and each algorithm names their indexes and
+// documents them:
 //
-//	algorithm               A                      B                        C
-//	token bucket            level in units at T    units per token of A     -
-//	GCRA                    TAT, whole µs          TAT's fraction in ticks  perMicro of B
+//	algorithm               Vals[0]                Vals[1]                  Vals[2]
+//	token bucket            level in units at Last units per token of it    -
+//	GCRA                    TAT, whole µs          TAT's fraction in ticks  perMicro of the ticks
 //	fixed window            window start (µs)      count in it              -
 //	sliding window counter  window start (µs)      count in it              previous window's count
-//	sliding window log      cost in Log[B:]        first live entry         -
+//	sliding window log      cost in Log[Vals[1]:]  first live entry         -
 //	concurrency             slots held             -                        -
 //
 // The sliding window log keeps its charges in Log, and the concurrency
-// algorithm its slots, as (expiry, lease).
+// algorithm its slots, as (expiry, lease). Stores keep the numbers in the
+// order Last, Vals[0], Vals[1], Vals[2], Expires.
 type State struct {
-	// T is the instant, in microseconds since the Unix epoch, of the last
-	// charge. Algorithms decide at max(T, now), so a state's clock never
-	// runs backwards even when callers' clocks disagree.
-	T int64
-	// A, B and C are the algorithm's numbers.
-	A, B, C int64
-	// E is the instant, in µs since the Unix epoch, from which the state
-	// is forgotten: when the last charge will have fully recovered under
-	// the limit it was made under. From E on, every algorithm decides as
-	// for the zero State, whatever the limit, so a store that drops a
-	// state at E or later decides exactly as one that keeps it forever.
-	E int64
+	// Last is the instant, in microseconds since the Unix epoch, of the
+	// last charge. Algorithms decide at max(Last, now), so a state's clock
+	// never runs backwards even when callers' clocks disagree.
+	Last int64
+	// Vals are the algorithm's numbers, read through the names the
+	// algorithm gives their indexes.
+	Vals [3]int64
+	// Expires is the instant, in µs since the Unix epoch, from which the
+	// state is forgotten: when the last charge will have fully recovered
+	// under the limit it was made under. From Expires on, every algorithm
+	// decides as for the zero State, whatever the limit, so a store that
+	// drops a state at Expires or later decides exactly as one that keeps
+	// it forever.
+	Expires int64
 	// Log holds the sliding window log's charges and the concurrency
 	// algorithm's slots; nil for the others.
 	Log []LogEntry
@@ -484,9 +487,9 @@ type Algorithm interface {
 	// passed [Limit.Validate] and are not [Inf].
 	Validate(Limit) error
 	// Horizon is the longest a state written under l can matter: a
-	// state's E is never further than this after its last charge. A store
-	// that cannot read E (one whose clock is not the requests') may
-	// forget a state this long after its last charge.
+	// state's Expires is never further than this after its last charge.
+	// A store that cannot read Expires (one whose clock is not the
+	// requests') may forget a state this long after its last charge.
 	Horizon(l Limit) time.Duration
 	// Transition decides step st with the key's state s. It changes s
 	// only when it admits a charge of positive cost, or refunds one. Its

@@ -10,7 +10,7 @@ import (
 // or without one at clock, the store's clock in µs since the Unix epoch.
 // It runs the request's step ([Request.Step]) through its algorithm's
 // transition and adds to the decision what every store adds: its instant
-// (At: the later of that instant and the key's last charge, s.T) and, for
+// (At: the later of that instant and the key's last charge, s.Last) and, for
 // a partial admission ([OpAtMost]), the step of cost 0 that finds the
 // largest cost the key admits, then the charge of that cost (Admitted).
 // Under [Inf] it leaves s alone, which may then be nil, and returns
@@ -36,7 +36,7 @@ func Run(s *State, req *Request, clock int64) Decision {
 		}
 		return d
 	}
-	at := max(now, s.T)
+	at := max(now, s.Last)
 	if req.Op != OpAtMost {
 		d := req.Algorithm.Transition(s, req.Step(now))
 		d.At = micros(at)

@@ -473,7 +473,7 @@ func (s *Store) decideCall(c *call, b *Batch, at int64) {
 		switch st := encodeState(&states[i]); {
 		case all && !bytes.Equal(st, orFresh(old)) && (old != nil || r.Op != core.OpRefund):
 			b.New[p] = st
-			b.Exp[p] = states[i].E
+			b.Exp[p] = states[i].Expires
 			if !r.Now.IsZero() {
 				b.Exp[p] = at + min(r.Algorithm.Horizon(r.Limit).Microseconds(), core.MaxUnits)
 			}

@@ -19,11 +19,11 @@ func encodeKey(key, alg string) []byte {
 // stateWords is the number of 8-byte numbers of a state before its log.
 const stateWords = 5
 
-// encodeState packs st as big-endian int64s: T, A, B, C, E, then each log
-// entry's At and Cost.
+// encodeState packs st as big-endian int64s: Last, Vals[0], Vals[1],
+// Vals[2], Expires, then each log entry's At and Cost.
 func encodeState(st *core.State) []byte {
 	b := make([]byte, 0, 8*(stateWords+2*len(st.Log)))
-	for _, v := range [stateWords]int64{st.T, st.A, st.B, st.C, st.E} {
+	for _, v := range [stateWords]int64{st.Last, st.Vals[0], st.Vals[1], st.Vals[2], st.Expires} {
 		b = binary.BigEndian.AppendUint64(b, uint64(v))
 	}
 	for _, e := range st.Log {
@@ -45,14 +45,14 @@ func decodeState(b []byte) (core.State, bool) {
 		return core.State{}, false
 	}
 	word := func(i int) int64 { return int64(binary.BigEndian.Uint64(b[8*i:])) }
-	st.T, st.A, st.B, st.C, st.E = word(0), word(1), word(2), word(3), word(4)
+	st.Last, st.Vals[0], st.Vals[1], st.Vals[2], st.Expires = word(0), word(1), word(2), word(3), word(4)
 	if n := (len(b) - 8*stateWords) / 16; n > 0 {
 		st.Log = make([]core.LogEntry, n)
 		for i := range st.Log {
 			st.Log[i] = core.LogEntry{At: word(stateWords + 2*i), Cost: word(stateWords + 2*i + 1)}
 		}
 	}
-	if st.T < 0 || st.E < 0 {
+	if st.Last < 0 || st.Expires < 0 {
 		return core.State{}, false
 	}
 	return st, true

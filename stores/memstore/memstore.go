@@ -257,7 +257,7 @@ func (s *Store) decide(req *core.Request, at, clock int64, d *core.Decision) err
 	if req.Op == core.OpAtMost {
 		*d = core.Run(st, req, at)
 	} else {
-		last := st.T
+		last := st.Last
 		*d = req.Algorithm.Transition(st, step)
 		d.At = time.UnixMicro(max(at, last)).UTC()
 	}
@@ -292,12 +292,12 @@ func (s *Store) now() int64 {
 }
 
 // expiry returns the instant, in ns of the store's clock, from which the
-// store may drop a state just charged by a request at an explicit
-// instant. (On the store's own clock that is the state's E, from which
-// every algorithm forgets it anyway: see [entry.expires].) Such a request
-// lives on another timeline, where the store's clock says nothing of the
-// state's age, so its state is kept for the algorithm's whole horizon
-// after the store's now. Zero for a request on the store's clock.
+// store may drop a state just charged by a request at an explicit instant.
+// (On the store's own clock that is the state's Expires, from which every
+// algorithm forgets it anyway: see [entry.expires].) Such a request lives
+// on another timeline, where the store's clock says nothing of the state's
+// age, so its state is kept for the algorithm's whole horizon after the
+// store's now. Zero for a request on the store's clock.
 func expiry(req *core.Request, clock int64) int64 {
 	if req.Now.IsZero() {
 		return 0

@@ -298,9 +298,9 @@ func TestSmallStoreKeepsItsBound(t *testing.T) {
 // call, with limits that change and a clock that jumps ahead, and wants
 // every decision to equal the algorithm's on a state kept forever: the
 // store forgets only what the algorithm would. (A clock that steps back
-// past a state's E after the store dropped the state finds the key fresh,
-// where a kept state would be live again; the default clock never steps
-// back.)
+// past a state's Expires after the store dropped the state finds the key
+// fresh, where a kept state would be live again; the default clock never
+// steps back.)
 func TestForgettingIsExactUnderChanges(t *testing.T) {
 	limits := []core.Limit{
 		core.PerSecond(1).WithBurst(5), core.PerSecond(1).WithBurst(100), core.PerSecond(10),

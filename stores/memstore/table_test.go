@@ -33,7 +33,7 @@ func TestTableMatchesMap(t *testing.T) {
 				return hashOf(string(b[:b[15]]))
 			}
 			var tab table
-			want := map[string]int64{} // each key's A, unique
+			want := map[string]int64{} // each key's Vals[0], unique
 			keys := make([]string, 200)
 			for i := range keys {
 				keys[i] = fmt.Sprint("k", i)
@@ -47,7 +47,7 @@ func TestTableMatchesMap(t *testing.T) {
 					if want[key] == 0 {
 						e := tab.add(h, rehash)
 						e.setKey(w, key)
-						e.a = next
+						e.vals[0] = next
 						want[key] = next
 						next++
 					}
@@ -75,8 +75,8 @@ func TestTableMatchesMap(t *testing.T) {
 					switch {
 					case e == nil && want[k] != 0:
 						t.Fatalf("step %d: %s is not found", step, k)
-					case e != nil && e.a != want[k]:
-						t.Fatalf("step %d: %s is found with state %d, want %d", step, k, e.a, want[k])
+					case e != nil && e.vals[0] != want[k]:
+						t.Fatalf("step %d: %s is found with state %d, want %d", step, k, e.vals[0], want[k])
 					}
 				}
 				if len(tab.slots) > 0 && 4*tab.n > 3*len(tab.slots) {
@@ -105,9 +105,9 @@ func TestSweepVisitsMovedEntries(t *testing.T) {
 		key := fmt.Sprint("k", i)
 		e := tab.add(0, s.rehash)
 		e.setKey(wordsOf(key, 0), key)
-		e.e = (now + 1e12) / 1e3
+		e.expiresMicros = (now + 1e12) / 1e3
 		if i%2 == 0 {
-			e.e = 1
+			e.expiresMicros = 1
 		}
 		sh.keys++
 	}

@@ -144,14 +144,14 @@ func (r *reference) apply(ctx context.Context, req core.Request) (core.Decision,
 	var st core.State
 	var clock int64
 	err = tx.QueryRow(ctx, "SELECT t, a, b, c, e, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM "+r.table+" WHERE k = $1 FOR UPDATE", req.Key).
-		Scan(&st.T, &st.A, &st.B, &st.C, &st.E, &clock)
+		Scan(&st.Last, &st.Vals[0], &st.Vals[1], &st.Vals[2], &st.Expires, &clock)
 	if err != nil {
 		return core.Decision{}, err
 	}
 	trips := uint64(3) // BEGIN, SELECT, COMMIT
 	d := core.Run(&st, &req, clock)
 	if d.Allowed {
-		if _, err := tx.Exec(ctx, "UPDATE "+r.table+" SET t = $2, a = $3, b = $4, c = $5, e = $6 WHERE k = $1", req.Key, st.T, st.A, st.B, st.C, st.E); err != nil {
+		if _, err := tx.Exec(ctx, "UPDATE "+r.table+" SET t = $2, a = $3, b = $4, c = $5, e = $6 WHERE k = $1", req.Key, st.Last, st.Vals[0], st.Vals[1], st.Vals[2], st.Expires); err != nil {
 			return core.Decision{}, err
 		}
 		trips++

@@ -121,9 +121,9 @@ func inspect(ctx context.Context, client redis.UniversalClient, prefix, key stri
 			f[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64(value[8*i:])))
 		}
 		at := func(us int64) string { return time.UnixMicro(us).UTC().Format(time.RFC3339Nano) }
-		fmt.Fprintf(tw, "last change\t%s (T)\n", at(f[0]))
-		fmt.Fprintf(tw, "forgotten from\t%s (E), in %v\n", at(f[4]), time.Duration(f[4]-now.UnixMicro())*time.Microsecond)
-		fmt.Fprintf(tw, "fields\tA=%d B=%d C=%d\n", f[1], f[2], f[3])
+		fmt.Fprintf(tw, "last change\t%s (Last)\n", at(f[0]))
+		fmt.Fprintf(tw, "forgotten from\t%s (Expires), in %v\n", at(f[4]), time.Duration(f[4]-now.UnixMicro())*time.Microsecond)
+		fmt.Fprintf(tw, "fields\tVals=%v\n", f[1:4])
 		if n := (len(value) - 40) / 16; n > 0 {
 			fmt.Fprintf(tw, "entries\t%d\n", n)
 		}

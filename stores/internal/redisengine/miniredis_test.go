@@ -27,7 +27,7 @@ import (
 // scripts from then on (algorithms.Script.Portable). miniredis's TIME is
 // the real clock unless SetTime fixes it, and the suite's tests on the
 // store's clock need it to move; its keys expire only on FastForward,
-// which no decision needs (a state past its E reads as a missing key).
+// which no decision needs (a state past its Expires reads as a missing key).
 func TestConformanceMiniredis(t *testing.T) {
 	forEach(t, func(t *testing.T, c client) {
 		// A server per store: miniredis runs one command at a time,
