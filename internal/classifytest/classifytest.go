@@ -207,9 +207,13 @@ func rows(ca, otherCA *redistest.CA) []row {
 		{
 			name: "LOADING",
 			// Redis loads slowly (key-load-delay, in µs a key) and answers
-			// clients while it does (each KB of the file).
+			// clients while it does (each KB of the file, about 70 keys). Few
+			// keys, each long: every key's delay is a sleep, and on a
+			// loaded machine each wake-up waits for a core, so 5000 keys
+			// of 200 µs took more than the 10 s a restart may take; 1000 of
+			// 1 ms leave room.
 			server: []redistest.Option{redistest.WithArgs(
-				"--key-load-delay", "200", "--loading-process-events-interval-bytes", "1024")},
+				"--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024")},
 			setup:   loading,
 			failure: true, types: []string{"LOADING"}, says: "LOADING",
 		},
@@ -404,19 +408,23 @@ func CheckBreaker(t *testing.T, remote core.Store, req core.Request) {
 	}
 	st, c := b.Stats(), b.Counts()
 	t.Logf("breaker after %d calls: %+v, counts %+v, %v", 2*n, st, c, b.State())
-	if st.Calls == 0 || st.Failures != st.Calls || st.Failures+st.Rejected != 2*n {
-		t.Errorf("breaker stats %+v after %d calls: want every call made counted as a failure, the others rejected", st, 2*n)
+	// A call whose deadline the process's stalls stretched past the
+	// stall bound is excused, not counted; and a window (a second) that
+	// passes during the calls forgets the failures before it.
+	if st.Calls == 0 || st.Failures+st.Excused != st.Calls || st.Failures+st.Excused+st.Rejected != 2*n {
+		t.Errorf("breaker stats %+v after %d calls: want every call made counted as a failure (or excused), the others rejected", st, 2*n)
 	}
-	if b.State() == policy.Closed && (c.Failures != uint32(st.Failures) || c.Successes != 0) {
-		t.Errorf("closed circuit's counts %+v: want the %d failures and no success", c, st.Failures)
+	if b.State() == policy.Closed && (c.Failures == 0 || c.Failures > uint32(st.Failures) || c.Successes != 0) {
+		t.Errorf("closed circuit's counts %+v: want failures, at most the %d, and no success", c, st.Failures)
 	}
 	// The circuit does not trip within a tenth of its window (a second)
 	// after NewBreaker, on the breaker's clock, which leaves out the
 	// time the process did not run (a loaded machine's stalls); past it,
 	// the next failure opens it, if the calls above, slow ones, have not
-	// already. Calls every 10 ms from 150 ms on, for up to 2 s, find it.
+	// already. Calls every 10 ms from 150 ms on, for up to 10 s (a
+	// loaded machine stalls), find it.
 	time.Sleep(time.Until(start.Add(150 * time.Millisecond)))
-	for b.State() != policy.Open && time.Since(start) < 2*time.Second {
+	for b.State() != policy.Open && time.Since(start) < 10*time.Second {
 		if d, err := b.Apply(ctx, req); err != nil || d.Source != core.SourceFailOpen {
 			t.Errorf("call after the settling time: %+v, %v; want fail-open", d, err)
 		}
@@ -467,11 +475,11 @@ func busy(t *testing.T, srv *redistest.Server) {
 	}
 }
 
-// loading writes 5000 keys to srv, saves them, and restarts srv, which
+// loading writes 1000 keys to srv, saves them, and restarts srv, which
 // loads them for about a second (its key-load-delay), answering LOADING
 // meanwhile. The test waits for the restart before it ends.
 func loading(t *testing.T, srv *redistest.Server) {
-	do(t, srv, "EVAL", "for i = 1, 5000 do redis.call('SET', 'junk:' .. i, i) end", "0")
+	do(t, srv, "EVAL", "for i = 1, 1000 do redis.call('SET', 'junk:' .. i, i) end", "0")
 	do(t, srv, "SAVE")
 	done := make(chan error, 1)
 	go func() { done <- srv.Restart() }()
