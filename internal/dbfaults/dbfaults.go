@@ -162,7 +162,8 @@ type record struct {
 // begun after the kill and ended before the restart claims the store;
 // the store decides again after the restart;
 // the circuit closes within policy.DefaultOpenTimeout and 1.5 s of the
-// restart, unless the process stalled for a probe's grace meanwhile; and
+// store's first decision after the restart, unless the process stalled
+// for a probe's grace meanwhile; and
 // in the 5 s after the restart no key is admitted by the store more than
 // its limit allows, whether or not the server kept the keys' states.
 // It closes the breaker, and so store.
@@ -253,12 +254,16 @@ func KillRestart(t *testing.T, srv Server, store core.Store, mode policy.Mode) {
 	stall := canary.Stop()
 	// The breaker probes the store an open timeout after it opened, and
 	// again each open timeout while the store fails; a probe is granted
-	// four deadlines (32 ms) before it counts as failed.
-	if took, bound := closed.Sub(restarted), policy.DefaultOpenTimeout+1500*time.Millisecond; took > bound {
+	// four deadlines before it counts as failed. A restarted server on a
+	// loaded machine may take longer than a probe's grace to accept its
+	// first connections (MariaDB once took 1.9 s to decide again, beside
+	// four burners), which no canary in this process sees: the bound
+	// counts from the store's first decision after the restart.
+	if took, bound := closed.Sub(firstOK), policy.DefaultOpenTimeout+1500*time.Millisecond; took > bound {
 		if stall < 32*time.Millisecond {
-			t.Errorf("the circuit closed %v after the restart, want within %v", took, bound)
+			t.Errorf("the circuit closed %v after the store's first decision since the restart, want within %v", took, bound)
 		} else {
-			t.Logf("the circuit closed %v after the restart, beyond %v; the process stalled for %v meanwhile", took, bound, stall)
+			t.Logf("the circuit closed %v after the store's first decision since the restart, beyond %v; the process stalled for %v meanwhile", took, bound, stall)
 		}
 	}
 
