@@ -174,8 +174,7 @@ type Breaker struct {
 	state       atomic.Uint32 // State, as of the last change
 	openUntil   atomic.Int64  // ns after base at which an open circuit lets probes through
 	closedAt    atomic.Int64  // the process clock when the circuit last closed, or NewBreaker ran
-	runStart    int64         // the process clock since which the store has answered nothing (see ReadyToTrip); under gobreaker's lock
-	lastAnswer  atomic.Int64  // the process clock at the store's latest answer, to within answerGrain
+	runStart    int64         // the process clock at the current run of failures' first; under gobreaker's lock
 	steadyAfter atomic.Int64  // ns after base from which calls may run inline (see steady)
 	ramp        atomic.Int64  // the slow start's cap on calls in flight; 0: none
 	inflight    atomic.Int64  // calls in flight to the store
@@ -243,11 +242,7 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			now := b.procNow()
 			if c.ConsecutiveFailures <= 1 {
-				// A success ended the last run. The store has answered
-				// nothing since its latest answer, or since this failed
-				// call began, a deadline ago if it timed out: whichever
-				// is later.
-				b.runStart = max(b.lastAnswer.Load(), now-b.deadlines.timeout.Load())
+				b.runStart = now // a success ended the last run
 			}
 			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
 				return false
@@ -457,9 +452,6 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	if err == nil {
 		// On the wall clock, the process's stalls included: see deadlines.
 		b.deadlines.observe(t, b.now()-start)
-		if now := b.procNow(); now-b.lastAnswer.Load() >= answerGrain {
-			b.lastAnswer.Store(now) // a racing caller's may be a little later: it is within the grain
-		}
 		return answered, nil
 	}
 	// A client may report a timeout as soon as the deadline passes, before
@@ -550,11 +542,6 @@ func (b *Breaker) callInline(ctx context.Context, t *tick, inline func(context.C
 	}
 	return inline(&callContext{Context: ctx, tick: t})
 }
-
-// answerGrain is how precisely a breaker records when its store last
-// answered: a store shared by every caller is written at most once a
-// grain, not by every answer.
-const answerGrain = int64(50 * time.Microsecond)
 
 // callGrace is how many per-call deadlines a detached call may run after
 // its caller has had the mode's answer. A call that opens a connection (a

@@ -57,8 +57,8 @@ const (
 // runSpan is how many per-call deadlines, as adapted, on the process
 // clock, a run of failures must span to open the circuit (see
 // [WithTrip]): longer than a stall that fails the calls in flight
-// together, short enough to cut off a dead store within about four
-// deadlines (32 ms at the default floor).
+// together, short enough to cut off a dead store within about five
+// deadlines (40 ms at the default floor).
 const runSpan = 4
 
 // ErrInvalidOption reports an option [NewBreaker] cannot use; the error
@@ -218,16 +218,15 @@ func WithProbes(n int) BreakerOption {
 //   - the failures are at least ratio (0 < ratio ≤ 1) of the calls that
 //     completed in it with a success or a failure, or
 //   - the last minFailures calls or more failed with no success between
-//     them, and the store has answered nothing for four per-call
-//     deadlines (see [WithTimeout]; 32 ms at the default floor), counted
-//     from its latest answer, or from when the first of the failed calls
-//     began if that is later.
+//     them, the first of them at least four per-call deadlines (see
+//     [WithTimeout]; 32 ms by default) before the last: the store has
+//     answered nothing for that long.
 //
 // The defaults are [DefaultMinFailures] and [DefaultFailureRatio]: 5
 // failures, and half the calls.
 //
 // The run opens the circuit of a dead or unreachable store within about
-// four deadlines whatever the traffic, where the ratio must first
+// five deadlines whatever the traffic, where the ratio must first
 // outweigh the window's earlier successes (on a busy service, most of a
 // window). Neither opens on a brief stall, which fails every call in
 // flight at once: such failures come within a deadline or two of one
