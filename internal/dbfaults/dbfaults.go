@@ -3,6 +3,7 @@ package dbfaults
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/leakcheck"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/stores/layered"
@@ -300,4 +302,23 @@ func KillRestart(t *testing.T, srv Server, store core.Store, mode policy.Mode) {
 	t.Logf("%v: opened %v after the kill; restarted %v later; the store decided again %v and the circuit closed %v after the restart; %d decisions while down, all the mode's; admitted by the store per key after the restart %v, at most %d each; %+v",
 		mode, opened.Sub(killing).Round(time.Millisecond), restarting.Sub(opened).Round(time.Millisecond),
 		firstOK.Sub(restarted).Round(time.Millisecond), closed.Sub(restarted).Round(time.Millisecond), down, admitted, bound, b.Stats())
+}
+
+// Main runs a database store's tests as its TestMain: m's tests, then
+// closeServer (the Examples' server, which the first Example started; it
+// returns nil if none was), then a check that no goroutine outlived them;
+// it exits with 1 if any of these failed.
+func Main(m *testing.M, closeServer func() error) {
+	code := m.Run()
+	if err := closeServer(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := leakcheck.Check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

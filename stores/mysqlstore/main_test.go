@@ -4,34 +4,25 @@ import (
 	"database/sql"
 	"fmt"
 	"log"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/leakcheck"
+	"github.com/sluicehq/sluice/internal/dbfaults"
 	"github.com/sluicehq/sluice/stores/mysqlstore"
 	"github.com/sluicehq/sluice/stores/mysqlstore/mysqltest"
 )
 
 // Every test closes what it made: no goroutine of sluice may outlive
-// them. TestMain stops the Examples' server.
+// them. TestMain stops the Examples' server and checks (dbfaults.Main).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if examples.srv != nil {
-		if err := examples.srv.Close(); err != nil && code == 0 {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
+	dbfaults.Main(m, func() error {
+		if examples.srv == nil {
+			return nil
 		}
-	}
-	if code == 0 {
-		if err := leakcheck.Check(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+		return examples.srv.Close()
+	})
 }
 
 // examples is the Examples' server, started by the first of them.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/leakcheck"
+	"github.com/sluicehq/sluice/internal/dbfaults"
 	"github.com/sluicehq/sluice/stores/pgstore"
 	"github.com/sluicehq/sluice/stores/pgstore/pgtest"
 )
@@ -20,20 +19,12 @@ import (
 // Every test closes what it made: no goroutine of sluice, gobreaker or
 // pgx may outlive them. TestMain stops the Examples' server.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if examples.srv != nil {
-		if err := examples.srv.Close(); err != nil && code == 0 {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
+	dbfaults.Main(m, func() error {
+		if examples.srv == nil {
+			return nil
 		}
-	}
-	if code == 0 {
-		if err := leakcheck.Check(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+		return examples.srv.Close()
+	})
 }
 
 // examples is the Examples' server, started by the first of them.
