@@ -3,6 +3,10 @@
 //	go test -json ./... | report follow NAME FILE   # prints progress, keeps the events in FILE
 //	report sum FILE...                             # one summary of every run; fails if any failed
 //
+// sum also reads FILE.times when there is one: the run's wall seconds on
+// its first line, then the output of the shell's `times` builtin, whose
+// second line is the CPU time (user, system) of the run's processes.
+//
 // follow prints each package's result as it ends, and the output of each
 // failing test; sum counts the tests that passed, failed and were
 // skipped in each run, names the failed and skipped ones (with the
@@ -16,7 +20,9 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // event is one line of `go test -json` (see `go doc test2json`).
@@ -107,6 +113,7 @@ type counts struct {
 	pkgOK, pkgFail         int
 	failedTests, skipTests []string
 	events                 int
+	wall, cpu              float64 // seconds; -1 when not known
 }
 
 // sum prints one summary of the runs kept in paths, and reports whether
@@ -134,16 +141,18 @@ func sum(paths []string, out io.Writer) (bool, error) {
 		case c.failed > 0 || c.pkgFail > 0:
 			verdict = "FAIL"
 		}
-		fmt.Fprintf(out, "  %-5s %-40s %3d packages ok, %d failed; tests %5d passed, %d failed, %d skipped\n",
-			verdict, c.name, c.pkgOK, c.pkgFail, c.passed, c.failed, c.skips)
+		fmt.Fprintf(out, "  %-5s %-36s %s %3d packages ok, %d failed; tests %5d passed, %d failed, %d skipped\n",
+			verdict, c.name, c.took(), c.pkgOK, c.pkgFail, c.passed, c.failed, c.skips)
+		total.wall = max(total.wall, c.wall)
+		total.cpu += max(c.cpu, 0)
 		total.passed += c.passed
 		total.failed += c.failed
 		total.skips += c.skips
 		total.pkgOK += c.pkgOK
 		total.pkgFail += c.pkgFail
 	}
-	fmt.Fprintf(out, "  total: %d packages ok, %d failed; tests %d passed, %d failed, %d skipped\n",
-		total.pkgOK, total.pkgFail, total.passed, total.failed, total.skips)
+	fmt.Fprintf(out, "  total: %d packages ok, %d failed; tests %d passed, %d failed, %d skipped; CPU %.0f s\n",
+		total.pkgOK, total.pkgFail, total.passed, total.failed, total.skips, total.cpu)
 	for _, c := range runs {
 		for _, t := range c.skipTests {
 			fmt.Fprintf(out, "  skipped: %s\n", t)
@@ -204,5 +213,43 @@ func read(path string) (counts, error) {
 	}
 	slices.Sort(c.failedTests)
 	slices.Sort(c.skipTests)
-	return c, sc.Err()
+	if err := sc.Err(); err != nil {
+		return c, err
+	}
+	c.wall, c.cpu = readTimes(path + ".times")
+	return c, nil
+}
+
+// took is the run's wall and CPU time, as the summary prints it.
+func (c counts) took() string {
+	if c.wall < 0 {
+		return fmt.Sprintf("%16s", "")
+	}
+	return fmt.Sprintf("%4.0f s, CPU %4.0f s", c.wall, c.cpu)
+}
+
+// readTimes reads a run's wall and CPU seconds from path (see the
+// package comment); -1 for each it cannot read.
+func readTimes(path string) (wall, cpu float64) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1, -1
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	wall, cpu = -1, -1
+	if w, err := strconv.ParseFloat(strings.TrimSpace(lines[0]), 64); err == nil {
+		wall = w
+	}
+	if len(lines) == 3 {
+		var sum float64
+		for _, f := range strings.Fields(lines[2]) {
+			d, err := time.ParseDuration(f)
+			if err != nil {
+				return wall, -1
+			}
+			sum += d.Seconds()
+		}
+		cpu = sum
+	}
+	return wall, cpu
 }
