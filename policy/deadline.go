@@ -58,11 +58,15 @@ type deadlines struct {
 
 // Adapting the deadline: the meter's goroutine calls adapt every
 // adaptBeats readings (10 ms), which halves the counts every decayAdapts
-// calls (100 ms), so that the latencies weighed are mostly those of the
-// last few tenths of a second.
+// calls (a second), so that the latencies weighed are mostly those of the
+// last two seconds or so. A busy host's stalls recur, each a few tenths
+// of a second apart: a deadline that forgot them as fast fell between
+// them (to 25 ms with four burners at load 20), and the next stall timed
+// out a whole batch of callers at once. The deadline rises as soon as
+// slow answers come; it only falls slowly.
 const (
 	adaptBeats   = 10
-	decayAdapts  = 10
+	decayAdapts  = 100
 	adaptFactor  = 3
 	adaptPerMill = 999 // the quantile weighed, in thousandths
 )
