@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 )
@@ -18,8 +16,7 @@ import (
 // below 2^52µs.
 func TestParityExtremes(t *testing.T) {
 	t.Parallel()
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := scriptClient(t)
 	store := newStore(t, client)
 	maxPeriod := core.MaxPeriod
 	limits := []core.Limit{

@@ -88,8 +88,7 @@ func multiCall(t *testing.T, client *redis.Client, prefix string, reqs []core.Re
 // turn, a request seeing the writes of those before it in its call.
 func TestMultiScriptSinglesParity(t *testing.T) {
 	t.Parallel()
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := scriptClient(t)
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 5))
@@ -149,8 +148,7 @@ func TestMultiScriptSinglesParity(t *testing.T) {
 // unsatisfiable, so that some groups are denied and write nothing).
 func TestMultiScriptGroupsMerged(t *testing.T) {
 	t.Parallel()
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := scriptClient(t)
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 6))

@@ -181,8 +181,7 @@ func parity(t *testing.T, store core.Store, alg core.Algorithm, key string, rng 
 }
 
 func TestParity(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := scriptClient(t)
 	for _, form := range forms {
 		store, err := form.new(client, redisstore.Config{Prefix: "parity-" + form.name + ":"})
 		if err != nil {
@@ -239,8 +238,7 @@ const (
 // logged seed and i, and its key names both.
 func TestParitySequences(t *testing.T) {
 	t.Parallel()
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := scriptClient(t)
 	ctx := context.Background()
 	for _, form := range forms {
 		for _, alg := range algorithms.All() {
@@ -409,8 +407,7 @@ func FuzzParity(f *testing.F) {
 // must stay within 2^52 units, alike in Go and Lua (review finding: Go's
 // product overflowed and admitted; Lua lost exactness and denied).
 func TestParityDeepDebt(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := scriptClient(t)
 	store, err := redisstore.New(client, redisstore.Config{Prefix: "deepdebt:"})
 	if err != nil {
 		t.Fatal(err)
@@ -448,8 +445,7 @@ func TestParityDeepDebt(t *testing.T) {
 // peeks of a few leases (and anonymous ones), with gaps around the leases'
 // time to live and changes of limit.
 func TestParityConcurrency(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
+	client := scriptClient(t)
 	store, err := redisstore.New(client, redisstore.Config{Prefix: "parityc:"})
 	if err != nil {
 		t.Fatal(err)
@@ -501,4 +497,16 @@ func TestParityConcurrency(t *testing.T) {
 	if allowed < 500 || denied < 500 {
 		t.Fatalf("too few of one outcome")
 	}
+}
+
+// scriptClient returns a client of the test server for the tests that
+// call the scripts themselves: no retries, and a minute for a reply,
+// since a loaded machine can hold a large pipeline's reply past
+// go-redis's default of 3 s and these tests assert what the scripts
+// answer, not when.
+func scriptClient(t *testing.T) *redis.Client {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: testAddr(t), MaxRetries: -1, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { client.Close() })
+	return client
 }
