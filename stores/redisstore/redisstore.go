@@ -48,9 +48,8 @@ type Config struct {
 // each request with its algorithm's Lua twin, atomically, in one round
 // trip. It works with every [redis.UniversalClient]: a single server,
 // Sentinel, or Redis Cluster, where each key's state lives in the slot of
-// its own hash tag. Its methods are those of the engine under both Redis
-// stores (Apply, ApplyAll, Reset, Close, Key, Prefix), which rueidisstore
-// shares.
+// its own hash tag. It shares its engine, the Redis work of both stores,
+// with rueidisstore; only the client differs.
 //
 // The store sends the decisions of concurrent callers together: one
 // pipeline in flight at a time, carrying every decision that arrived
@@ -65,7 +64,7 @@ type Config struct {
 // deadline does not cost the connection (go-redis closes a connection
 // whose call timed out), and with the values of its first caller's
 // context. The client's hooks, such as redisotel's, thus see a pipeline
-// per batch of decisions ("redis.pipeline evalsha"), in the trace of the
+// per round trip of decisions ("redis.pipeline evalsha"), in the trace of the
 // first caller who waited for it: a lone caller's in its own. No command
 // is retried, whatever the client's MaxRetries and MaxRedirects: a call
 // whose reply timed out may have been applied, and go-redis would
@@ -74,12 +73,50 @@ type Config struct {
 // A Store is safe for concurrent use. It does not own its client: Close
 // stops the store, not the client.
 type Store struct {
-	*redisengine.Engine
-	read time.Duration // the client's ReadTimeout, as go-redis applies it; 0: unknown
-	pool time.Duration // the client's PoolTimeout, likewise
+	engine *redisengine.Engine
+	read   time.Duration // the client's ReadTimeout, as go-redis applies it; 0: unknown
+	pool   time.Duration // the client's PoolTimeout, likewise
 }
 
 var _ core.Store = (*Store)(nil)
+
+// Apply decides req with its algorithm's Lua twin, atomically, in one
+// round trip (EVALSHA, and EVAL once if Redis lost the script). A call
+// answered TRYAGAIN is sent again up to three times; no other failure is
+// retried, since a call whose reply timed out may have been applied. An
+// error that any call would get while Redis or the client stays as it is
+// (LOADING, READONLY, OOM, a closed client; docs/outages.md) wraps
+// [core.ErrUnavailable]. Requests under [core.Inf] are allowed without a
+// call.
+func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	return s.engine.Apply(ctx, req)
+}
+
+// ApplyAll decides reqs together, all or nothing (see [core.Store]), in
+// one script call: on a single server always, and on a Cluster when every
+// request is for one key. Otherwise it decides in turn and refunds
+// (stores.ApplyInTurn), and charges are briefly visible to others.
+func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	return s.engine.ApplyAll(ctx, reqs, out)
+}
+
+// Reset forgets key's state under alg, as if it had never been charged.
+func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return s.engine.Reset(ctx, key, alg)
+}
+
+// Close stops the store: later calls fail with [core.ErrClosed]. It waits
+// for the calls already queued, each bounded by its callers' deadlines or
+// the client's timeouts, and does not close the client.
+func (s *Store) Close() error { return s.engine.Close() }
+
+// Key returns the Redis key under which the store keeps key's state under
+// alg: the prefix, key escaped in braces (its Cluster hash tag), and the
+// algorithm's name (docs/redis.md).
+func (s *Store) Key(key string, alg core.Algorithm) string { return s.engine.Key(key, alg) }
+
+// Prefix returns the prefix of every key the store writes.
+func (s *Store) Prefix() string { return s.engine.Prefix() }
 
 // New returns a store that keeps state through client. It fails on a nil
 // client or a prefix with a brace, and with an error wrapping
@@ -117,7 +154,7 @@ func newStore(client redis.UniversalClient, cfg Config, portable bool) (*Store, 
 		cluster = true
 	}
 	var err error
-	s.Engine, err = redisengine.New(adapter{client}, redisengine.Config{
+	s.engine, err = redisengine.New(adapter{client}, redisengine.Config{
 		Name: "redisstore", Prefix: cfg.Prefix, Merge: single, Cluster: cluster,
 		Detach: true, Down: clientDown, Portable: portable,
 	})

@@ -39,8 +39,8 @@ type Config struct {
 
 // Store keeps limiter state in Redis through a rueidis client and decides
 // each request with its algorithm's Lua twin, atomically, in one round
-// trip. Its methods are those of the engine under both Redis stores
-// (Apply, ApplyAll, Reset, Close, Key, Prefix), which redisstore shares.
+// trip. It shares its engine, the Redis work of both stores, with
+// redisstore; only the client differs.
 // A decision that finds no call of the store's in flight is sent at once,
 // on its caller's goroutine; those that arrive while one is in flight
 // wait for it and go together in the next, one write and one read for
@@ -57,10 +57,45 @@ type Config struct {
 // A Store is safe for concurrent use. It does not own its client: Close
 // stops the store, not the client.
 type Store struct {
-	*redisengine.Engine
+	engine *redisengine.Engine
 }
 
 var _ core.Store = (*Store)(nil)
+
+// Apply decides req in one script call of its algorithm's Lua twin,
+// atomic in Redis. The script is sent by EVALSHA, by EVAL once after
+// Redis has lost it; TRYAGAIN is retried three times and nothing else,
+// as a call that timed out may have been applied. Errors every call would
+// get for now (LOADING, READONLY, OOM, a closed client; docs/outages.md)
+// wrap [core.ErrUnavailable]. Under [core.Inf] no call is made.
+func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	return s.engine.Apply(ctx, req)
+}
+
+// ApplyAll decides reqs all or nothing (see [core.Store]) in one script
+// call where their keys allow it: any keys on one server, one key on a
+// Cluster. Keys in several Cluster slots are decided by
+// stores.ApplyInTurn: charged in turn, refunded on a denial.
+func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
+	return s.engine.ApplyAll(ctx, reqs, out)
+}
+
+// Reset deletes key's state under alg: the key is as if never charged.
+func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
+	return s.engine.Reset(ctx, key, alg)
+}
+
+// Close stops the store, whose later calls fail with [core.ErrClosed],
+// once the calls it has queued are sent or their deadlines pass. The
+// client stays open: it is the caller's.
+func (s *Store) Close() error { return s.engine.Close() }
+
+// Key returns the Redis key of key's state under alg: prefix, escaped key
+// in braces (the hash tag) and algorithm name, as docs/redis.md lays out.
+func (s *Store) Key(key string, alg core.Algorithm) string { return s.engine.Key(key, alg) }
+
+// Prefix returns what every key the store writes begins with.
+func (s *Store) Prefix() string { return s.engine.Prefix() }
 
 // New returns a store that keeps state through client. It fails on a nil
 // client or a prefix with a brace; it does not contact Redis.
@@ -85,7 +120,7 @@ func newStore(client rueidis.Client, cfg Config, portable bool) (*Store, error) 
 		return nil, err
 	}
 	a.quit = e.Prefix() + "quit"
-	return &Store{e}, nil
+	return &Store{engine: e}, nil
 }
 
 // adapter sends the engine's commands through a rueidis client.
