@@ -70,7 +70,7 @@ const RetryNever = core.RetryNever
 const (
 	SourceStore      = core.SourceStore      // the store ran the algorithm
 	SourceCache      = core.SourceCache      // a local cache answered (a cached denial)
-	SourceLease      = core.SourceLease      // tokens leased from the store were spent locally
+	SourceAllotment  = core.SourceAllotment  // tokens taken from the store in advance were spent locally
 	SourceFailOpen   = core.SourceFailOpen   // the store failed and the policy allowed
 	SourceFailClosed = core.SourceFailClosed // the store failed and the policy denied
 	SourceDegraded   = core.SourceDegraded   // the store failed and a local fallback decided

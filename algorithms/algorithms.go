@@ -77,16 +77,16 @@ func forget(d core.Decision, now, e int64) core.Decision {
 	return d
 }
 
-// MaxBatch returns the token bucket's largest batch under l, its burst,
-// for the leases of package layered (its Batcher).
-func (*tokenBucket) MaxBatch(l core.Limit) int64 { return l.Burst() }
+// MaxAllotment returns the most of the token bucket's capacity under l
+// that package layered may take at once (its Allotter): the burst.
+func (*tokenBucket) MaxAllotment(l core.Limit) int64 { return l.Burst() }
 
-// MaxBatch returns GCRA's largest batch under l: its burst.
-func (*gcra) MaxBatch(l core.Limit) int64 { return l.Burst() }
+// MaxAllotment returns GCRA's largest allotment under l: its burst.
+func (*gcra) MaxAllotment(l core.Limit) int64 { return l.Burst() }
 
-// MaxBatch returns the fixed window's largest batch under l: its rate,
-// what one window admits.
-func (*fixedWindow) MaxBatch(l core.Limit) int64 { return l.Rate() }
+// MaxAllotment returns the fixed window's largest allotment under l: its
+// rate, what one window admits.
+func (*fixedWindow) MaxAllotment(l core.Limit) int64 { return l.Rate() }
 
 // Windowed reports false: the token bucket refills continuously.
 func (*tokenBucket) Windowed() bool { return false }

@@ -58,7 +58,7 @@ type Source uint8
 const (
 	SourceStore      Source = iota // the store ran the algorithm
 	SourceCache                    // a local cache answered (a cached denial)
-	SourceLease                    // tokens leased from the store were spent locally
+	SourceAllotment                // tokens taken from the store in advance were spent locally
 	SourceFailOpen                 // the store failed and the policy allowed
 	SourceFailClosed               // the store failed and the policy denied
 	SourceDegraded                 // the store failed and a local fallback (degrade mode) decided
@@ -67,10 +67,10 @@ const (
 	SourceDenyList                 // the key is on a deny list: denied without a decision
 )
 
-var sourceNames = [...]string{"store", "cache", "lease", "fail-open", "fail-closed", "degraded", "shadow", "allow-list", "deny-list"}
+var sourceNames = [...]string{"store", "cache", "allotment", "fail-open", "fail-closed", "degraded", "shadow", "allow-list", "deny-list"}
 
 // String returns the source's name as used in telemetry: "store", "cache",
-// "lease", "fail-open", "fail-closed", "degraded", "shadow", "allow-list"
+// "allotment", "fail-open", "fail-closed", "degraded", "shadow", "allow-list"
 // or "deny-list".
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {

@@ -45,7 +45,7 @@
 // can do beyond deciding is asked of it through interfaces: [Reserver] (it can hold debt, for reservations), [Leaser]
 // (it holds concurrency leases), and interfaces of the packages that use
 // them: algorithms.Scripted (a Lua twin, for the Redis stores) and
-// layered.Batcher (a cache may take its capacity in batches). [AlgorithmAs] finds them, looking through
+// layered.Allotter (a cache may take its capacity an allotment at a time). [AlgorithmAs] finds them, looking through
 // wrappers such as a stack's rules.
 //
 // A transition reports the key's level after its step ([Decision].Level)

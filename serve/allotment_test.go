@@ -13,19 +13,19 @@ import (
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
-// TestLeaseInRequest decides a request of a leased descriptor and an
-// ordinary one: the leased one is spent from this instance's lease, the
+// TestAllotmentInRequest decides a request of an allotted descriptor and an
+// ordinary one: the allotted one is spent from this instance's allotment, the
 // other decided at the store, and when the other is over its limit the
-// leased charge is refunded, so that the request charges nothing: what
-// the store holds and the lease holds add up to the limit less what was
+// allotted charge is refunded, so that the request charges nothing: what
+// the store holds and the allotment holds add up to the limit less what was
 // admitted.
-func TestLeaseInRequest(t *testing.T) {
+func TestAllotmentInRequest(t *testing.T) {
 	t.Parallel()
 	set, err := limits.Parse(limits.Options{}, limits.File{Name: "l.yaml", Data: []byte(`
 domain: api
 descriptors:
   - key: hot
-    rate_limit: {unit: hour, requests_per_unit: 1000, lease: 100}
+    rate_limit: {unit: hour, requests_per_unit: 1000, allotment: 100}
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 2}
 `)})
@@ -36,7 +36,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	lay, err := layered.New(mem, layered.Config{Lease: func(r core.Request) int64 { return limits.LeaseOf(r.Algorithm) }})
+	lay, err := layered.New(mem, layered.Config{Allot: func(r core.Request) int64 { return limits.AllotmentOf(r.Algorithm) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ descriptors:
 		{rlsv3.RateLimitResponse_OK, 999},
 		{rlsv3.RateLimitResponse_OK, 998},
 		{rlsv3.RateLimitResponse_OVER_LIMIT, 998}, // not charged
-		// The refund went back into the lease, so the lease's remaining
+		// The refund went back into the allotment, so the allotment's remaining
 		// still reads what the instance holds.
 		{rlsv3.RateLimitResponse_OVER_LIMIT, 998},
 	} {
@@ -82,15 +82,15 @@ descriptors:
 			t.Fatalf("request %d: %v, want %v with hot OK, %d left", i+1, resp, want.code, want.remaining)
 		}
 		if i == 0 {
-			taken = 1000 - atStore() // the first batch
+			taken = 1000 - atStore() // the first allotment
 		}
 	}
 	// No other take, and no refund asked of the store: the two denied
-	// requests' hot charges went back into the lease.
+	// requests' hot charges went back into the allotment.
 	if got, want := atStore(), 1000-taken; got != want {
-		t.Errorf("hot's remaining at the store %d, want %d: a batch of %d taken, and the 2 denied requests' charges refunded into the lease", got, want, taken)
+		t.Errorf("hot's remaining at the store %d, want %d: an allotment of %d taken, and the 2 denied requests' charges refunded into the allotment", got, want, taken)
 	}
-	// Leased, not asked of the store: hot alone.
+	// Allotted, not asked of the store: hot alone.
 	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{d("hot", "x")}})
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("hot alone: %v, %v", resp, err)

@@ -45,13 +45,13 @@ descriptors:
 // as rlsload sends them), for 10,000 users and 16 tenants, at 64
 // goroutines, on memstore and on each Redis store behind the chain
 // sluice-serve runs (telemetry with no-op providers, a fail-open
-// breaker), and with every rule leased (rueidis-leases).
+// breaker), and with every rule allotted (rueidis-allotments).
 func BenchmarkShouldRateLimit(b *testing.B) {
 	set, err := limits.Parse(limits.Options{}, limits.File{Name: "bench.yaml", Data: []byte(benchLimits)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	leased, err := limits.Parse(limits.Options{Lease: 100}, limits.File{Name: "bench.yaml", Data: []byte(benchLimits)})
+	allotted, err := limits.Parse(limits.Options{Allotment: 100}, limits.File{Name: "bench.yaml", Data: []byte(benchLimits)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,21 +76,21 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			return chain(b, c.open(b, redistest.Shared(b).Addr(), prefix), policy.FailOpen, 100*time.Millisecond)
 		}, set})
 	}
-	// Leases, as sluice-serve -lease-all 100 takes them: every rule leases
-	// batches of up to 100 from rueidis, through the layered store below
-	// the breaker; a request is decided from the leases, with a Redis
-	// call only when one runs out.
-	stores = append(stores, store{"rueidis-leases", func(b *testing.B) core.Store {
+	// Allotments, as sluice-serve -allot-all 100 takes them: every rule
+	// takes allotments of up to 100 from rueidis, through the layered
+	// store below the breaker; a request is decided from the allotments,
+	// with a Redis call only when one runs out.
+	stores = append(stores, store{"rueidis-allotments", func(b *testing.B) core.Store {
 		prefix := "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 		l, err := layered.New(clients[0].open(b, redistest.Shared(b).Addr(), prefix), layered.Config{
-			Lease:          func(req core.Request) int64 { return limits.LeaseOf(req.Algorithm) },
-			WindowLeaseTTL: time.Minute,
+			Allot:              func(req core.Request) int64 { return limits.AllotmentOf(req.Algorithm) },
+			WindowAllotmentTTL: time.Minute,
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
 		return chain(b, l, policy.FailOpen, 100*time.Millisecond)
-	}, leased})
+	}, allotted})
 	// The requests, made before: a request is read, never written, by
 	// the service.
 	reqs := map[int][]*rlsv3.RateLimitRequest{}

@@ -80,11 +80,11 @@ type Config struct {
 	// force declares no domain, as envoyproxy/ratelimit's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
 	HealthyWithConfig bool
-	// Leases reports that Store leases for the rules that say so
-	// (stores/layered with [limits.LeaseOf] as its Config.Lease). If
-	// false, a configuration with such rules loads with a warning that
-	// their leases are not taken.
-	Leases bool
+	// Allotments reports that Store takes allotments for the rules that
+	// say so (stores/layered with [limits.AllotmentOf] as its
+	// Config.Allot). If false, a configuration with such rules loads with
+	// a warning that their allotments are not taken.
+	Allotments bool
 	// StoreHealthy, if set, makes /healthcheck fail while it reports
 	// false, as envoyproxy/ratelimit's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION
 	// fails it while Redis has no connection. nil: the store's health
@@ -406,15 +406,15 @@ func (s *Server) Reload() error {
 }
 
 // logWarnings logs what loading set found that did not stop it: a key
-// given twice, a file that could not be read, no rule, rules that lease
-// on a store that does not.
+// given twice, a file that could not be read, no rule, rules with an
+// allotment on a store that takes none.
 func (s *Server) logWarnings(set *limits.Set) {
 	log := s.log
 	if set.Len() == 0 {
 		log.Warn("no limits loaded: every request is answered OK")
 	}
-	if n := set.Leases(); n > 0 && !s.cfg.Leases {
-		log.Warn("limits: rules lease, but the store takes no leases: they are decided without (sluice-serve leases when started with -lease-all, or with a rule that leases)", "rules", n)
+	if n := set.Allotted(); n > 0 && !s.cfg.Allotments {
+		log.Warn("limits: rules have an allotment, but the store takes none: they are decided without (sluice-serve takes allotments when started with -allot-all, or with a rule that has one)", "rules", n)
 	}
 	for _, w := range set.Warnings() {
 		log.Warn("limits: "+w.Msg, "file", w.File, "line", w.Line)

@@ -353,7 +353,7 @@ type scratch struct {
 	reqs    [2][]core.Request  // the enforced descriptors' requests, and the shadow ones'
 	outs    [2][]core.Decision // their decisions
 	asked   []bool             // applyEnforced: the requests decided alone
-	charged []int              // applyEnforced: the leased requests charged
+	charged []int              // applyEnforced: the allotted requests charged
 	rest    []core.Request     // applyEnforced: the others
 	restOut []core.Decision
 	at      []int // where each of rest is in the enforced requests
@@ -615,28 +615,28 @@ func (s *Service) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 
 // applyEnforced decides the enforced descriptors' requests: in one store
 // call (one atomic decision), unless there are several and some of their
-// rules lease (limits.Rule.Lease): a lease is spent one key at a time
-// (stores/layered never leases inside a batch), so those are charged
-// first, each alone, from this instance's lease where it holds enough,
-// then the others in one call. If any is denied, the leased charges
-// already made are refunded, so that the request charges nothing, as
-// one atomic decision would leave it; between a charge and its refund,
+// rules have an allotment (limits.Rule.Allotment): an allotment is spent
+// one key at a time (stores/layered never spends one inside a batch), so
+// those are charged first, each alone, from this instance's allotment
+// where it holds enough, then the others in one call. If any is denied,
+// the allotted charges already made are refunded, so that the request
+// charges nothing, as one atomic decision would leave it; between a charge and its refund,
 // another request may find that budget spent (an under-admission
 // bounded by the costs of the requests in flight). A refund after the
 // fixed window a charge fell in has ended changes nothing, and the
 // charge stays in that window: it cannot make any window admit more
 // than its rate.
 func (s *Service) applyEnforced(ctx context.Context, sc *scratch, reqs []core.Request, out []core.Decision) error {
-	leased := 0
+	allotted := 0
 	for _, r := range reqs {
 		if r.Op != core.OpCharge {
 			return s.apply(ctx, reqs, out)
 		}
-		if limits.LeaseOf(r.Algorithm) > 0 {
-			leased++
+		if limits.AllotmentOf(r.Algorithm) > 0 {
+			allotted++
 		}
 	}
-	if leased == 0 || len(reqs) == 1 {
+	if allotted == 0 || len(reqs) == 1 {
 		return s.apply(ctx, reqs, out)
 	}
 	asked := slices.Grow(sc.asked[:0], len(reqs))[:len(reqs)]
@@ -654,7 +654,7 @@ func (s *Service) applyEnforced(ctx context.Context, sc *scratch, reqs []core.Re
 	}
 	denied := false
 	for i, r := range reqs {
-		if limits.LeaseOf(r.Algorithm) == 0 {
+		if limits.AllotmentOf(r.Algorithm) == 0 {
 			continue
 		}
 		d, err := s.store.Apply(ctx, r)

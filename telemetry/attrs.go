@@ -62,7 +62,7 @@ const (
 	// admitted ([core.Decision.Unsatisfiable]); bool, absent otherwise.
 	UnsatisfiableKey = attribute.Key("ratelimit.unsatisfiable")
 	// SourceKey says what produced the decision ([core.Source.String]):
-	// "store", "cache", "lease", "fail-open", "fail-closed", "degraded",
+	// "store", "cache", "allotment", "fail-open", "fail-closed", "degraded",
 	// "shadow", or "other" for a source this package does not know;
 	// string.
 	SourceKey = attribute.Key("ratelimit.source")

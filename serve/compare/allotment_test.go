@@ -16,39 +16,41 @@ import (
 	"github.com/sluicehq/sluice/redistest"
 )
 
-// leaseConfig leases batches of 50 of a hot descriptor of 2000 an hour,
-// and of a cold one of a million an hour, which a test never reaches.
-const leaseConfig = `
+// allotmentConfig gives allotments of 50 to a hot descriptor of 2000 an
+// hour, and to a cold one of a million an hour, which a test never
+// reaches.
+const allotmentConfig = `
 domain: api
 descriptors:
   - key: hot
-    rate_limit: {unit: hour, requests_per_unit: 2000, lease: 50}
+    rate_limit: {unit: hour, requests_per_unit: 2000, allotment: 50}
   - key: cold
-    rate_limit: {unit: hour, requests_per_unit: 1000000, lease: 50}
+    rate_limit: {unit: hour, requests_per_unit: 1000000, allotment: 50}
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 1000000}
 `
 
-// TestLeaseTwoServers runs two sluice-serve processes on one Redis, each
-// leasing batches of a hot descriptor, and sends both 4000 requests of
-// it from 16 streams: together they admit no more than its limit, 2000
-// in the hour (a lease is charged to Redis before it is spent, and under
-// the fixed window it lapses with its window), and no less than the limit
-// less what leases may strand: fewer than a batch per server each time a
-// lease lapses unspent (after its 1 s) and once at the end; so the bound
+// TestAllotmentTwoServers runs two sluice-serve processes on one Redis,
+// each taking allotments of a hot descriptor, and sends both 4000
+// requests of it from 16 streams: together they admit no more than its
+// limit, 2000 in the hour (an allotment is charged to Redis before it is
+// spent, and under the fixed window it lapses with its window), and no
+// less than the limit less what allotments may strand: fewer than an
+// allotment per server each time one lapses unspent (after its 1 s) and
+// once at the end; so the bound
 // widens with the time the run took, which a stalled machine lengthens.
 // Then a cold descriptor far under its limit, with a per-user one beside
 // it in each request: every request is admitted, and Redis is called for
 // a fraction of the decisions only.
-func TestLeaseTwoServers(t *testing.T) {
+func TestAllotmentTwoServers(t *testing.T) {
 	if _, err := SluiceBinary(); err != nil {
 		t.Skipf("sluice-serve does not build: %v", err)
 	}
 	t.Parallel()
 	r := redistest.Start(t)
 	servers := []*Server{
-		StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: leaseConfig}),
-		StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: leaseConfig}),
+		StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: allotmentConfig}),
+		StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: allotmentConfig}),
 	}
 	var clients []rlsv3.RateLimitServiceClient
 	for _, s := range servers {
@@ -103,20 +105,20 @@ func TestLeaseTwoServers(t *testing.T) {
 		return ok.Load(), d["evalsha"] + d["eval"], took
 	}
 
-	const limit, batch, servers2 = 2000, 50, 2
+	const limit, size, servers2 = 2000, 50, 2
 	hour := time.Now().Unix() / 3600
 	admitted, calls, took := run(2*limit, func(int64) *rlsv3.RateLimitRequest {
 		return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommon.RateLimitDescriptor{desc("hot", "x")}}
 	})
 	windows := time.Now().Unix()/3600 - hour + 1
 	lapses := int64(took/time.Second) + 1
-	low := limit - servers2*batch*(lapses+1)
+	low := limit - servers2*size*(lapses+1)
 	t.Logf("hot: %d admitted of %d requests (limit %d), %d Redis script calls, in %v", admitted, 2*limit, limit, calls, took)
 	if admitted > limit*windows {
 		t.Errorf("hot: %d admitted, more than the limit, %d in each of %d windows", admitted, limit, windows)
 	}
 	if windows == 1 && admitted < low {
-		t.Errorf("hot: %d admitted, fewer than %d: the limit less a batch per server for each of %d lapses and the end", admitted, low, lapses)
+		t.Errorf("hot: %d admitted, fewer than %d: the limit less an allotment per server for each of %d lapses and the end", admitted, low, lapses)
 	}
 
 	const n = 2000
@@ -127,11 +129,12 @@ func TestLeaseTwoServers(t *testing.T) {
 	if admitted != n {
 		t.Errorf("cold and user: %d admitted of %d, far under their limits", admitted, n)
 	}
-	// Each request asks Redis for user (one call) and spends cold from a
-	// lease: about one call a request, where two descriptors in one call
-	// would be one too; without the lease, cold's state would be read
-	// and written in each call. The leases are what these calls spare.
-	if calls > n+n/batch*servers2*4 {
+	// Each request asks Redis for user (one call) and spends cold from
+	// its allotment: about one call a request, where two descriptors in
+	// one call would be one too; without the allotment, cold's state
+	// would be read and written in each call. The allotments are what
+	// these calls spare.
+	if calls > n+n/size*servers2*4 {
 		t.Errorf("cold and user: %d Redis calls for %d requests, want about one each", calls, n)
 	}
 }

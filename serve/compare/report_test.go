@@ -165,7 +165,7 @@ func renderPage(set sideSettings, cs []contender, ws []workload, runs map[string
 	p("| %s | the same YAML file, unchanged; `sluice-serve -config FILE -redis ADDR` with every other flag at its default (fixed windows, as the peer), and its default `GOGC=400` (the peer runs with Go's 100) |\n", SluiceName)
 	p("| %s | the same YAML with `algorithm: token-bucket` in each `rate_limit` (sluice's extension): a bucket of `requests_per_unit`, refilled at `requests_per_unit` per unit |\n", cs[2].name)
 	if len(cs) > 3 {
-		p("| %s | the same YAML with `lease: %d` in the `edge` rule (sluice's extension), and `-lease-all %d`: every rule of at least %s a unit (the users who are not hot, their paths, the tenants) leases batches of up to %d, the edge key of up to %d (docs/serve.md, \"Leases for hot descriptors\") |\n", cs[3].name, edgeLease, leaseAll, thousands(100*leaseAll), leaseAll, edgeLease)
+		p("| %s | the same YAML with `allotment: %d` in the `edge` rule (sluice's extension), and `-allot-all %d`: every rule of at least %s a unit (the users who are not hot, their paths, the tenants) takes allotments of up to %d, the edge key of up to %d (docs/serve.md, \"Allotments for hot descriptors\") |\n", cs[3].name, edgeAllotment, allotAll, thousands(100*allotAll), allotAll, edgeAllotment)
 	}
 	p("\n")
 	p("The load generator (`serve/internal/loadgen`, also the `rlsload` command) runs in the test process on the same cores. It keeps a fixed number of RPCs in flight (*streams*) over %d gRPC connections, each caller sending its next request when the last is answered. ", benchConns)
@@ -173,7 +173,7 @@ func renderPage(set sideSettings, cs []contender, ws []workload, runs map[string
 	p("One request in %d is about one of %d *hot* users, each limited to %d a minute, who are soon denied; the others are about one of %s users whose limit, %s a minute, is never reached. So every server answers about the same share of denials, however fast it is. ", hotShare, hotUsers, hotLimit, thousands(coldUsers), thousands(coldLimit))
 	p("A one-descriptor request is `[{user=U}]`, a three-descriptor one `[{user=U}] [{tenant=T}] [{user=U}, {path=/api}]` (%d tenants). ", loadgen.Tenants)
 	if len(cs) > 3 {
-		p("A leased descriptor's first request takes its batch from Redis, and the users are fresh in every run: so in a run the leases contender pays a take for each user it sees (and for each user's path, with three descriptors), which a server that has run for a minute pays once a minute per key; the warmup absorbs what it can of it. ")
+		p("An allotted descriptor's first request takes its allotment from Redis, and the users are fresh in every run: so in a run the allotments contender pays a take for each user it sees (and for each user's path, with three descriptors), which a server that has run for a minute pays once a minute per key; the warmup absorbs what it can of it. ")
 	}
 	p("The servers take turns, workload by workload, in an order rotated every round; %d rounds. The limits:\n\n", set.rounds)
 	p("```yaml\n%s```\n\n", benchConfig(""))

@@ -85,17 +85,18 @@ const (
 	edgeLimit   = 100
 	edgeLead    = 200 * time.Millisecond
 	edgeStreams = 16
-	// The leases contender's: -lease-all leaseAll (every rule of at
-	// least 100 × leaseAll a unit: the users who are not hot, their
-	// paths and the tenants), and the edge key in batches of edgeLease.
-	leaseAll  = 100
-	edgeLease = 10
+	// The allotments contender's: -allot-all allotAll (every rule of at
+	// least 100 × allotAll a unit: the users who are not hot, their
+	// paths and the tenants), and the edge key in allotments of
+	// edgeAllotment.
+	allotAll      = 100
+	edgeAllotment = 10
 )
 
-// benchLeaseConfig is benchConfig("") with the edge rule leased in batches of
-// edgeLease.
-func benchLeaseConfig() string {
-	return strings.Replace(benchConfig(""), fmt.Sprintf("requests_per_unit: %d\n", edgeLimit), fmt.Sprintf("requests_per_unit: %d\n      lease: %d\n", edgeLimit, edgeLease), 1)
+// benchAllotmentConfig is benchConfig("") with the edge rule given
+// allotments of edgeAllotment.
+func benchAllotmentConfig() string {
+	return strings.Replace(benchConfig(""), fmt.Sprintf("requests_per_unit: %d\n", edgeLimit), fmt.Sprintf("requests_per_unit: %d\n      allotment: %d\n", edgeLimit, edgeAllotment), 1)
 }
 
 // contender is one server of the comparison.
@@ -103,7 +104,7 @@ type contender struct {
 	name   string
 	srv    *Server
 	bucket bool // token bucket: L at once, then L per window length
-	leases bool // sluice-serve leasing (-lease-all)
+	allot  bool // sluice-serve taking allotments (-allot-all)
 }
 
 // workload is one of the four measured loads.
@@ -172,7 +173,7 @@ func TestSideBySide(t *testing.T) {
 		{name: PeerName, srv: StartPeer(t, PeerConfig{Redis: r.Addr(), Config: fixedConf})},
 		{name: SluiceName, srv: StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: fixedConf})},
 		{name: SluiceName + ", token bucket", srv: StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: bucketConf}), bucket: true},
-		{name: SluiceName + ", leases", srv: StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: benchLeaseConfig(), Args: []string{"-lease-all", strconv.Itoa(leaseAll)}}), leases: true},
+		{name: SluiceName + ", allotments", srv: StartSluice(t, SluiceConfig{Redis: r.Addr(), Config: benchAllotmentConfig(), Args: []string{"-allot-all", strconv.Itoa(allotAll)}}), allot: true},
 	}
 	workloads := []workload{{1, 64}, {1, 256}, {3, 64}, {3, 256}}
 
@@ -267,8 +268,8 @@ func shortName(c contender) string {
 		return "p"
 	case c.bucket:
 		return "b"
-	case c.leases:
-		return "l"
+	case c.allot:
+		return "a"
 	default:
 		return "s"
 	}

@@ -4,51 +4,51 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// Leased returns alg with a lease of batches of up to batch requests: it
-// decides exactly as alg, under alg's name (so a rule's state is the same
-// leased or not), and [LeaseOf] reads the batch back. A store that leases
-// (stores/layered, with LeaseOf as its Config.Lease) takes batches for it.
-func Leased(alg core.Algorithm, batch int64) core.Algorithm {
-	return leased{Algorithm: alg, batch: batch}
+// Allotted returns alg with an allotment of up to n requests: it decides
+// exactly as alg, under alg's name (so a rule's state is the same allotted
+// or not), and [AllotmentOf] reads n back. A store that takes allotments
+// (stores/layered, with AllotmentOf as its Config.Allot) takes them for it.
+func Allotted(alg core.Algorithm, n int64) core.Algorithm {
+	return allotted{Algorithm: alg, most: n}
 }
 
-// leased is an algorithm with a lease's batch.
-type leased struct {
+// allotted is an algorithm with the size of its rule's allotment.
+type allotted struct {
 	core.Algorithm
-	batch int64
+	most int64
 }
 
-// Unwrap returns the algorithm leased.
-func (l leased) Unwrap() core.Algorithm { return l.Algorithm }
+// Unwrap returns the algorithm allotted.
+func (a allotted) Unwrap() core.Algorithm { return a.Algorithm }
 
-// LeaseOf returns the batch a request under alg leases: the one [Leased]
-// gave, or 0. It is the Config.Lease of stores/layered for a server's
-// requests: LeaseOf(req.Algorithm).
-func LeaseOf(alg core.Algorithm) int64 {
-	if l, ok := core.AlgorithmAs[leased](alg); ok {
-		return l.batch
+// AllotmentOf returns the largest allotment a request under alg takes: the
+// one [Allotted] gave, or 0. It is the Config.Allot of stores/layered for
+// a server's requests: AllotmentOf(req.Algorithm).
+func AllotmentOf(alg core.Algorithm) int64 {
+	if a, ok := core.AlgorithmAs[allotted](alg); ok {
+		return a.most
 	}
 	return 0
 }
 
-// batcher is an algorithm that may be taken in batches: stores/layered's
-// Batcher, as far as the configuration needs it.
-type batcher interface {
+// allotter is an algorithm whose capacity may be allotted: stores/layered's
+// Allotter, as far as the configuration needs it.
+type allotter interface {
 	core.Algorithm
-	MaxBatch(core.Limit) int64
+	MaxAllotment(core.Limit) int64
 }
 
-// leasable reports whether a rule under alg can lease: the fixed window,
-// the token bucket and GCRA can.
-func leasable(alg core.Algorithm) bool {
-	_, ok := core.AlgorithmAs[batcher](alg)
+// allottable reports whether a rule under alg can take allotments: the
+// fixed window, the token bucket and GCRA can.
+func allottable(alg core.Algorithm) bool {
+	_, ok := core.AlgorithmAs[allotter](alg)
 	return ok
 }
 
-// maxLease is the largest batch r may lease: its capacity.
-func maxLease(r *Rule) int64 {
-	if b, ok := core.AlgorithmAs[batcher](r.Algorithm); ok {
-		return b.MaxBatch(r.Limit)
+// maxAllotment is the largest allotment r may take: its capacity.
+func maxAllotment(r *Rule) int64 {
+	if a, ok := core.AlgorithmAs[allotter](r.Algorithm); ok {
+		return a.MaxAllotment(r.Limit)
 	}
 	return 0
 }

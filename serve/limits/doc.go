@@ -63,10 +63,12 @@
 //     "10/s burst 50" or "1/250ms", instead of unit and
 //     requests_per_unit. Exactly one of limit, unit with
 //     requests_per_unit, and unlimited: true may be given.
-//   - lease: the largest batch of requests a server leases for the rule
-//     ([Rule.Lease], [Leased]), for the fixed-window, token-bucket and
-//     gcra algorithms, at most the limit's capacity; 0 opts the rule out
-//     of [Options.Lease].
+//   - allotment: the most of the rule's requests a server takes from the
+//     store at once and spends locally ([Rule.Allotment], [Allotted]), for
+//     the fixed-window, token-bucket and gcra algorithms, at most the
+//     limit's capacity; 0 opts the rule out of [Options.Allotment]. The
+//     key was named lease before; a configuration that still says lease
+//     fails to load, naming allotment.
 //
 // # Problems
 //

@@ -59,14 +59,14 @@ type Options struct {
 	// RUNTIME_APPDIRECTORY, "config": config/a.yaml, config.yaml). The
 	// default, "", reads every file.
 	AppDirectory string
-	// Lease, if above 0, makes every rule that does not say its own lease
-	// (sluice's rate_limit key lease) lease batches of up to Lease
-	// requests ([Rule.Lease]) when its algorithm can (fixed-window,
-	// token-bucket, gcra) and its requests_per_unit is at least 100 times
-	// Lease, so that the batches an instance holds strand at most a
-	// hundredth of the limit. The default, 0, leases only the rules that
-	// say so.
-	Lease int64
+	// Allotment, if above 0, gives every rule that does not say its own
+	// (sluice's rate_limit key allotment) allotments of up to Allotment
+	// requests ([Rule.Allotment]) when its algorithm can take them
+	// (fixed-window, token-bucket, gcra) and its requests_per_unit is at
+	// least 100 times Allotment, so that what an instance holds in
+	// allotments strands at most a hundredth of the limit. The default, 0,
+	// allots only the rules that say so.
+	Allotment int64
 }
 
 // Warning is something a configuration that loads holds that may not be
@@ -148,10 +148,11 @@ type Rule struct {
 	// requests_per_unit, or the text form's rate in its Unit (0 when Unit
 	// is UNKNOWN).
 	RequestsPerUnit uint32
-	// Lease is the largest batch an instance leases for the rule: 0 for
-	// none (rate_limit.lease, or [Options.Lease]). A leased rule's
-	// Algorithm is wrapped by [Leased], under the same name.
-	Lease int64
+	// Allotment is the most of the rule's budget an instance takes from
+	// the store at once and spends locally: 0 for none
+	// (rate_limit.allotment, or [Options.Allotment]). An allotted rule's
+	// Algorithm is wrapped by [Allotted], under the same name.
+	Allotment int64
 	// Shadow reports shadow_mode: the rule decides and counts, but never
 	// denies.
 	Shadow bool
@@ -173,11 +174,11 @@ type Rule struct {
 // is immutable and safe for concurrent use; the zero Set, and a nil *Set,
 // hold no rules.
 type Set struct {
-	domains map[string]*node
-	names   []string
-	rules   int
-	leases  int // rules that lease
-	digest  [32]byte
+	domains  map[string]*node
+	names    []string
+	rules    int
+	allotted int // rules that take allotments
+	digest   [32]byte
 	// warnings are what loading found that did not stop it.
 	warnings []Warning
 }
@@ -217,12 +218,13 @@ func (s *Set) Len() int {
 	return s.rules
 }
 
-// Leases returns the number of rules that lease ([Rule.Lease] above 0).
-func (s *Set) Leases() int {
+// Allotted returns the number of rules that take allotments
+// ([Rule.Allotment] above 0).
+func (s *Set) Allotted() int {
 	if s == nil {
 		return 0
 	}
-	return s.leases
+	return s.allotted
 }
 
 // Digest returns a SHA-256 of what the set was loaded from: the options,
@@ -242,7 +244,7 @@ func digest(opts Options, files []File) [32]byte {
 	h := sha256.New()
 	var b []byte
 	b = append(b, "sluice limits v2\x00"...)
-	b = binary.AppendVarint(b, opts.Lease)
+	b = binary.AppendVarint(b, opts.Allotment)
 	for _, f := range []bool{opts.MergeDomains, opts.IgnoreDotFiles} {
 		if f {
 			b = append(b, 1)

@@ -288,8 +288,8 @@ func (s section) String() string {
 }
 
 // sections lists where each key belongs. The keys of the rate limit
-// service are those of its validKeys; algorithm, burst, limit and lease
-// are sluice's, which the service rejects.
+// service are those of its validKeys; algorithm, burst, limit and
+// allotment are sluice's, which the service rejects.
 var sections = map[string][]section{
 	"domain":            {topLevel},
 	"descriptors":       {topLevel, inDescriptor},
@@ -309,8 +309,13 @@ var sections = map[string][]section{
 	"algorithm":         {inRateLimit},
 	"burst":             {inRateLimit},
 	"limit":             {inRateLimit},
-	"lease":             {inRateLimit},
+	"allotment":         {inRateLimit},
 }
+
+// renamed maps a key sluice once read to the key that took its place: a
+// configuration that still says the old one fails to load, naming the
+// new one, rather than losing the setting in silence.
+var renamed = map[string]string{"lease": "allotment"}
 
 // field is one key of a mapping and its value. The zero field is a key
 // that is absent.
@@ -417,6 +422,8 @@ func (l *loader) keyName(k *yaml.Node, sec section, ctx string) (string, bool) {
 		return name, true
 	case known:
 		l.errorf(k.Line, ctx, "key %q does not belong in %s; it belongs in %s", name, sec, homes[0])
+	case renamed[name] != "":
+		l.errorf(k.Line, ctx, "key %q is now named %q: rename it (docs/changes.md)", name, renamed[name])
 	default:
 		msg := fmt.Sprintf("unknown key %q", name)
 		if s := suggest(name, sec); s != "" {
@@ -791,8 +798,8 @@ func (l *loader) descriptor(parent *node, n *yaml.Node, domain, parentPath strin
 	parent.add(composite, d)
 	if keep && d.rule != nil {
 		l.set.rules++
-		if d.rule.Lease > 0 {
-			l.set.leases++
+		if d.rule.Allotment > 0 {
+			l.set.allotted++
 		}
 	}
 }
@@ -920,27 +927,27 @@ func (l *loader) rule(n *yaml.Node, ctx string) *Rule {
 			l.errorf(f["burst"].line(n.Line), ctx, "burst is given for an unlimited rule")
 		}
 	}
-	if leaseSet := l.value(f["lease"]) != nil; leaseSet || l.opts.Lease > 0 {
+	if set := l.value(f["allotment"]) != nil; set || l.opts.Allotment > 0 {
 		n0 := l.problems()
-		lease := l.integer(f["lease"], ctx, 0, math.MaxUint32)
+		most := l.integer(f["allotment"], ctx, 0, math.MaxUint32)
 		switch {
 		case l.problems() != n0:
-		case !leaseSet:
-			// Options.Lease: the rules large enough that a batch strands
-			// at most a hundredth of the limit.
-			if r.Limit.Validate() == nil && !r.Unlimited && int64(r.RequestsPerUnit) >= 100*l.opts.Lease && leasable(r.Algorithm) {
-				lease = l.opts.Lease
+		case !set:
+			// Options.Allotment: the rules large enough that an
+			// allotment strands at most a hundredth of the limit.
+			if r.Limit.Validate() == nil && !r.Unlimited && int64(r.RequestsPerUnit) >= 100*l.opts.Allotment && allottable(r.Algorithm) {
+				most = l.opts.Allotment
 			}
-		case lease > 0 && (r.Unlimited || r.Deny):
-			l.errorf(f["lease"].line(n.Line), ctx, "lease is given for a rule that keeps no state")
-		case lease > 0 && !leasable(r.Algorithm):
-			l.errorf(f["lease"].line(n.Line), ctx, "lease applies to the fixed-window, token-bucket and gcra algorithms, not %s", r.Algorithm.Name())
-		case lease > 0 && r.Limit.Validate() == nil && lease > maxLease(r):
-			l.errorf(f["lease"].line(n.Line), ctx, "lease %d is more than the limit's capacity, %d", lease, maxLease(r))
+		case most > 0 && (r.Unlimited || r.Deny):
+			l.errorf(f["allotment"].line(n.Line), ctx, "allotment is given for a rule that keeps no state")
+		case most > 0 && !allottable(r.Algorithm):
+			l.errorf(f["allotment"].line(n.Line), ctx, "allotment applies to the fixed-window, token-bucket and gcra algorithms, not %s", r.Algorithm.Name())
+		case most > 0 && r.Limit.Validate() == nil && most > maxAllotment(r):
+			l.errorf(f["allotment"].line(n.Line), ctx, "allotment %d is more than the limit's capacity, %d", most, maxAllotment(r))
 		}
-		if lease > 0 && l.problems() == before {
-			r.Lease = lease
-			r.Algorithm = Leased(r.Algorithm, lease)
+		if most > 0 && l.problems() == before {
+			r.Allotment = most
+			r.Algorithm = Allotted(r.Algorithm, most)
 		}
 	}
 	if l.problems() != before {

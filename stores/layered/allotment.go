@@ -10,20 +10,20 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// lease is a key's lease: tokens charged to the remote in one call and
-// spent here, and, when the remote could not give a batch, how long to
-// wait for one. Guarded by its entry's mu.
-type lease struct {
+// allotment is a key's allotment: tokens charged to the remote in one call
+// (a take) and spent here, and, when the remote could not give a whole
+// allotment, how long to wait for one. Guarded by its entry's mu.
+type allotment struct {
 	limit   core.Limit    // the limit the tokens were taken under
-	taken   int64         // the batch taken; 0 when there is no lease
+	taken   int64         // the tokens taken; 0 when there are none
 	left    int64         // tokens not yet spent
 	at      int64         // local clock when the take was sent, ns
 	expires int64         // local clock from which the tokens lapse, ns
 	take    core.Decision // the remote's answer to the take
-	size    int64         // the next batch, adapted to what the key spends
+	size    int64         // the next take, adapted to what the key spends
 
 	// A denied take: until waitUntil (local ns) the key waits for the
-	// remote to hold a whole batch, which it will at waitRetry. Only a
+	// remote to hold a whole allotment, which it will at waitRetry. Only a
 	// request under waitLimit waits; the zero Limit, which no request
 	// has, clears the wait (a local clock may read below zero, before
 	// the store was made, so no instant can).
@@ -32,71 +32,75 @@ type lease struct {
 	waitRetry         int64
 	waitD             core.Decision
 
-	// refill is non-nil while one caller takes a batch; it is closed when
-	// the take returns. Other callers wait for it rather than send takes
-	// of their own.
+	// refill is non-nil while one caller takes an allotment; it is closed
+	// when the take returns. Other callers wait for it rather than send
+	// takes of their own.
 	refill chan struct{}
 }
 
-// Batcher is implemented by algorithms whose capacity the store may take
-// from the remote in batches and spend locally (its leases) within an
-// exact bound: the token bucket, GCRA and the fixed window. The sliding
-// windows are not: a batch charged at one instant and spent later weighs
-// differently in them. The store finds it through wrappers such as a
-// stack's rules (see core.AlgorithmAs), so an algorithm of your own is
-// leased if it, or an algorithm it unwraps to, implements Batcher.
-type Batcher interface {
+// Allotter is implemented by algorithms whose capacity the store may take
+// from the remote a share at a time and spend locally (its allotments)
+// within an exact bound: the token bucket, GCRA and the fixed window. The
+// sliding windows are not: tokens charged at one instant and spent later
+// weigh differently in them. The store finds it through wrappers such as
+// a stack's rules (see core.AlgorithmAs), so an algorithm of your own is
+// allotted if it, or an algorithm it unwraps to, implements Allotter.
+type Allotter interface {
 	core.Algorithm
-	// MaxBatch returns the largest batch, in units of cost, that may be
+	// MaxAllotment returns the most tokens, in units of cost, that may be
 	// taken at once under l (its capacity); 0 if none may.
-	MaxBatch(l core.Limit) int64
+	MaxAllotment(l core.Limit) int64
 	// Windowed reports whether capacity comes back all at once at the
-	// end of an epoch-aligned window (the fixed window), so that a batch
-	// must not be spent after the window it was taken in ends; a bucket's
-	// capacity comes back continuously.
+	// end of an epoch-aligned window (the fixed window), so that an
+	// allotment must not be spent after the window it was taken in ends;
+	// a bucket's capacity comes back continuously.
 	Windowed() bool
 }
 
-// maxBatch returns alg's MaxBatch for l, or 0 when alg is no Batcher.
-func maxBatch(alg core.Algorithm, l core.Limit) int64 {
-	if b, ok := core.AlgorithmAs[Batcher](alg); ok {
-		return b.MaxBatch(l)
+// maxAllotment returns alg's MaxAllotment for l, or 0 when alg is no
+// Allotter.
+func maxAllotment(alg core.Algorithm, l core.Limit) int64 {
+	if a, ok := core.AlgorithmAs[Allotter](alg); ok {
+		return a.MaxAllotment(l)
 	}
 	return 0
 }
 
-// windowed reports whether alg is a Batcher whose capacity comes back at
+// windowed reports whether alg is an Allotter whose capacity comes back at
 // window boundaries.
 func windowed(alg core.Algorithm) bool {
-	b, ok := core.AlgorithmAs[Batcher](alg)
-	return ok && b.Windowed()
+	a, ok := core.AlgorithmAs[Allotter](alg)
+	return ok && a.Windowed()
 }
 
-// leaseSize returns the largest batch to lease for req, or 0 if req is not
-// leased: leases are off, the request carries an explicit Now, its cost is
-// zero or above the batch, or its algorithm may not be taken in batches
-// (its MaxBatch is 0, or it is not a [Batcher]).
-func (s *Store) leaseSize(req *core.Request) int64 {
-	if s.lease == nil || req.Cost <= 0 || req.Op == core.OpRefund || req.Op == core.OpReserve {
+// allotmentSize returns the largest allotment to take for req, or 0 if req
+// is not allotted: allotments are off, its cost is zero or above the
+// allotment, it is a refund or a reservation, or its algorithm may not be
+// allotted (its MaxAllotment is 0, or it is not an [Allotter]).
+func (s *Store) allotmentSize(req *core.Request) int64 {
+	if s.allot == nil || req.Cost <= 0 || req.Op == core.OpRefund || req.Op == core.OpReserve {
 		return 0
 	}
-	capacity := maxBatch(req.Algorithm, req.Limit)
+	capacity := maxAllotment(req.Algorithm, req.Limit)
 	if capacity <= 0 {
 		return 0
 	}
-	b := min(s.lease(*req), capacity)
-	if b < 2 || req.Cost > b {
+	n := min(s.allot(*req), capacity)
+	if n < 2 || req.Cost > n {
 		return 0
 	}
-	return b
+	return n
 }
 
-// applyLease decides req from the key's lease: it spends the lease's
-// tokens, waits for another caller's take, denies while the remote cannot
-// give a batch, or takes a batch itself. ok is false when the lease cannot
-// decide (a peek with no tokens in hand, a key just Reset, a batch the
-// remote calls unsatisfiable): the caller then decides as without leases.
-func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, most, now int64) (d core.Decision, ok bool, err error) {
+// spendAllotment decides req from the key's allotment: it spends the
+// allotment's tokens, waits for another caller's take, denies while the
+// remote cannot give a whole allotment, or takes one itself. ok is false
+// when the allotment cannot decide (a peek with no tokens in hand, a key
+// just Reset, an allotment the remote calls unsatisfiable): the caller
+// then decides as without allotments. req is validated only where the
+// allotment answers it here; a take hands it to the remote, which
+// validates what it decides.
+func (s *Store) spendAllotment(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, most, now int64) (d core.Decision, ok bool, err error) {
 	if e == nil {
 		if req.Op == core.OpPeek {
 			return core.Decision{}, false, nil
@@ -105,7 +109,7 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 	}
 	for {
 		e.mu.Lock()
-		l := e.lease
+		l := e.allotment
 		switch {
 		case e.dead:
 			e.mu.Unlock()
@@ -114,10 +118,14 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 			e.mu.Unlock()
 			return core.Decision{}, false, nil
 		case l == nil:
-			l = new(lease)
-			e.lease = l
+			l = new(allotment)
+			e.allotment = l
 		}
-		if l.taken > 0 && l.limit == req.Limit && now < l.expires && l.left >= req.Cost {
+		if l.holds(req, now) {
+			if err := req.Validate(); err != nil {
+				e.mu.Unlock()
+				return core.Decision{}, true, err
+			}
 			left := l.left - req.Cost
 			if req.Op != core.OpPeek {
 				l.left = left
@@ -131,12 +139,16 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return core.Decision{}, true, fmt.Errorf("layered: waiting for a lease: %w", ctx.Err())
+				return core.Decision{}, true, fmt.Errorf("layered: waiting for an allotment: %w", ctx.Err())
 			}
 			now = s.now()
 			continue
 		}
-		if now < l.waitUntil && l.waitLimit == req.Limit {
+		if l.waiting(req, now) {
+			if err := req.Validate(); err != nil {
+				e.mu.Unlock()
+				return core.Decision{}, true, err
+			}
 			d := l.waitDecision(now)
 			e.mu.Unlock()
 			return d, true, nil
@@ -145,54 +157,72 @@ func (s *Store) applyLease(ctx context.Context, req *core.Request, sh *lru.Cache
 			e.mu.Unlock()
 			return core.Decision{}, false, nil
 		}
-		batch := l.nextBatch(req, most, now)
+		n := l.nextSize(req, most, now)
 		ch := make(chan struct{})
 		l.refill = ch
 		e.mu.Unlock()
-		return s.take(ctx, req, e, l, batch, now, ch, true)
+		return s.take(ctx, req, e, l, n, now, ch, true)
 	}
 }
 
-// refundLease gives a refund back to the key's live lease, under the same
-// limit, if the lease has spent at least its cost since its take: those
-// tokens were charged to the remote with the batch, so the lease may
-// spend them again, and the remote need not be asked. A lease thus never
-// holds more than it took, and what the instance admits, less what it
-// refunds, stays within what the remote charged. ok is false when the
-// refund is for the remote: no live lease, another limit, or a cost
-// above what the lease spent (a refund of what another instance
-// charged, or of more than was charged, which the remote bounds).
-func (e *entry) refundLease(req *core.Request, now int64) (d core.Decision, ok bool) {
+// holds reports whether the allotment, live at now, holds req's cost
+// under req's limit.
+func (l *allotment) holds(req *core.Request, now int64) bool {
+	return l.taken > 0 && l.limit == req.Limit && now < l.expires && l.left >= req.Cost
+}
+
+// waiting reports whether a request under req's limit waits, at now, for
+// the remote to hold a whole allotment.
+func (l *allotment) waiting(req *core.Request, now int64) bool {
+	return now < l.waitUntil && l.waitLimit == req.Limit
+}
+
+// refundAllotment gives a refund back to the key's live allotment, under
+// the same limit, if the allotment has spent at least its cost since its
+// take: those tokens were charged to the remote with the take, so the
+// allotment may spend them again, and the remote need not be asked. An
+// allotment thus never holds more than it took, and what the instance
+// admits, less what it refunds, stays within what the remote charged. ok
+// is false when the refund is for the remote (which then validates it):
+// no live allotment, another limit, or a cost above what the allotment
+// spent (a refund of what another instance charged, or of more than was
+// charged, which the remote bounds). An invalid refund the allotment
+// would have taken fails with its error.
+func (e *entry) refundAllotment(req *core.Request, now int64) (d core.Decision, ok bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	l := e.lease
+	l := e.allotment
 	if e.dead || l == nil || l.taken == 0 || l.limit != req.Limit || now >= l.expires || l.taken-l.left < req.Cost {
-		return core.Decision{}, false
+		return core.Decision{}, false, nil
+	}
+	if err := req.Validate(); err != nil {
+		return core.Decision{}, true, err
 	}
 	l.left += req.Cost
-	return l.decision(now, l.left), true
+	return l.decision(now, l.left), true, nil
 }
 
-// decision is the decision for a request spent from the lease, leaving
+// decision is the decision for a request spent from the allotment, leaving
 // left tokens in it. Remaining counts what the remote had left after the
-// take and what the lease still holds: the key's budget as this instance
-// last saw it, less what it has spent since. ResetAfter is the take's, run
-// down by the time since.
-func (l *lease) decision(now, left int64) core.Decision {
+// take and what the allotment still holds: the key's budget as this
+// instance last saw it, less what it has spent since. ResetAfter is the
+// take's, run down by the time since.
+func (l *allotment) decision(now, left int64) core.Decision {
 	return core.Decision{
 		Allowed:    true,
 		Limit:      l.take.Limit,
 		Remaining:  l.take.Remaining + left,
 		ResetAfter: max(l.take.ResetAfter-time.Duration(now-l.at), 0),
 		At:         later(l.take.At, now-l.at),
-		Source:     core.SourceLease,
+		Source:     core.SourceAllotment,
 	}
 }
 
 // waitDecision is the denial of a request made while the key waits for a
-// batch: nothing is admitted here until then, so Remaining is 0, and the
-// request will pass once the wait is over (if nothing else is charged).
-func (l *lease) waitDecision(now int64) core.Decision {
+// whole allotment: nothing is admitted here until then, so Remaining is 0,
+// and the request will pass once the wait is over (if nothing else is
+// charged).
+func (l *allotment) waitDecision(now int64) core.Decision {
 	d := l.waitD
 	d.Remaining = 0
 	d.RetryAfter = ceilMicros(l.waitRetry - now)
@@ -203,12 +233,12 @@ func (l *lease) waitDecision(now int64) core.Decision {
 	return d
 }
 
-// nextBatch adapts the batch to what the key spent of its last lease, and
-// returns the batch to take for req (at least its cost, at most most). A
-// lease spent before it lapsed doubles the batch; one that lapsed with
-// tokens left makes the batch what was spent of it. Whatever the old
-// lease still holds (less than req's cost) lapses now.
-func (l *lease) nextBatch(req *core.Request, most, now int64) int64 {
+// nextSize adapts the allotment's size to what the key spent of the last
+// one, and returns the tokens to take for req (at least its cost, at most
+// most). An allotment spent before it lapsed doubles the size; one that
+// lapsed with tokens left makes the size what was spent of it. Whatever
+// the old allotment still holds (less than req's cost) lapses now.
+func (l *allotment) nextSize(req *core.Request, most, now int64) int64 {
 	if l.size == 0 || l.size > most {
 		l.size = most
 	}
@@ -224,23 +254,24 @@ func (l *lease) nextBatch(req *core.Request, most, now int64) int64 {
 	return max(l.size, req.Cost)
 }
 
-// take takes a batch for req from the remote, in one call, and decides req
-// from it. ch is closed when the take has returned, waking the callers
-// that waited for it.
+// take takes an allotment of n tokens for req from the remote, in one
+// call, and decides req from it. ch is closed when the take has returned,
+// waking the callers that waited for it. The remote validates the take,
+// which is req at another cost, and so validates req.
 //
-// When the remote denies the batch but says it holds enough for req, and
+// When the remote denies the take but says it holds enough for req, and
 // shrink allows, take takes what the remote holds instead, once: a burst
-// that spent the last lease early must not have the requests after it
+// that spent the last allotment early must not have the requests after it
 // denied while the key is under its limit. Otherwise the key waits for a
-// batch: until the remote says it will hold a whole one, requests are
+// whole allotment: until the remote says it will hold one, requests are
 // denied here. This request is then decided at the remote if the denial
 // says the remote still holds enough for it; otherwise it is denied with
-// the batch's wait.
-func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease, batch, start int64, ch chan struct{}, shrink bool) (core.Decision, bool, error) {
+// the take's wait.
+func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotment, n, start int64, ch chan struct{}, shrink bool) (core.Decision, bool, error) {
 	epoch := s.epoch.Load()
-	breq := *req
-	breq.Cost = batch
-	d, err := s.remote.Apply(ctx, breq)
+	treq := *req
+	treq.Cost = n
+	d, err := s.remote.Apply(ctx, treq)
 	win := windowed(req.Algorithm)
 
 	e.mu.Lock()
@@ -252,16 +283,16 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 		e.mu.Unlock()
 		return core.Decision{}, true, fmt.Errorf("layered: remote: %w", err)
 	case d.Allowed && !valid:
-		// A Reset overlapped the take: the batch was charged to the
+		// A Reset overlapped the take: the tokens were charged to the
 		// state it forgot. This request was admitted; the rest lapses.
 		e.mu.Unlock()
-		d.Remaining += batch - req.Cost
-		d.Level.Units += (batch - req.Cost) * d.Level.PerToken
-		d.Source = core.SourceLease
+		d.Remaining += n - req.Cost
+		d.Level.Units += (n - req.Cost) * d.Level.PerToken
+		d.Source = core.SourceAllotment
 		return d, true, nil
 	case d.Allowed:
-		l.limit, l.taken, l.left, l.at, l.take = req.Limit, batch, batch-req.Cost, start, d
-		l.expires = start + s.leaseTTL
+		l.limit, l.taken, l.left, l.at, l.take = req.Limit, n, n-req.Cost, start, d
+		l.expires = start + s.allotTTL
 		if win {
 			// Never spend a window's tokens in the next window.
 			l.expires = min(start+s.winTTL, start+int64(d.ResetAfter))
@@ -274,8 +305,8 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 	case d.Unsatisfiable() || d.RetryAfter <= 0:
 		e.mu.Unlock()
 		return core.Decision{}, false, nil
-	case shrink && valid && d.Remaining >= req.Cost && d.Remaining < batch:
-		// The next batch is the smaller one, and other callers wait
+	case shrink && valid && d.Remaining >= req.Cost && d.Remaining < n:
+		// The next allotment is the smaller one, and other callers wait
 		// for its take as for the first.
 		l.size = d.Remaining
 		ch := make(chan struct{})
@@ -296,7 +327,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *lease,
 		return d, true, nil
 	}
 	// The remote holds enough for this request alone: decide it there.
-	// If it is admitted, the batch is that much further off.
+	// If it is admitted, the whole allotment is that much further off.
 	dd, err := s.callRemote(ctx, *req)
 	if err == nil && dd.Allowed && valid && !win {
 		u, r := req.Limit.Units()

@@ -15,9 +15,9 @@ import (
 	"github.com/sluicehq/sluice/stores/layered"
 )
 
-// leaseStep is one request in a lease step table: cost after advance, and
+// allotmentStep is one request in an allotment step table: cost after advance, and
 // what it must get.
-type leaseStep struct {
+type allotmentStep struct {
 	advance   time.Duration
 	cost      int64
 	allowed   bool
@@ -26,7 +26,7 @@ type leaseStep struct {
 	remote    int64 // remote calls the request made
 }
 
-func runLeaseSteps(t *testing.T, c *clock, s *layered.Store, calls *atomic.Int64, req core.Request, steps []leaseStep) {
+func runAllotmentSteps(t *testing.T, c *clock, s *layered.Store, calls *atomic.Int64, req core.Request, steps []allotmentStep) {
 	t.Helper()
 	var at time.Duration
 	for i, st := range steps {
@@ -46,73 +46,73 @@ func runLeaseSteps(t *testing.T, c *clock, s *layered.Store, calls *atomic.Int64
 	}
 }
 
-// TestLease follows one key's leases on a virtual clock: takes, local
-// spends, the batch doubling when a lease is spent in time, the key
-// waiting for a batch near the limit, and shrinking when a lease lapses.
-func TestLease(t *testing.T) {
+// TestAllotment follows one key's allotments on a virtual clock: takes, local
+// spends, the allotment doubling when an allotment is spent in time, the key
+// waiting for an allotment near the limit, and shrinking when an allotment lapses.
+func TestAllotment(t *testing.T) {
 	t.Parallel()
 	const ms = time.Millisecond
 	// The algorithms are asked what they can do, never compared with
 	// sluice's own: a stack's rule (core.Named) and an algorithm of a
-	// user's own that is a Batcher lease as the bucket they wrap.
+	// user's own that is an Allotter are allotted as the bucket they wrap.
 	for _, alg := range []core.Algorithm{
 		algorithms.TokenBucket, algorithms.GCRA,
 		core.Named(algorithms.TokenBucket, "rule"), core.Named(algorithms.GCRA, "rule"),
-		batchingAlg{algorithms.GCRA},
+		allottingAlg{algorithms.GCRA},
 	} {
 		t.Run(alg.Name(), func(t *testing.T) {
 			t.Parallel()
 			c := newClock()
 			remote, calls := counted(newMem(t, c))
-			s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(4), LeaseTTL: time.Second})
+			s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(4), AllotmentTTL: time.Second})
 			// A token every 100ms, 10 at most.
 			req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(10)}
-			runLeaseSteps(t, c, s, calls, req, []leaseStep{
-				{0, 1, true, 9, core.SourceLease, 1}, // take 4: 6 left at the remote, 3 in the lease
-				{0, 1, true, 8, core.SourceLease, 0},
-				{0, 2, true, 6, core.SourceLease, 0},
-				{0, 1, true, 5, core.SourceLease, 1}, // spent in time: the batch would double, but is capped at 4
-				{0, 3, true, 2, core.SourceLease, 0},
-				{0, 1, true, 1, core.SourceLease, 2}, // the remote holds 2 of a batch of 4: take the 2
-				{0, 1, true, 0, core.SourceLease, 0},
-				{199 * ms, 1, true, 0, core.SourceLease, 2}, // a batch of 2 is denied, the 1 the remote holds taken
-				{100 * ms, 1, true, 0, core.SourceLease, 2},
-				{1 * ms, 2, false, 1, core.SourceStore, 1},  // the remote holds 1, less than the cost: the key waits for a batch of 2
-				{0, 1, false, 0, core.SourceCache, 0},       // waiting: 1 token's time
-				{100 * ms, 2, true, 0, core.SourceLease, 1}, // a batch of 2
-				// The next lease lapses with 3 of 4 left: the batch
+			runAllotmentSteps(t, c, s, calls, req, []allotmentStep{
+				{0, 1, true, 9, core.SourceAllotment, 1}, // take 4: 6 left at the remote, 3 in the allotment
+				{0, 1, true, 8, core.SourceAllotment, 0},
+				{0, 2, true, 6, core.SourceAllotment, 0},
+				{0, 1, true, 5, core.SourceAllotment, 1}, // spent in time: the allotment would double, but is capped at 4
+				{0, 3, true, 2, core.SourceAllotment, 0},
+				{0, 1, true, 1, core.SourceAllotment, 2}, // the remote holds 2 of an allotment of 4: take the 2
+				{0, 1, true, 0, core.SourceAllotment, 0},
+				{199 * ms, 1, true, 0, core.SourceAllotment, 2}, // an allotment of 2 is denied, the 1 the remote holds taken
+				{100 * ms, 1, true, 0, core.SourceAllotment, 2},
+				{1 * ms, 2, false, 1, core.SourceStore, 1},      // the remote holds 1, less than the cost: the key waits for an allotment of 2
+				{0, 1, false, 0, core.SourceCache, 0},           // waiting: 1 token's time
+				{100 * ms, 2, true, 0, core.SourceAllotment, 1}, // an allotment of 2
+				// The next allotment lapses with 3 of 4 left: the allotment
 				// becomes the 1 spent of it.
-				{time.Second, 1, true, 9, core.SourceLease, 1},
-				{time.Second, 1, true, 9, core.SourceLease, 1}, // lapsed: a batch of max(1, cost)
+				{time.Second, 1, true, 9, core.SourceAllotment, 1},
+				{time.Second, 1, true, 9, core.SourceAllotment, 1}, // lapsed: an allotment of max(1, cost)
 			})
 		})
 	}
 }
 
-// TestLeaseFixedWindow checks that a lease under the fixed window lapses
+// TestAllotmentFixedWindow checks that an allotment under the fixed window lapses
 // when its window ends, so that no window admits more than the rate; the
 // same under a stack's rule (core.Named) and under a window algorithm of
-// a user's own that is a Batcher, which the store cannot recognise
+// a user's own that is an Allotter, which the store cannot recognise
 // by name.
-func TestLeaseFixedWindow(t *testing.T) {
+func TestAllotmentFixedWindow(t *testing.T) {
 	t.Parallel()
 	for _, alg := range []core.Algorithm{algorithms.FixedWindow, core.Named(algorithms.FixedWindow, "rule"), windowAlg{algorithms.FixedWindow}} {
 		t.Run(alg.Name(), func(t *testing.T) {
 			t.Parallel()
-			testLeaseFixedWindow(t, alg)
+			testAllotmentFixedWindow(t, alg)
 		})
 	}
 }
 
-func testLeaseFixedWindow(t *testing.T, alg core.Algorithm) {
+func testAllotmentFixedWindow(t *testing.T, alg core.Algorithm) {
 	c := newClock() // on a window's boundary
 	remote, calls := counted(newMem(t, c))
-	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10), LeaseTTL: time.Hour})
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(10), AllotmentTTL: time.Hour})
 	req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(100)}
-	runLeaseSteps(t, c, s, calls, req, []leaseStep{
-		{900 * time.Millisecond, 1, true, 99, core.SourceLease, 1},
-		{99 * time.Millisecond, 1, true, 98, core.SourceLease, 0},
-		{time.Millisecond, 1, true, 99, core.SourceLease, 1}, // a new window: the old lease lapsed
+	runAllotmentSteps(t, c, s, calls, req, []allotmentStep{
+		{900 * time.Millisecond, 1, true, 99, core.SourceAllotment, 1},
+		{99 * time.Millisecond, 1, true, 98, core.SourceAllotment, 0},
+		{time.Millisecond, 1, true, 99, core.SourceAllotment, 1}, // a new window: the old allotment lapsed
 	})
 	// Hammer a second's windows: never more than 100 in one.
 	c.Advance(time.Second)
@@ -126,42 +126,42 @@ func testLeaseFixedWindow(t *testing.T, alg core.Algorithm) {
 			c.Advance(time.Millisecond)
 		}
 		if admitted > 100 || admitted < 90 {
-			t.Errorf("window %d: admitted %d, want at most 100 and no fewer than 100 less a batch", w, admitted)
+			t.Errorf("window %d: admitted %d, want at most 100 and no fewer than 100 less an allotment", w, admitted)
 		}
 	}
 }
 
-// TestWindowLeaseTTL checks that a lease under the fixed window lives for
-// WindowLeaseTTL, not LeaseTTL, and still lapses when its window ends;
-// a token bucket's lives for LeaseTTL.
-func TestWindowLeaseTTL(t *testing.T) {
+// TestWindowAllotmentTTL checks that an allotment under the fixed window lives for
+// WindowAllotmentTTL, not AllotmentTTL, and still lapses when its window ends;
+// a token bucket's lives for AllotmentTTL.
+func TestWindowAllotmentTTL(t *testing.T) {
 	t.Parallel()
 	c := newClock() // on a window's boundary
 	remote, calls := counted(newMem(t, c))
-	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10), LeaseTTL: time.Second, WindowLeaseTTL: time.Hour})
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(10), AllotmentTTL: time.Second, WindowAllotmentTTL: time.Hour})
 	req := core.Request{Key: "k", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(100)}
-	runLeaseSteps(t, c, s, calls, req, []leaseStep{
-		{0, 1, true, 99, core.SourceLease, 1},
-		{30 * time.Second, 1, true, 98, core.SourceLease, 0}, // past LeaseTTL, within the window
-		{29 * time.Second, 1, true, 97, core.SourceLease, 0},
-		{time.Second, 1, true, 99, core.SourceLease, 1}, // a new window: the lease lapsed
+	runAllotmentSteps(t, c, s, calls, req, []allotmentStep{
+		{0, 1, true, 99, core.SourceAllotment, 1},
+		{30 * time.Second, 1, true, 98, core.SourceAllotment, 0}, // past AllotmentTTL, within the window
+		{29 * time.Second, 1, true, 97, core.SourceAllotment, 0},
+		{time.Second, 1, true, 99, core.SourceAllotment, 1}, // a new window: the allotment lapsed
 	})
 	req.Algorithm = algorithms.TokenBucket
-	runLeaseSteps(t, c, s, calls, req, []leaseStep{
-		{0, 1, true, 99, core.SourceLease, 1},
-		{2 * time.Second, 1, true, 92, core.SourceLease, 1}, // past LeaseTTL: lapsed, and a batch of the 1 spent taken
+	runAllotmentSteps(t, c, s, calls, req, []allotmentStep{
+		{0, 1, true, 99, core.SourceAllotment, 1},
+		{2 * time.Second, 1, true, 92, core.SourceAllotment, 1}, // past AllotmentTTL: lapsed, and an allotment of the 1 spent taken
 	})
 }
 
-// TestLeaseRefund checks that a refund goes back to the key's live lease
-// when the lease has spent at least its cost, with no remote call, and to
-// the remote otherwise: a cost above what the lease spent, or a lease
+// TestAllotmentRefund checks that a refund goes back to the key's live allotment
+// when the allotment has spent at least its cost, with no remote call, and to
+// the remote otherwise: a cost above what the allotment spent, or an allotment
 // that lapsed.
-func TestLeaseRefund(t *testing.T) {
+func TestAllotmentRefund(t *testing.T) {
 	t.Parallel()
 	c := newClock()
 	remote, calls := counted(newMem(t, c))
-	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10), LeaseTTL: time.Second})
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(10), AllotmentTTL: time.Second})
 	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)}
 	steps := []struct {
 		advance   time.Duration
@@ -171,11 +171,11 @@ func TestLeaseRefund(t *testing.T) {
 		source    core.Source
 		remote    int64
 	}{
-		{0, core.OpCharge, 1, 99, core.SourceLease, 1}, // take 10: 90 at the remote, 9 in the lease
-		{0, core.OpCharge, 3, 96, core.SourceLease, 0},
-		{0, core.OpRefund, 2, 98, core.SourceLease, 0}, // the lease spent 4: given back to it
-		{0, core.OpRefund, 3, 93, core.SourceStore, 1}, // the lease spent 2: the remote's, which knows nothing of the lease's 8
-		{0, core.OpCharge, 8, 90, core.SourceLease, 0}, // the lease's 8: the take's 90 and none left
+		{0, core.OpCharge, 1, 99, core.SourceAllotment, 1}, // take 10: 90 at the remote, 9 in the allotment
+		{0, core.OpCharge, 3, 96, core.SourceAllotment, 0},
+		{0, core.OpRefund, 2, 98, core.SourceAllotment, 0}, // the allotment spent 4: given back to it
+		{0, core.OpRefund, 3, 93, core.SourceStore, 1},     // the allotment spent 2: the remote's, which knows nothing of the allotment's 8
+		{0, core.OpCharge, 8, 90, core.SourceAllotment, 0}, // the allotment's 8: the take's 90 and none left
 		{2 * time.Second, core.OpRefund, 1, 97, core.SourceStore, 1},
 	}
 	for i, st := range steps {
@@ -192,14 +192,14 @@ func TestLeaseRefund(t *testing.T) {
 	}
 }
 
-// TestLeaseNotUsed checks the requests that are never leased: explicit
-// instants, the sliding windows, costs above the batch, batches of 1,
+// TestAllotmentNotUsed checks the requests that are never allotted: explicit
+// instants, the sliding windows, costs above the allotment, allotments of 1,
 // and limits whose capacity is below 2.
-func TestLeaseNotUsed(t *testing.T) {
+func TestAllotmentNotUsed(t *testing.T) {
 	t.Parallel()
 	c := newClock()
 	remote, calls := counted(newMem(t, c))
-	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: func(r core.Request) int64 {
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: func(r core.Request) int64 {
 		if strings.HasPrefix(r.Key, "one") {
 			return 1
 		}
@@ -213,10 +213,10 @@ func TestLeaseNotUsed(t *testing.T) {
 		{"explicit Now", func(r *core.Request) { r.Now = c.Now() }},
 		{"sliding window counter", func(r *core.Request) { r.Algorithm = algorithms.SlidingWindowCounter }},
 		{"sliding window log", func(r *core.Request) { r.Algorithm = algorithms.SlidingWindowLog }},
-		{"cost above the batch", func(r *core.Request) { r.Cost = 6 }},
-		{"batch of 1", func(r *core.Request) { r.Key = "one" }},
+		{"cost above the allotment", func(r *core.Request) { r.Cost = 6 }},
+		{"an allotment of 1", func(r *core.Request) { r.Key = "one" }},
 		{"burst of 1", func(r *core.Request) { r.Limit = core.PerMinute(100).WithBurst(1) }},
-		{"peek of an unleased key", func(r *core.Request) { r.Key, r.Op = "p", core.OpPeek }},
+		{"peek of a key without an allotment", func(r *core.Request) { r.Key, r.Op = "p", core.OpPeek }},
 		{"cost 0", func(r *core.Request) { r.Cost = 0 }},
 	} {
 		req := base
@@ -233,26 +233,26 @@ func TestLeaseNotUsed(t *testing.T) {
 	}
 }
 
-// TestLeasePeek checks that a peek is answered from the lease without
+// TestAllotmentPeek checks that a peek is answered from the allotment without
 // spending it.
-func TestLeasePeek(t *testing.T) {
+func TestAllotmentPeek(t *testing.T) {
 	t.Parallel()
 	c := newClock()
 	remote, calls := counted(newMem(t, c))
-	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(5)})
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(5)})
 	req := core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerMinute(10), Cost: 1}
 	ctx := context.Background()
 	s.Apply(ctx, req) // take 5, spend 1
 	peek := req
 	peek.Op, peek.Cost = core.OpPeek, 4
 	for range 3 {
-		if d, err := s.Apply(ctx, peek); err != nil || !d.Allowed || d.Remaining != 5 || d.Source != core.SourceLease {
-			t.Fatalf("peek of 4 = %s, %v; want allowed from the lease, 5 remaining", describe(d), err)
+		if d, err := s.Apply(ctx, peek); err != nil || !d.Allowed || d.Remaining != 5 || d.Source != core.SourceAllotment {
+			t.Fatalf("peek of 4 = %s, %v; want allowed from the allotment, 5 remaining", describe(d), err)
 		}
 	}
 	req.Cost = 4
-	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed || d.Remaining != 5 || d.Source != core.SourceLease || calls.Load() != 1 {
-		t.Fatalf("request of 4 = %s, %v after %d calls; want allowed from the lease, 5 remaining, one call in all", describe(d), err, calls.Load())
+	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed || d.Remaining != 5 || d.Source != core.SourceAllotment || calls.Load() != 1 {
+		t.Fatalf("request of 4 = %s, %v after %d calls; want allowed from the allotment, 5 remaining, one call in all", describe(d), err, calls.Load())
 	}
 }
 
@@ -291,20 +291,20 @@ func (b *blockingRemote) Reset(ctx context.Context, key string, alg core.Algorit
 // Close closes the inner store.
 func (b *blockingRemote) Close() error { return b.inner.Close() }
 
-// TestLeaseOneTake checks that concurrent callers of a key without a lease
+// TestAllotmentOneTake checks that concurrent callers of a key without an allotment
 // wait for one caller's take instead of each sending one, and that a
 // waiting caller returns when its context ends.
-func TestLeaseOneTake(t *testing.T) {
+func TestAllotmentOneTake(t *testing.T) {
 	t.Parallel()
 	remote := &blockingRemote{inner: newMem(t, nil), arrived: make(chan struct{}), release: make(chan struct{})}
-	s := newLayered(t, remote, layered.Config{Lease: fixed(100)})
+	s := newLayered(t, remote, layered.Config{Allot: fixed(100)})
 	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1000), Cost: 1}
 	const goroutines = 32
 	var wg sync.WaitGroup
-	var leased atomic.Int64
+	var allotted atomic.Int64
 	wg.Go(func() {
-		if d, err := s.Apply(context.Background(), req); err == nil && d.Source == core.SourceLease {
-			leased.Add(1)
+		if d, err := s.Apply(context.Background(), req); err == nil && d.Source == core.SourceAllotment {
+			allotted.Add(1)
 		}
 	})
 	<-remote.arrived
@@ -316,30 +316,30 @@ func TestLeaseOneTake(t *testing.T) {
 	}
 	for range goroutines - 1 {
 		wg.Go(func() {
-			if d, err := s.Apply(context.Background(), req); err == nil && d.Source == core.SourceLease {
-				leased.Add(1)
+			if d, err := s.Apply(context.Background(), req); err == nil && d.Source == core.SourceAllotment {
+				allotted.Add(1)
 			}
 		})
 	}
 	time.Sleep(20 * time.Millisecond) // let them queue behind the take
 	close(remote.release)
 	wg.Wait()
-	if n := remote.calls.Load(); n != 1 || leased.Load() != goroutines {
-		t.Errorf("%d callers sent %d remote calls and %d were leased; want one take serving all", goroutines, n, leased.Load())
+	if n := remote.calls.Load(); n != 1 || allotted.Load() != goroutines {
+		t.Errorf("%d callers sent %d remote calls and %d were allotted; want one take serving all", goroutines, n, allotted.Load())
 	}
 }
 
-// TestLeaseConcurrentSafe hammers one key from 64 goroutines with leases
+// TestAllotmentConcurrentSafe hammers one key from 64 goroutines with allotments
 // over memstore: never more than the limit, and less only by what is left
-// when the remote cannot give a batch.
-func TestLeaseConcurrentSafe(t *testing.T) {
+// when the remote cannot give an allotment.
+func TestAllotmentConcurrentSafe(t *testing.T) {
 	t.Parallel()
-	const goroutines, each, batch = 64, 20, 8
+	const goroutines, each, size = 64, 20, 8
 	for _, alg := range []core.Algorithm{algorithms.TokenBucket, algorithms.GCRA, algorithms.FixedWindow} {
 		t.Run(alg.Name(), func(t *testing.T) {
 			t.Parallel()
 			remote, calls := counted(newMem(t, nil))
-			s := newLayered(t, remote, layered.Config{Lease: fixed(batch)})
+			s := newLayered(t, remote, layered.Config{Allot: fixed(size)})
 			req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerHour(100), Cost: 1}
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
@@ -360,58 +360,58 @@ func TestLeaseConcurrentSafe(t *testing.T) {
 			wg.Wait()
 			got := admitted.Load()
 			t.Logf("admitted %d of 100 in %d decisions, with %d remote calls", got, goroutines*each, calls.Load())
-			if got > 100 || got < 100-(batch-1) {
-				t.Errorf("admitted %d, want at most 100 and at least %d", got, 100-(batch-1))
+			if got > 100 || got < 100-(size-1) {
+				t.Errorf("admitted %d, want at most 100 and at least %d", got, 100-(size-1))
 			}
 		})
 	}
 }
 
-// plainAlg is an algorithm of a user's own that is not a Batcher: it
+// plainAlg is an algorithm of a user's own that is not an Allotter: it
 // decides as the algorithm it wraps, whose abilities the embedded
 // interface hides.
 type plainAlg struct{ core.Algorithm }
 
 func (plainAlg) Name() string { return "user-plain" }
 
-// batchingAlg is an algorithm of a user's own that is a Batcher, up
+// allottingAlg is an algorithm of a user's own that is an Allotter, up
 // to its burst; it decides as the bucket it wraps.
-type batchingAlg struct{ core.Algorithm }
+type allottingAlg struct{ core.Algorithm }
 
-func (batchingAlg) Name() string { return "user-batching" }
+func (allottingAlg) Name() string { return "user-allotting" }
 
-func (batchingAlg) MaxBatch(l core.Limit) int64 { return l.Burst() }
+func (allottingAlg) MaxAllotment(l core.Limit) int64 { return l.Burst() }
 
-func (batchingAlg) Windowed() bool { return false }
+func (allottingAlg) Windowed() bool { return false }
 
-// windowAlg is a window algorithm of a user's own that is a Batcher,
+// windowAlg is a window algorithm of a user's own that is an Allotter,
 // up to its rate; it decides as the window it wraps.
 type windowAlg struct{ core.Algorithm }
 
 func (windowAlg) Name() string { return "user-window" }
 
-func (windowAlg) MaxBatch(l core.Limit) int64 { return l.Rate() }
+func (windowAlg) MaxAllotment(l core.Limit) int64 { return l.Rate() }
 
 func (windowAlg) Windowed() bool { return true }
 
-// TestLeaseByAbility checks that leasing is decided by Batcher, not
-// by which algorithm a request names: sluice's batchable algorithms, the
-// same as a stack's rules (core.Named; they were not leased before the
-// store asked MaxBatch), and a user's algorithm that implements
-// Batcher are leased; a user's algorithm that does not, and the
+// TestAllotmentByAbility checks that allotting is decided by Allotter, not
+// by which algorithm a request names: sluice's allottable algorithms, the
+// same as a stack's rules (core.Named; they were not allotted before the
+// store asked MaxAllotment), and a user's algorithm that implements
+// Allotter are allotted; a user's algorithm that does not, and the
 // sliding windows, are not, named or not.
-func TestLeaseByAbility(t *testing.T) {
+func TestAllotmentByAbility(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		alg    core.Algorithm
-		leased bool
+		alg      core.Algorithm
+		allotted bool
 	}{
 		{algorithms.TokenBucket, true},
 		{core.Named(algorithms.TokenBucket, "rule"), true},
 		{core.Named(algorithms.GCRA, "rule"), true},
 		{core.Named(algorithms.FixedWindow, "rule"), true},
-		{batchingAlg{algorithms.TokenBucket}, true},
-		{core.Named(batchingAlg{algorithms.TokenBucket}, "rule"), true},
+		{allottingAlg{algorithms.TokenBucket}, true},
+		{core.Named(allottingAlg{algorithms.TokenBucket}, "rule"), true},
 		{windowAlg{algorithms.FixedWindow}, true},
 		{plainAlg{algorithms.TokenBucket}, false},
 		{core.Named(plainAlg{algorithms.TokenBucket}, "rule"), false},
@@ -419,7 +419,7 @@ func TestLeaseByAbility(t *testing.T) {
 	} {
 		c := newClock()
 		remote, calls := counted(newMem(t, c))
-		s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(5)})
+		s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(5)})
 		req := core.Request{Key: "k", Algorithm: tc.alg, Limit: core.PerMinute(100), Cost: 1}
 		for i := range 3 {
 			before := calls.Load()
@@ -427,12 +427,12 @@ func TestLeaseByAbility(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: request %d: %v", tc.alg.Name(), i, err)
 			}
-			// Leased: the first request takes a batch in one call and the
-			// others spend it. Not leased: one call each.
+			// Allotted: the first request takes an allotment in one call and the
+			// others spend it. Not allotted: one call each.
 			made := calls.Load() - before
 			source, want := core.SourceStore, int64(1)
-			if tc.leased {
-				source, want = core.SourceLease, 0
+			if tc.allotted {
+				source, want = core.SourceAllotment, 0
 				if i == 0 {
 					want = 1
 				}
@@ -444,22 +444,22 @@ func TestLeaseByAbility(t *testing.T) {
 	}
 }
 
-// TestLeaseStackRule checks leasing through a one-rule sluice.Stack, whose
+// TestAllotmentStackRule checks allotting through a one-rule sluice.Stack, whose
 // rule's algorithm is a core.Named token bucket: the stack's requests
-// are leased like the limiter's.
-func TestLeaseStackRule(t *testing.T) {
+// are allotted like the limiter's.
+func TestAllotmentStackRule(t *testing.T) {
 	t.Parallel()
 	c := newClock()
 	remote, calls := counted(newMem(t, c))
-	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(10)})
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(10)})
 	stack, err := sluice.NewStack(s, sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
 		v, err := stack.Allow(context.Background(), "alice")
-		if err != nil || !v.Allowed || v.Source != core.SourceLease {
-			t.Fatalf("Allow %d = %+v, %v; want allowed from a lease", i, v, err)
+		if err != nil || !v.Allowed || v.Source != core.SourceAllotment {
+			t.Fatalf("Allow %d = %+v, %v; want allowed from an allotment", i, v, err)
 		}
 	}
 	if n := calls.Load(); n != 1 {
@@ -467,13 +467,13 @@ func TestLeaseStackRule(t *testing.T) {
 	}
 }
 
-// TestBatchers checks which of sluice's algorithms are Batchers, named
-// for a stack's rule or not, with what batch and whether windowed.
-func TestBatchers(t *testing.T) {
+// TestAllotters checks which of sluice's algorithms are Allotters, named
+// for a stack's rule or not, with what largest allotment and whether windowed.
+func TestAllotters(t *testing.T) {
 	l := core.PerSecond(10).WithBurst(5)
 	for _, tc := range []struct {
 		alg      core.Algorithm
-		batch    int64
+		most     int64
 		windowed bool
 	}{
 		{algorithms.TokenBucket, 5, false},
@@ -484,13 +484,13 @@ func TestBatchers(t *testing.T) {
 		{algorithms.Concurrency, 0, false},
 	} {
 		for _, alg := range []core.Algorithm{tc.alg, core.Named(tc.alg, "rule")} {
-			b, ok := core.AlgorithmAs[layered.Batcher](alg)
-			if ok != (tc.batch > 0) {
-				t.Errorf("%s: a Batcher = %v, want %v", alg.Name(), ok, tc.batch > 0)
+			b, ok := core.AlgorithmAs[layered.Allotter](alg)
+			if ok != (tc.most > 0) {
+				t.Errorf("%s: an Allotter = %v, want %v", alg.Name(), ok, tc.most > 0)
 				continue
 			}
-			if ok && (b.MaxBatch(l) != tc.batch || b.Windowed() != tc.windowed) {
-				t.Errorf("%s: MaxBatch %d, Windowed %v; want %d, %v", alg.Name(), b.MaxBatch(l), b.Windowed(), tc.batch, tc.windowed)
+			if ok && (b.MaxAllotment(l) != tc.most || b.Windowed() != tc.windowed) {
+				t.Errorf("%s: MaxAllotment %d, Windowed %v; want %d, %v", alg.Name(), b.MaxAllotment(l), b.Windowed(), tc.most, tc.windowed)
 			}
 		}
 	}

@@ -318,29 +318,29 @@ func TestBatchExplicitNow(t *testing.T) {
 	}
 }
 
-// TestBatchNoLeases checks that batches neither spend nor take leases: a
-// batch over a key holding a lease goes to the remote with each rule's
-// own cost, and the lease is left as it was.
-func TestBatchNoLeases(t *testing.T) {
+// TestBatchNoAllotments checks that batches neither spend nor take allotments: a
+// batch over a key holding an allotment goes to the remote with each rule's
+// own cost, and the allotment is left as it was.
+func TestBatchNoAllotments(t *testing.T) {
 	t.Parallel()
-	r := newBatchRig(t, layered.Config{Lease: fixed(5)})
+	r := newBatchRig(t, layered.Config{Allot: fixed(5)})
 	user, shared := r.user, r.shared
 	user.Limit = core.PerMinute(100)
-	if d, calls := r.single("take", user); d.Source != core.SourceLease || calls != 1 {
-		t.Fatalf("the user alone = %s after %d calls; want a lease taken in one call", describe(d), calls)
+	if d, calls := r.single("take", user); d.Source != core.SourceAllotment || calls != 1 {
+		t.Fatalf("the user alone = %s after %d calls; want an allotment taken in one call", describe(d), calls)
 	}
 	out, apply, all := r.batch("batch", user, shared)
 	if !out[0].Allowed || !out[1].Allowed || out[0].Source != core.SourceStore || out[1].Source != core.SourceStore || apply != 0 || all != 1 {
 		t.Fatalf("batch = %s, %s after %d Apply and %d ApplyAll; want both admitted by the remote in one ApplyAll", describe(out[0]), describe(out[1]), apply, all)
 	}
-	// The remote holds 100 less the lease of 5 less the batch's 1; the
+	// The remote holds 100 less the allotment of 5 less the batch's 1; the
 	// shared rule was charged 1, not a batch.
 	if out[0].Remaining != 94 || out[1].Remaining != 99 {
-		t.Errorf("the batch left %d and %d at the remote, want 94 and 99: it took or spent a lease", out[0].Remaining, out[1].Remaining)
+		t.Errorf("the batch left %d and %d at the remote, want 94 and 99: it took or spent an allotment", out[0].Remaining, out[1].Remaining)
 	}
 	for i := range 4 {
-		if d, calls := r.single("spend", user); d.Source != core.SourceLease || calls != 0 {
-			t.Errorf("spend %d after the batch = %s after %d calls; want from the lease, which holds 4", i, describe(d), calls)
+		if d, calls := r.single("spend", user); d.Source != core.SourceAllotment || calls != 0 {
+			t.Errorf("spend %d after the batch = %s after %d calls; want from the allotment, which holds 4", i, describe(d), calls)
 		}
 	}
 }
@@ -419,7 +419,7 @@ func TestBatchErrors(t *testing.T) {
 // rule's denial is cached.
 func TestBatchStack(t *testing.T) {
 	t.Parallel()
-	r := newBatchRig(t, layered.Config{Lease: fixed(10)})
+	r := newBatchRig(t, layered.Config{Allot: fixed(10)})
 	stack, err := sluice.NewStack(r.s,
 		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3)},
 		sluice.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1000)},

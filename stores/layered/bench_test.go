@@ -20,8 +20,8 @@ import (
 //     so every timed decision is a cache hit.
 //   - DenyHitBatch: a two-rule batch (a sluice.Stack's) whose first rule's
 //     denial is cached, denied without a remote call.
-//   - LeaseSpend: a leased key under a limit that admits everything
-//     (batches of 1,000 from a memstore), serially and in parallel.
+//   - AllotmentSpend: an allotted key under a limit that admits everything
+//     (allotments of 1,000 from a memstore), serially and in parallel.
 //   - HotKey: one key far over its limit (10/s), hammered in parallel,
 //     through bare redisstore and through a layered store over it;
 //     redis-calls/op says how many decisions needed Redis.
@@ -74,11 +74,11 @@ func BenchmarkLayered(b *testing.B) {
 			}
 		}
 	})
-	b.Run("LeaseSpend", func(b *testing.B) {
+	b.Run("AllotmentSpend", func(b *testing.B) {
 		req := core.Request{Key: "hot", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1_000_000_000), Cost: 1}
 		run := func(b *testing.B, loop func(func())) {
 			remote, calls := counted(newMem(b, nil))
-			s := newLayered(b, remote, layered.Config{Lease: fixed(1000)})
+			s := newLayered(b, remote, layered.Config{Allot: fixed(1000)})
 			b.ReportAllocs()
 			loop(func() {
 				if d, _ := s.Apply(ctx, req); !d.Allowed {
@@ -113,7 +113,7 @@ func BenchmarkLayered(b *testing.B) {
 		}{
 			{"redisstore", func(s core.Store) core.Store { return s }},
 			{"layered", func(s core.Store) core.Store { return newLayered(b, s, layered.Config{}) }},
-			{"layered-lease", func(s core.Store) core.Store { return newLayered(b, s, layered.Config{Lease: fixed(5)}) }},
+			{"layered-allotment", func(s core.Store) core.Store { return newLayered(b, s, layered.Config{Allot: fixed(5)}) }},
 		} {
 			b.Run(tc.name, func(b *testing.B) {
 				remote, calls := counted(redisRemote(b, client))

@@ -9,22 +9,22 @@ import (
 )
 
 // entry is what the cache keeps for one key under one algorithm: the
-// latest denial the remote gave it, and its lease.
+// latest denial the remote gave it, and its allotment.
 type entry struct {
 	// deny is read without a lock on every request for the key, and
 	// replaced whole by the remote's next denial.
 	deny atomic.Pointer[denial]
 
-	mu    sync.Mutex
-	lease *lease // nil until the key is leased
-	dead  bool   // dropped by Reset: holders of the entry must not lease from it
+	mu        sync.Mutex
+	allotment *allotment // nil until the key is allotted
+	dead      bool       // dropped by Reset: holders of the entry must not spend from it
 }
 
-// drop forgets the entry's denial and lease, for Reset.
+// drop forgets the entry's denial and allotment, for Reset.
 func (e *entry) drop() {
 	e.deny.Store(nil)
 	e.mu.Lock()
-	e.dead, e.lease = true, nil
+	e.dead, e.allotment = true, nil
 	e.mu.Unlock()
 }
 

@@ -53,16 +53,16 @@ func TestClockStepsBack(t *testing.T) {
 	}
 }
 
-// TestLeaseClockStepsBack leases a token bucket key in batches of 2 on a
+// TestAllotmentClockStepsBack allots a token bucket key 2 tokens at a time on a
 // clock that steps back below the instant the store was made, after a
-// wait for a batch has come and gone. Every denial's instant of passing,
+// wait for an allotment has come and gone. Every denial's instant of passing,
 // At.Add(RetryAfter), must be one at which the request passes: a wait
 // left over from before the step would name one too early.
-func TestLeaseClockStepsBack(t *testing.T) {
+func TestAllotmentClockStepsBack(t *testing.T) {
 	t.Parallel()
 	c := newClock()
 	t0 := c.Now()
-	s := newLayered(t, newMem(t, c), layered.Config{Now: c.Now, Lease: func(core.Request) int64 { return 2 }})
+	s := newLayered(t, newMem(t, c), layered.Config{Now: c.Now, Allot: func(core.Request) int64 { return 2 }})
 	lim, err := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerSecond(1).WithBurst(2))
 	if err != nil {
 		t.Fatal(err)

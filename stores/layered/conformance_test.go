@@ -19,15 +19,16 @@ import (
 	"github.com/sluicehq/sluice/stores/storetest"
 )
 
-// The conformance suite runs unchanged with leases on: its exact checks
-// decide at explicit instants, which are never leased, and its checks on
-// the store's own clock (OwnClock) hold for a leasing store as they are.
-var leaseConfigs = []struct {
+// The conformance suite runs unchanged with allotments on: its exact checks
+// decide at explicit instants, which are never allotted, and its checks on
+// the store's own clock (OwnClock) hold for a store taking allotments as
+// they are.
+var allotmentConfigs = []struct {
 	name string
 	cfg  layered.Config
 }{
-	{"NoLease", layered.Config{}},
-	{"Lease", layered.Config{Lease: fixed(4)}},
+	{"NoAllotment", layered.Config{}},
+	{"Allotment", layered.Config{Allot: fixed(4)}},
 }
 
 // redisRemote returns a redisstore on client with a prefix of its own.
@@ -72,9 +73,9 @@ func newRueidis(t testing.TB, addrs ...string) rueidis.Client {
 // storetest.Counter between the two and an audit above, and checks when
 // the test ends that every batch the suite sent either was answered from
 // the cache or reached the remote as exactly one ApplyAll and no Apply
-// (the suite's Multi and MultiConcurrentSafe send them). Without leases
+// (the suite's Multi and MultiConcurrentSafe send them). Without allotments
 // every single request not answered locally made exactly one remote
-// Apply; with leases a take may make two.
+// Apply; with allotments a take may make two.
 func audited(t *testing.T, remote core.Store, cfg layered.Config) core.Store {
 	t.Helper()
 	counter := storetest.NewCounter(remote)
@@ -92,7 +93,7 @@ func audited(t *testing.T, remote core.Store, cfg layered.Config) core.Store {
 		if applyAll != batches-local {
 			t.Errorf("%d batches, %d answered from the cache, made %d remote ApplyAll calls; want one per batch not answered locally", batches, local, applyAll)
 		}
-		if singles, localSingles := a.singles.Load(), a.localSingles.Load(); cfg.Lease == nil && apply != singles-localSingles {
+		if singles, localSingles := a.singles.Load(), a.localSingles.Load(); cfg.Allot == nil && apply != singles-localSingles {
 			t.Errorf("%d requests, %d answered locally, and %d batches made %d remote Apply calls; want one per request not answered locally, none for a batch", singles, localSingles, batches, apply)
 		}
 	})
@@ -111,7 +112,7 @@ func (a *audit) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	d, err := a.Store.Apply(ctx, req)
 	if err == nil {
 		a.singles.Add(1)
-		if d.Source == core.SourceCache || d.Source == core.SourceLease {
+		if d.Source == core.SourceCache || d.Source == core.SourceAllotment {
 			a.localSingles.Add(1)
 		}
 	}
@@ -133,7 +134,7 @@ func (a *audit) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 func TestConformanceRedis(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr()})
 	t.Cleanup(func() { client.Close() })
-	for _, c := range leaseConfigs {
+	for _, c := range allotmentConfigs {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
 				return audited(t, redisRemote(t, client), c.cfg)
@@ -144,7 +145,7 @@ func TestConformanceRedis(t *testing.T) {
 
 func TestConformanceRueidis(t *testing.T) {
 	client := newRueidis(t, redistest.Shared(t).Addr())
-	for _, c := range leaseConfigs {
+	for _, c := range allotmentConfigs {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
 				return audited(t, rueidisRemote(t, client), c.cfg)
@@ -158,7 +159,7 @@ func TestConformanceCluster(t *testing.T) {
 	goredis := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { goredis.Close() })
 	rue := newRueidis(t, addrs...)
-	for _, c := range leaseConfigs {
+	for _, c := range allotmentConfigs {
 		t.Run("redisstore/"+c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
 				return audited(t, redisRemote(t, goredis), c.cfg)
@@ -173,7 +174,7 @@ func TestConformanceCluster(t *testing.T) {
 }
 
 func TestConformanceMemstore(t *testing.T) {
-	for _, c := range leaseConfigs {
+	for _, c := range allotmentConfigs {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) core.Store {
 				return audited(t, newMem(t, nil), c.cfg)

@@ -352,8 +352,8 @@ func TestNew(t *testing.T) {
 		{"nil remote", nil, layered.Config{}},
 		{"negative size", mem, layered.Config{Size: -1}},
 		{"negative MaxDeny", mem, layered.Config{MaxDeny: -time.Second}},
-		{"negative LeaseTTL", mem, layered.Config{LeaseTTL: -time.Second}},
-		{"negative WindowLeaseTTL", mem, layered.Config{WindowLeaseTTL: -time.Second}},
+		{"negative AllotmentTTL", mem, layered.Config{AllotmentTTL: -time.Second}},
+		{"negative WindowAllotmentTTL", mem, layered.Config{WindowAllotmentTTL: -time.Second}},
 	} {
 		if s, err := layered.New(tc.remote, tc.cfg); !errors.Is(err, layered.ErrInvalidConfig) || s != nil {
 			t.Errorf("%s: New = %v, %v; want nil and ErrInvalidConfig", tc.name, s, err)
@@ -410,12 +410,12 @@ func TestDecorator(t *testing.T) {
 }
 
 // TestReset checks that Reset forwards to the remote and drops the key's
-// cached denial and lease, and nothing else.
+// cached denial and allotment, and nothing else.
 func TestReset(t *testing.T) {
 	t.Parallel()
 	c := newClock()
 	remote := storetest.NewCounter(newMem(t, c))
-	s := newLayered(t, remote, layered.Config{Now: c.Now, Lease: fixed(5)})
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(5)})
 	ctx := context.Background()
 	deny := core.Request{Key: "k", Algorithm: algorithms.SlidingWindowCounter, Limit: core.PerMinute(1), Cost: 1}
 	keep := deny
@@ -423,9 +423,9 @@ func TestReset(t *testing.T) {
 	for _, r := range []core.Request{deny, deny, keep, keep} {
 		s.Apply(ctx, r)
 	}
-	lease := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10), Cost: 1}
-	if d, _ := s.Apply(ctx, lease); d.Source != core.SourceLease || d.Remaining != 9 {
-		t.Fatalf("leased request = %s, want from a lease with 9 remaining", describe(d))
+	allotted := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10), Cost: 1}
+	if d, _ := s.Apply(ctx, allotted); d.Source != core.SourceAllotment || d.Remaining != 9 {
+		t.Fatalf("allotted request = %s, want from an allotment with 9 remaining", describe(d))
 	}
 	for _, alg := range []core.Algorithm{algorithms.SlidingWindowCounter, algorithms.TokenBucket} {
 		if err := s.Reset(ctx, "k", alg); err != nil {
@@ -441,9 +441,9 @@ func TestReset(t *testing.T) {
 	if d, err := s.Apply(ctx, keep); err != nil || d.Allowed || d.Source != core.SourceCache {
 		t.Errorf("another key after Reset = %s, %v; want its cached denial", describe(d), err)
 	}
-	// The lease's tokens went with the reset: the remote is full again.
-	if d, err := s.Apply(ctx, lease); err != nil || d.Source != core.SourceLease || d.Remaining != 9 {
-		t.Errorf("leased request after Reset = %s, %v; want a new lease with 9 remaining", describe(d), err)
+	// The allotment's tokens went with the reset: the remote is full again.
+	if d, err := s.Apply(ctx, allotted); err != nil || d.Source != core.SourceAllotment || d.Remaining != 9 {
+		t.Errorf("allotted request after Reset = %s, %v; want a new allotment with 9 remaining", describe(d), err)
 	}
 	if err := s.Reset(ctx, "", algorithms.GCRA); !errors.Is(err, core.ErrInvalidKey) {
 		t.Errorf("Reset of an empty key: %v", err)

@@ -1,13 +1,14 @@
 // Package layered puts a bounded local cache in front of a remote store
 // (any [core.Store], usually a Redis store), so that a key far over its
-// limit, or a hot key leased in batches, costs the remote almost nothing.
+// limit, or a hot key whose budget is taken an allotment at a time, costs
+// the remote almost nothing.
 //
 // The cache is a golang-lru/v2 LRU of [Config.Size] keys (key and
 // algorithm pairs), split into up to 16 locked shards. It starts no
 // goroutine: a cached entry carries its own deadline and is checked when
 // read. Decisions say where they came from: [core.SourceStore] (the remote
 // decided), [core.SourceCache] (a denial served locally) or
-// [core.SourceLease] (spent from a lease).
+// [core.SourceAllotment] (spent from an allotment).
 //
 // # Deny cache
 //
@@ -40,7 +41,7 @@
 // A request with an explicit [core.Request.Now] names an instant, not a
 // clock, and the store cannot know how a caller's instants will move
 // (replays run faster than time, traces run backwards). Such requests are
-// never leased, and a denial decided at an explicit instant answers only
+// never allotted, and a denial decided at an explicit instant answers only
 // requests at that same instant, of the same cost and limit, with the
 // remote's numbers: exactly the remote's decision, as the conformance
 // suite checks.
@@ -48,63 +49,64 @@
 // While the remote fails, cached denials are still served until they
 // lapse; every other request returns the remote's error, wrapped.
 //
-// # Leases
+// # Allotments
 //
-// With [Config.Lease] set, a request takes a batch of tokens from the
-// remote in one call (an ordinary request of cost = batch, so the batch is
-// charged atomically to the budget the fleet shares) and later requests
-// spend it locally, without a call, until it is spent or lapses after
-// [Config.LeaseTTL]. One caller takes a batch for a key while the others
-// wait for it (or for their contexts), so a hot key sends no herd of
-// takes, and no lock is held across a remote call.
+// With [Config.Allot] set, a request takes an allotment of tokens from the
+// remote in one call (an ordinary request whose cost is the allotment's
+// size, so the tokens are charged atomically to the budget the fleet
+// shares) and later requests spend it locally, without a call, until it
+// is spent or lapses after [Config.AllotmentTTL]. One caller takes an
+// allotment for a key while the others wait for it (or for their
+// contexts), so a hot key sends no herd of takes, and no lock is held
+// across a remote call.
 //
-// Leases are limited to the algorithms that say they may be taken in
-// batches by implementing [Batcher]: the token bucket, GCRA and the
+// Only algorithms that say their capacity may be allotted, by
+// implementing [Allotter], are allotted: the token bucket, GCRA and the
 // fixed window, the same under [core.Named] (a sluice.Stack's rules), and
-// an algorithm of your own that implements it. The store asks
-// its MaxBatch, never which algorithm it is; an algorithm that is not a
-// Batcher is not leased. Leases are also limited to plain single requests:
-// peeks are answered from a lease that holds enough but never take one,
-// a refund goes back to the key's live lease if the lease has spent at
-// least its cost since its take (those tokens were charged to the remote
-// with the batch), and to the remote otherwise; reservations go to the
-// remote, and batches
-// ([Store.ApplyAll]) neither spend nor take leases. A lease never exceeds
-// the algorithm's MaxBatch for the limit (the burst, or the window's
-// rate) nor the request's batch, and a request of cost above the batch
-// goes to the remote. Under an algorithm whose capacity comes back all at
-// once when a window ends (the fixed window; [Batcher]'s Windowed reports it),
-// a lease also lapses when the window it was taken in ends. The batch adapts
-// between 1 and the configured size: it doubles when a lease is spent
-// before it lapses, and shrinks to what was spent of one that lapsed.
+// an algorithm of your own that implements it. The store asks its
+// MaxAllotment, never which algorithm it is. Only plain single requests
+// spend allotments: peeks are answered from an allotment that holds
+// enough but never take one; a refund goes back to the key's live
+// allotment if the allotment has spent at least its cost since its take
+// (those tokens were charged to the remote with the take), and to the
+// remote otherwise; reservations go to the remote, and batches
+// ([Store.ApplyAll]) neither spend nor take allotments. An allotment never
+// exceeds the algorithm's MaxAllotment for the limit (the burst, or the
+// window's rate) nor what [Config.Allot] returns for the request, and a
+// request of a larger cost goes to the remote. Under an algorithm whose
+// capacity comes back all at once when a window ends (the fixed window;
+// [Allotter]'s Windowed reports it), an allotment also lapses when the
+// window it was taken in ends. The size of the next take adapts between 1
+// and the configured size: it doubles when an allotment is spent before it
+// lapses, and shrinks to what was spent of one that lapsed.
 //
-// When the remote cannot give a whole batch but holds enough for the
-// request, the store takes what it holds instead, and the next batch
+// When the remote cannot give a whole allotment but holds enough for the
+// request, the store takes what it holds instead, and the next take
 // starts from that size. When it holds less than the request, the key
-// waits for a batch: until the remote's RetryAfter for it, requests are
-// denied locally ([core.SourceCache], Remaining 0). So over the limit
-// admissions come in batches rather than one at a time, which is what
-// spares the remote a call per admission.
+// waits for a whole allotment: until the remote's RetryAfter for it,
+// requests are denied locally ([core.SourceCache], Remaining 0). So over
+// the limit admissions come an allotment at a time rather than one by one,
+// which is what spares the remote a call per admission.
 //
-// What leasing trades, for a fleet of N instances leasing batches of at
-// most B under a limit of burst b and rate ρ:
+// What allotments trade, for a fleet of N instances taking allotments of
+// at most B under a limit of burst b and rate ρ:
 //
 //   - Never more than the limit. Every token spent was charged to the
 //     remote first, so from a fresh key the fleet admits at most what the
-//     limit admits over the same span: b + ρ·w over w. Leasing only moves
-//     admissions later in time, each by less than the LeaseTTL V, so over
-//     an arbitrary span w the fleet admits at most b + ρ·w + min(N·B, ρ·V)
-//     (the tokens in leases at the span's start). Under the fixed window a
-//     lease never outlives the window it was taken in: at most the rate
-//     per window, exactly.
-//   - Some under-admission. Tokens left in a lease when it lapses, or when
-//     a request needs more than is left, are lost (fewer than B per
-//     instance and lease); and a key waiting for a batch is denied while
-//     the remote holds fewer than B tokens (fewer than B per wait). The
-//     package's tests measure it.
-//   - Decisions from a lease say Remaining as the remote's remaining after
-//     the take plus what the lease still holds, and ResetAfter as the
-//     take's, counted down.
+//     limit admits over the same span: b + ρ·w over w. Allotments only
+//     move admissions later in time, each by less than the AllotmentTTL
+//     V, so over an arbitrary span w the fleet admits at most
+//     b + ρ·w + min(N·B, ρ·V) (the tokens held in allotments at the span's
+//     start). Under the fixed window an allotment never outlives the
+//     window it was taken in: at most the rate per window, exactly.
+//   - Some under-admission. Tokens left in an allotment when it lapses, or
+//     when a request needs more than is left, are lost (fewer than B per
+//     instance and allotment); and a key waiting for a whole allotment is
+//     denied while the remote holds fewer than B tokens (fewer than B per
+//     wait). The package's tests measure it.
+//   - Decisions from an allotment say Remaining as the remote's remaining
+//     after the take plus what the allotment still holds, and ResetAfter
+//     as the take's, counted down.
 //
 // # Batches
 //
@@ -122,7 +124,7 @@
 // denied batch charged nothing and leaves its key's denial as it was.
 // Refund and reservation batches always go to the remote.
 //
-// Reset forwards to the remote and drops the key's denial and lease;
+// Reset forwards to the remote and drops the key's denial and allotment;
 // decisions whose remote call overlapped a Reset are not cached. Close
 // drops the cache and closes the remote. The store keeps the decorator
 // contract of package core, including Unwrap.

@@ -39,9 +39,9 @@ func Example() {
 	// false cache
 }
 
-// Leases: a batch of tokens is taken from the remote in one call and spent
+// Allotments: an allotment of tokens is taken from the remote in one call and spent
 // locally.
-func Example_lease() {
+func Example_allotment() {
 	remote, err := memstore.New(memstore.Config{})
 	if err != nil {
 		panic(err)
@@ -53,7 +53,7 @@ func Example_lease() {
 		return remote.Apply(ctx, req)
 	})
 	store, err := layered.New(counted, layered.Config{
-		Lease: func(core.Request) int64 { return 10 }, // batches of 10
+		Allot: func(core.Request) int64 { return 10 }, // allotments of 10
 	})
 	if err != nil {
 		panic(err)
@@ -68,5 +68,5 @@ func Example_lease() {
 	d, _ := limiter.Allow(ctx, "hot")
 	fmt.Println(d.Allowed, d.Source, calls)
 	// Output:
-	// true lease 2
+	// true allotment 2
 }

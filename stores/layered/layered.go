@@ -21,9 +21,9 @@ const (
 	// DefaultSize is the number of keys the cache holds when Config.Size
 	// is zero.
 	DefaultSize = 1 << 16
-	// DefaultLeaseTTL is how long a lease may be spent when
-	// Config.LeaseTTL is zero.
-	DefaultLeaseTTL = time.Second
+	// DefaultAllotmentTTL is how long an allotment may be spent when
+	// Config.AllotmentTTL is zero.
+	DefaultAllotmentTTL = time.Second
 )
 
 // ErrInvalidConfig reports a [Config] that New cannot use.
@@ -37,25 +37,25 @@ const (
 )
 
 // Config configures a [Store]. The zero Config is ready to use: a deny
-// cache of [DefaultSize] keys on the monotonic clock, without leases.
+// cache of [DefaultSize] keys on the monotonic clock, without allotments.
 type Config struct {
 	// Size bounds the number of keys (key and algorithm pairs) the cache
-	// holds, denials and leases together. When it is full, a new key
+	// holds, denials and allotments together. When it is full, a new key
 	// evicts the least recently used key of its shard (one of up to 16);
-	// a key evicted while it holds a
-	// lease loses the lease's unspent tokens. Zero means [DefaultSize];
-	// a negative Size is an error. There is no unbounded setting. An entry
+	// a key evicted while it holds an allotment loses the allotment's
+	// unspent tokens. Zero means [DefaultSize]; a negative Size is an
+	// error. There is no unbounded setting. An entry
 	// costs about 350 bytes plus the key's length.
 	Size int
 
-	// Now is the local clock, which times cached denials and leases for
+	// Now is the local clock, which times cached denials and allotments for
 	// requests without an explicit [core.Request.Now]. Only differences
 	// between its readings matter, so it need not agree with the remote
 	// store's clock, only tick at the same rate. If it steps back, a
 	// cached denial is answered as at the instant it was cached, as the
 	// remote decides at a key's last charge: the same At and RetryAfter,
 	// until the clock is back past the instant the remote said the request
-	// would pass; and a lease lapses that much later, though nothing the
+	// would pass; and an allotment lapses that much later, though nothing the
 	// remote did not charge is ever admitted. It must be safe for concurrent use. The default is the
 	// monotonic clock.
 	Now func() time.Time
@@ -67,46 +67,48 @@ type Config struct {
 	// error.
 	MaxDeny time.Duration
 
-	// Lease, when not nil, turns leases on: it returns the batch size, in
-	// units of cost, to lease for a request, or 0 (or 1) for no lease.
-	// It is called on every request that could be leased (see the
-	// package documentation: single requests without an explicit Now,
-	// under an algorithm that is a [Batcher], such as the token
-	// bucket, GCRA or the fixed window), so it must be cheap and safe for
-	// concurrent use. The store never leases more than the algorithm's
-	// its MaxBatch for the limit (the burst, or the window's rate), and
-	// adapts the batch between 1 and the returned size to what the key
-	// spends. The default is nil: no leases.
-	Lease func(req core.Request) int64
+	// Allot, when not nil, turns allotments on: it returns the most
+	// tokens, in units of cost, to take from the remote at once for a
+	// request and spend locally, or 0 (or 1) for none. It is called on
+	// every request that could be allotted (see the package
+	// documentation: single requests without an explicit Now, under an
+	// algorithm that is an [Allotter], such as the token bucket, GCRA or
+	// the fixed window), so it must be cheap and safe for concurrent use.
+	// The store never takes more than the algorithm's MaxAllotment for the
+	// limit (the burst, or the window's rate), and adapts each allotment
+	// between 1 and the returned size to what the key spends. The default
+	// is nil: no allotments.
+	Allot func(req core.Request) int64
 
-	// LeaseTTL is the longest a lease may be spent after it was taken;
-	// unspent tokens lapse with it. It bounds how far leasing moves
-	// admissions in time (see the package documentation). A lease under
-	// an algorithm whose capacity comes back when a window ends, such as
-	// the fixed window, lives for WindowLeaseTTL instead, and lapses when
-	// the window it was taken in ends. The default is [DefaultLeaseTTL];
-	// negative is an error.
-	LeaseTTL time.Duration
+	// AllotmentTTL is the longest an allotment may be spent after it was
+	// taken; unspent tokens lapse with it. It bounds how far allotments
+	// move admissions in time (see the package documentation). An
+	// allotment under an algorithm whose capacity comes back when a window
+	// ends, such as the fixed window, lives for WindowAllotmentTTL
+	// instead, and lapses when the window it was taken in ends. The
+	// default is [DefaultAllotmentTTL]; negative is an error.
+	AllotmentTTL time.Duration
 
-	// WindowLeaseTTL is LeaseTTL for a lease under an algorithm whose
-	// capacity comes back when a window ends ([Batcher]'s Windowed: the
-	// fixed window). Such a lease lapses when its window ends whatever
-	// its TTL, so no window admits more than its rate however long the
-	// lease lives: a longer one costs no over-admission, and spares the
-	// remote a take every LeaseTTL for a key that spends slowly. What a
-	// lease holds is still out of the other instances' reach until it
-	// lapses (fewer than the batch per instance and window), and the
-	// Remaining its decisions report is as old as its take. The default
-	// is LeaseTTL; negative is an error.
-	WindowLeaseTTL time.Duration
+	// WindowAllotmentTTL is AllotmentTTL for an allotment under an
+	// algorithm whose capacity comes back when a window ends ([Allotter]'s
+	// Windowed: the fixed window). Such an allotment lapses when its
+	// window ends whatever its TTL, so no window admits more than its rate
+	// however long the allotment lives: a longer one costs no
+	// over-admission, and spares the remote a take every AllotmentTTL for
+	// a key that spends slowly. What an allotment holds is still out of
+	// the other instances' reach until it lapses (fewer than the
+	// allotment per instance and window), and the Remaining its decisions
+	// report is as old as its take. The default is AllotmentTTL; negative
+	// is an error.
+	WindowAllotmentTTL time.Duration
 }
 
 // Store is a [core.Store] that puts a bounded local cache in front of a
-// remote store: cached denials, and leases when [Config.Lease] is set.
+// remote store: cached denials, and allotments when [Config.Allot] is set.
 // It is safe for concurrent use. It starts no goroutine. Decisions made
 // locally carry [core.SourceCache] (a cached denial) or
-// [core.SourceLease] (spent from a lease); the remote's carry what the
-// remote said.
+// [core.SourceAllotment] (spent from an allotment); the remote's carry
+// what the remote said.
 type Store struct {
 	remote   core.Store
 	shards   []*lru.Cache[cacheKey, *entry]
@@ -115,9 +117,9 @@ type Store struct {
 	clock    func() time.Time // Config.Now, or nil for the monotonic clock
 	base     time.Time
 	maxDeny  int64 // ns; 0 for none
-	lease    func(core.Request) int64
-	leaseTTL int64 // ns
-	winTTL   int64 // ns: Config.WindowLeaseTTL
+	allot    func(core.Request) int64
+	allotTTL int64 // ns
+	winTTL   int64 // ns: Config.WindowAllotmentTTL
 	size     int
 
 	// epoch counts Resets and admitted refunds. A decision whose remote
@@ -140,7 +142,7 @@ type cacheKey struct {
 
 // New returns a store that caches in front of remote. It fails with an
 // error wrapping [ErrInvalidConfig] on a nil remote or a negative Size,
-// MaxDeny, LeaseTTL or WindowLeaseTTL.
+// MaxDeny, AllotmentTTL or WindowAllotmentTTL.
 func New(remote core.Store, cfg Config) (*Store, error) {
 	switch {
 	case remote == nil:
@@ -149,19 +151,19 @@ func New(remote core.Store, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: Size %d is negative", ErrInvalidConfig, cfg.Size)
 	case cfg.MaxDeny < 0:
 		return nil, fmt.Errorf("%w: MaxDeny %v is negative", ErrInvalidConfig, cfg.MaxDeny)
-	case cfg.LeaseTTL < 0:
-		return nil, fmt.Errorf("%w: LeaseTTL %v is negative", ErrInvalidConfig, cfg.LeaseTTL)
-	case cfg.WindowLeaseTTL < 0:
-		return nil, fmt.Errorf("%w: WindowLeaseTTL %v is negative", ErrInvalidConfig, cfg.WindowLeaseTTL)
+	case cfg.AllotmentTTL < 0:
+		return nil, fmt.Errorf("%w: AllotmentTTL %v is negative", ErrInvalidConfig, cfg.AllotmentTTL)
+	case cfg.WindowAllotmentTTL < 0:
+		return nil, fmt.Errorf("%w: WindowAllotmentTTL %v is negative", ErrInvalidConfig, cfg.WindowAllotmentTTL)
 	}
 	if cfg.Size == 0 {
 		cfg.Size = DefaultSize
 	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
+	if cfg.AllotmentTTL == 0 {
+		cfg.AllotmentTTL = DefaultAllotmentTTL
 	}
-	if cfg.WindowLeaseTTL == 0 {
-		cfg.WindowLeaseTTL = cfg.LeaseTTL
+	if cfg.WindowAllotmentTTL == 0 {
+		cfg.WindowAllotmentTTL = cfg.AllotmentTTL
 	}
 	// A power of two of shards, each of at least minShardSize entries
 	// (one shard for a small cache), whose sizes add up to at most Size.
@@ -176,9 +178,9 @@ func New(remote core.Store, cfg Config) (*Store, error) {
 		seed:     maphash.MakeSeed(),
 		clock:    cfg.Now,
 		maxDeny:  int64(cfg.MaxDeny),
-		lease:    cfg.Lease,
-		leaseTTL: int64(cfg.LeaseTTL),
-		winTTL:   int64(cfg.WindowLeaseTTL),
+		allot:    cfg.Allot,
+		allotTTL: int64(cfg.AllotmentTTL),
+		winTTL:   int64(cfg.WindowAllotmentTTL),
 		size:     cfg.Size / n * n,
 	}
 	if s.clock != nil {
@@ -208,10 +210,10 @@ func (s *Store) shard(key string) *lru.Cache[cacheKey, *entry] {
 	return s.shards[maphash.String(s.seed, key)&s.mask]
 }
 
-// Apply decides req: from a lease or a cached denial when it can, from
-// the remote store otherwise. A request is validated once, where it is
-// decided: by this store before it spends or refunds a lease or answers
-// from a cached denial, by the remote otherwise; invalid requests fail
+// Apply decides req: from an allotment or a cached denial when it can,
+// from the remote store otherwise. A request is validated once, where it
+// is decided: by this store when an allotment or a cached denial answers
+// it, by the remote otherwise (a take included); invalid requests fail
 // with the core sentinels, and nothing is ever spent, cached or answered
 // for one. A failure of the remote is returned wrapped; cached denials
 // are still served while the remote fails, and nothing is ever allowed
@@ -228,11 +230,8 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	sh := s.shard(req.Key)
 	e, _ := sh.Get(k)
 	if req.Op == core.OpRefund && req.Now.IsZero() && e != nil {
-		if err := req.Validate(); err != nil {
-			return core.Decision{}, err
-		}
-		if d, ok := e.refundLease(&req, s.now()); ok {
-			return d, nil
+		if d, ok, err := e.refundAllotment(&req, s.now()); ok {
+			return d, err
 		}
 	}
 	if req.Op == core.OpRefund || req.Op == core.OpReserve || req.Op == core.OpAtMost {
@@ -244,11 +243,8 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	}
 	if req.Now.IsZero() {
 		now := s.now()
-		if batch := s.leaseSize(&req); batch > 0 {
-			if err := req.Validate(); err != nil {
-				return core.Decision{}, err
-			}
-			if d, ok, err := s.applyLease(ctx, &req, sh, k, e, batch, now); ok || err != nil {
+		if most := s.allotmentSize(&req); most > 0 {
+			if d, ok, err := s.spendAllotment(ctx, &req, sh, k, e, most, now); ok || err != nil {
 				return d, err
 			}
 		}
@@ -281,7 +277,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 // key's denial as it was. Peeks, refunds and reservations always go to
 // the remote: a batch of peeks is how a stack is inspected, and the cache
 // knows nothing of the rules it holds no denial for. Batches never spend
-// or take leases. A batch is validated once, where it is decided: here
+// or take allotments. A batch is validated once, where it is decided: here
 // when a cached denial answers it, by the remote otherwise.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	if len(reqs) == 0 || len(out) != len(reqs) {
@@ -433,8 +429,8 @@ func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *l
 		if e, ok := sh.Peek(k); ok {
 			e.deny.Store(nil)
 			e.mu.Lock()
-			if e.lease != nil {
-				e.lease.waitLimit = core.Limit{}
+			if e.allotment != nil {
+				e.allotment.waitLimit = core.Limit{}
 			}
 			e.mu.Unlock()
 		}
@@ -459,8 +455,8 @@ func (s *Store) entry(sh *lru.Cache[cacheKey, *entry], k cacheKey) *entry {
 }
 
 // Reset forgets key's state under alg at the remote store, and drops the
-// local denial and lease for it. A Reset done at another instance of the
-// fleet is seen here only when the cached denial or lease lapses (see
+// local denial and allotment for it. A Reset done at another instance of the
+// fleet is seen here only when the cached denial or allotment lapses (see
 // [Config.MaxDeny]).
 func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {
 	if err := stores.ValidateReset(key, alg); err != nil {
@@ -506,8 +502,8 @@ func (s *Store) Unwrap() core.Store { return s.remote }
 // Close stops the store and drops the cache, then closes the remote
 // store, returning its error. Later calls fail with
 // [core.ErrClosed]. Close is idempotent: a second call returns the first
-// one's result. Leased tokens not yet spent are lost, as when a lease
-// lapses.
+// one's result. Tokens of allotments not yet spent are lost, as when an
+// allotment lapses.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)

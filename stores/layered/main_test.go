@@ -80,7 +80,7 @@ func newLayered(t testing.TB, remote core.Store, cfg layered.Config) *layered.St
 	return s
 }
 
-// fixed returns a Lease function that leases n for every request.
+// fixed returns an Allot function that allots n to every request.
 func fixed(n int64) func(core.Request) int64 { return func(core.Request) int64 { return n } }
 
 // peekIf returns core.OpPeek if peek is true, core.OpCharge otherwise.

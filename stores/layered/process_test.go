@@ -21,7 +21,7 @@ import (
 	"github.com/sluicehq/sluice/stores/layered"
 )
 
-// The environment of TestLeaseProcesses's workers.
+// The environment of TestAllotmentProcesses's workers.
 const (
 	workerEnv       = "SLUICE_LAYERED_WORKER" // the remote: "redisstore" or "rueidisstore"; empty in the parent
 	workerAddrEnv   = "SLUICE_LAYERED_ADDR"
@@ -36,19 +36,19 @@ const (
 )
 
 // The cross-process run: 4 processes of 16 goroutines on one key, 100/s
-// with a burst of 100, for 5 seconds, each leasing batches of 10.
+// with a burst of 100, for 5 seconds, each taking allotments of 10.
 const (
 	procWorkers    = 4
 	procGoroutines = 16
 	procRate       = 100
-	procBatch      = 10
+	procAllotment  = 10
 	procWindow     = 5 * time.Second
 	procLead       = 1500 * time.Millisecond
 )
 
-// TestLeaseProcesses runs this test binary again as 4 worker processes,
+// TestAllotmentProcesses runs this test binary again as 4 worker processes,
 // two over redisstore and two over rueidisstore, each a layered store
-// leasing batches of 10 from one key of the shared server (100/s, burst
+// taking allotments of 10 from one key of the shared server (100/s, burst
 // 100), hammered by 16 goroutines for 5 seconds. Together they must admit
 // no more than the limit allows: 100 + 100 × 5 = 600 with a reply by the
 // deadline, and no more than the limit allows up to the last admission in
@@ -57,9 +57,9 @@ const (
 //
 // Like redisstore's over-grant test it is not parallel, so that the
 // package's other tests do not compete with the workers for the cores.
-func TestLeaseProcesses(t *testing.T) {
+func TestAllotmentProcesses(t *testing.T) {
 	if kind := os.Getenv(workerEnv); kind != "" {
-		leaseWorker(t, kind)
+		allotmentWorker(t, kind)
 		return
 	}
 	addr := redistest.Shared(t).Addr()
@@ -142,15 +142,15 @@ func TestLeaseProcesses(t *testing.T) {
 	if bound := int64(procRate) + procRate*int64(last.Sub(start))/int64(time.Second); total.Admitted > bound {
 		t.Errorf("admitted %d in all, more than the limit's %d up to the last admission: over-admission", total.Admitted, bound)
 	}
-	// The documented price: tokens stranded in leases and in waits for a
-	// batch. Far more would mean leases lose tokens.
+	// The documented price: tokens stranded in allotments and in waits for a
+	// whole allotment. Far more would mean allotments lose tokens.
 	if least := most * 85 / 100; total.Admitted < least {
 		t.Errorf("admitted %d, want at least %d (85%% of %d)", total.Admitted, least, most)
 	}
 }
 
-// leaseWorker is TestLeaseProcesses in a worker process.
-func leaseWorker(t *testing.T, kind string) {
+// allotmentWorker is TestAllotmentProcesses in a worker process.
+func allotmentWorker(t *testing.T, kind string) {
 	fail := func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
 		fmt.Println(workerFailed + msg)
@@ -180,7 +180,7 @@ func leaseWorker(t *testing.T, kind string) {
 		fail("unknown remote %q", kind)
 	}
 	counting, calls := counted(remote)
-	store, err := layered.New(counting, layered.Config{Lease: fixed(procBatch)})
+	store, err := layered.New(counting, layered.Config{Allot: fixed(procAllotment)})
 	if err != nil {
 		fail("%v", err)
 	}

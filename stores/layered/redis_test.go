@@ -95,8 +95,8 @@ func TestRedisKilled(t *testing.T) {
 
 // TestHotKey10x sends a hot key 10 times its limit (100/s with a burst of
 // 100) from 64 goroutines for 3 seconds, through a layered store over
-// redisstore with leases of 20, and through one with the deny cache alone.
-// With leases at least 95% of decisions must be served without a Redis
+// redisstore with allotments of 20, and through one with the deny cache alone.
+// With allotments at least 95% of decisions must be served without a Redis
 // call; neither may admit more than the limit allows over the run.
 func TestHotKey10x(t *testing.T) {
 	t.Parallel()
@@ -105,23 +105,23 @@ func TestHotKey10x(t *testing.T) {
 		rate       = 100 // per second, and the burst
 		demand     = 10 * rate
 		window     = 3 * time.Second
-		batch      = 20
+		size       = 20
 	)
 	limit := core.PerSecond(rate)
 	client := newGoRedis(t, redistest.Shared(t).Addr())
 	type run struct {
-		name              string
-		store             *layered.Store
-		calls             *atomic.Int64
-		admitted, cached  atomic.Int64
-		leased, decisions atomic.Int64
-		start, end        time.Time
+		name                string
+		store               *layered.Store
+		calls               *atomic.Int64
+		admitted, cached    atomic.Int64
+		allotted, decisions atomic.Int64
+		start, end          time.Time
 	}
 	var runs []*run
 	for _, cfg := range []struct {
 		name string
 		cfg  layered.Config
-	}{{"lease", layered.Config{Lease: fixed(batch)}}, {"deny-cache", layered.Config{}}} {
+	}{{"allotment", layered.Config{Allot: fixed(size)}}, {"deny-cache", layered.Config{}}} {
 		remote, calls := counted(redisRemote(t, client))
 		r := &run{name: cfg.name, store: newLayered(t, remote, cfg.cfg), calls: calls}
 		// Connect and load the script without charging.
@@ -157,8 +157,8 @@ func TestHotKey10x(t *testing.T) {
 					switch d.Source {
 					case core.SourceCache:
 						r.cached.Add(1)
-					case core.SourceLease:
-						r.leased.Add(1)
+					case core.SourceAllotment:
+						r.allotted.Add(1)
 					}
 				}
 			})
@@ -171,16 +171,16 @@ func TestHotKey10x(t *testing.T) {
 		local := 1 - float64(calls)/float64(decisions)
 		most := rate + rate*int64(finish.Sub(start))/int64(time.Second)
 		max3s := int64(rate + rate*window/time.Second)
-		t.Logf("%s: %d decisions (%.0f/s, %.1f× the limit), %d Redis calls: %.2f%% served locally (%d from a lease, %d cached denials); admitted %d of at most %d (%d over the 3 s), under-admission %d",
+		t.Logf("%s: %d decisions (%.0f/s, %.1f× the limit), %d Redis calls: %.2f%% served locally (%d from an allotment, %d cached denials); admitted %d of at most %d (%d over the 3 s), under-admission %d",
 			r.name, decisions, float64(decisions)/window.Seconds(), float64(decisions)/window.Seconds()/rate, calls, 100*local,
-			r.leased.Load(), r.cached.Load(), admitted, most, max3s, max3s-admitted)
+			r.allotted.Load(), r.cached.Load(), admitted, most, max3s, max3s-admitted)
 		if admitted > most {
 			t.Errorf("%s: admitted %d, more than the limit allows over the run, %d", r.name, admitted, most)
 		}
-		// About 95 % on a quiet machine; a loaded one makes the lease's
-		// time-bound batches expire less spent (94.87 % beside four
+		// About 95 % on a quiet machine; a loaded one makes the allotment's
+		// time-bound allotments expire less spent (94.87 % beside four
 		// burners), where the deny cache alone serves 38 %.
-		if r.name == "lease" && local < 0.90 {
+		if r.name == "allotment" && local < 0.90 {
 			t.Errorf("%s: %.2f%% of decisions served without a Redis call, want at least 90%%", r.name, 100*local)
 		}
 		if admitted < max3s*8/10 {
@@ -189,12 +189,12 @@ func TestHotKey10x(t *testing.T) {
 	}
 }
 
-// TestLeaseUnderLimit sends a key 4,000 requests a second, under its
+// TestAllotmentUnderLimit sends a key 4,000 requests a second, under its
 // limit of 10,000 a second (burst 1,000), from 8 goroutines for 2 seconds,
-// through a layered store leasing batches of 100, and through the deny
-// cache alone: every request must be admitted, and leases must need at
+// through a layered store taking allotments of 100, and through the deny
+// cache alone: every request must be admitted, and allotments must need at
 // least 10 times fewer Redis calls per decision.
-func TestLeaseUnderLimit(t *testing.T) {
+func TestAllotmentUnderLimit(t *testing.T) {
 	t.Parallel()
 	const (
 		goroutines = 8
@@ -210,7 +210,7 @@ func TestLeaseUnderLimit(t *testing.T) {
 	for _, cfg := range []struct {
 		name string
 		cfg  layered.Config
-	}{{"lease", layered.Config{Lease: fixed(100)}}, {"deny-cache", layered.Config{}}} {
+	}{{"allotment", layered.Config{Allot: fixed(100)}}, {"deny-cache", layered.Config{}}} {
 		remote, calls := counted(redisRemote(t, client))
 		s := newLayered(t, remote, cfg.cfg)
 		req := core.Request{Key: "warm", Algorithm: algorithms.GCRA, Limit: limit, Cost: 1}
@@ -254,9 +254,9 @@ func TestLeaseUnderLimit(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	reduction := perDecision["deny-cache"] / perDecision["lease"]
-	t.Logf("leases need %.0f× fewer Redis calls per decision", reduction)
+	reduction := perDecision["deny-cache"] / perDecision["allotment"]
+	t.Logf("allotments need %.0f× fewer Redis calls per decision", reduction)
 	if reduction < 10 {
-		t.Errorf("leases reduce Redis calls per decision %.1f×, want at least 10×", reduction)
+		t.Errorf("allotments reduce Redis calls per decision %.1f×, want at least 10×", reduction)
 	}
 }

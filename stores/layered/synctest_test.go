@@ -16,7 +16,7 @@ import (
 
 // TestSynctestDenyCache checks that the layered store's default clock
 // keeps a testing/synctest bubble's time: a cached denial counts down and
-// expires on the bubble's clock, and a lease lapses after its TTL, both
+// expires on the bubble's clock, and an allotment lapses after its TTL, both
 // over time.Sleeps that take no real time.
 func TestSynctestDenyCache(t *testing.T) {
 	t.Parallel()
@@ -28,8 +28,8 @@ func TestSynctestDenyCache(t *testing.T) {
 		}
 		remote := storetest.NewFaulty(mem)
 		s, err := layered.New(remote, layered.Config{
-			Lease:    func(core.Request) int64 { return 5 },
-			LeaseTTL: time.Minute,
+			Allot:        func(core.Request) int64 { return 5 },
+			AllotmentTTL: time.Minute,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func TestSynctestDenyCache(t *testing.T) {
 			}
 		}
 
-		// The sliding window log is never leased: its denials are cached.
+		// The sliding window log is never allotted: its denials are cached.
 		deny, err := sluice.NewLimiter(s, algorithms.SlidingWindowLog, core.PerHour(1))
 		if err != nil {
 			t.Fatal(err)
@@ -62,19 +62,19 @@ func TestSynctestDenyCache(t *testing.T) {
 		time.Sleep(30 * time.Minute)
 		check("an hour later", deny, true, core.SourceStore, 0, 1)
 
-		// A token bucket is leased: a batch taken in one call (the
+		// A token bucket is allotted: an allotment taken in one call (the
 		// request that takes it is answered from it) is spent locally
 		// until it lapses, a minute later.
-		lease, err := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerHour(100))
+		allotment, err := sluice.NewLimiter(s, algorithms.TokenBucket, core.PerHour(100))
 		if err != nil {
 			t.Fatal(err)
 		}
-		check("the lease's take", lease, true, core.SourceLease, 0, 1)
+		check("the allotment's take", allotment, true, core.SourceAllotment, 0, 1)
 		for range 3 {
-			check("spent from the lease", lease, true, core.SourceLease, 0, 0)
+			check("spent from the allotment", allotment, true, core.SourceAllotment, 0, 0)
 		}
 		time.Sleep(time.Minute + time.Nanosecond)
-		check("a new lease, after the first lapsed", lease, true, core.SourceLease, 0, 1)
+		check("a new allotment, after the first lapsed", allotment, true, core.SourceAllotment, 0, 1)
 	})
 	if real := time.Since(began); real > time.Minute {
 		t.Errorf("an hour and a minute in the bubble took %v of real time", real)

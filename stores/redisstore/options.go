@@ -24,7 +24,7 @@ func ClientOptions(addrs []string, deadline time.Duration) *redis.UniversalOptio
 		MaxRetries:            -1,                     // a failed call is the breaker's business
 		DialTimeout:           250 * time.Millisecond, // for dials that outlive their call
 		DialerRetries:         1,                      // no backoff loop behind a dial (default 5 × 100 ms)
-		ReadTimeout:           backstop,               // bounds pipelined batches and calls without a deadline (Reset)
+		ReadTimeout:           backstop,               // bounds pipelined rounds and calls without a deadline (Reset)
 		WriteTimeout:          backstop,
 		PoolSize:              64,                           // decisions in flight at the worst latency you tolerate
 		PoolTimeout:           max(time.Second, 2*deadline), // above the deadline, which ends a wait first

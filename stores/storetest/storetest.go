@@ -269,7 +269,7 @@ func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 		}
 		want := core.Run(st, &req, 0)
 		switch got.Source {
-		case core.SourceStore, core.SourceCache, core.SourceLease:
+		case core.SourceStore, core.SourceCache, core.SourceAllotment:
 		default:
 			t.Fatalf("seed %d, op %d: decision from %v; a working store decides itself", seed, i, got.Source)
 		}

@@ -81,7 +81,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		timeout   = fs.Duration("timeout", 100*time.Millisecond, "the deadline of each Redis call; past it the breaker answers in -mode (REDIS_TIMEOUT, if set)")
 		inst      = fs.Int("instances", 1, "how many sluice-serve processes share the limits (degrade mode decides each under its share)")
 		cache     = fs.Int("local-cache", 0, "hold up to this many `keys` over their limit in this process, and deny them without asking Redis until they may pass (LOCAL_CACHE_SIZE_IN_BYTES ÷ 512); 0: none")
-		leaseAll  = fs.Int64("lease-all", 0, "lease batches of up to `N` requests for every fixed-window, token-bucket or gcra rule of at least 100×N requests per unit that does not say its own lease (sluice's rate_limit key lease); 0: only those that do")
+		allotAll  = fs.Int64("allot-all", 0, "take allotments of up to `N` requests (spent in this process) for every fixed-window, token-bucket or gcra rule of at least 100×N requests per unit that does not say its own (sluice's rate_limit key allotment); 0: only those that do")
 		headers   = fs.Bool("headers", false, "add RateLimit-Limit, -Remaining and -Reset to every response (LIMIT_RESPONSE_HEADERS_ENABLED)")
 		hLimit    = fs.String("limit-header", "RateLimit-Limit", "the `name` of -headers' limit (LIMIT_LIMIT_HEADER)")
 		hRemain   = fs.String("remaining-header", "RateLimit-Remaining", "the `name` of -headers' remaining (LIMIT_REMAINING_HEADER)")
@@ -128,6 +128,9 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return 0
+		}
+		if strings.Contains(err.Error(), "-lease-all") {
+			err = errors.New("-lease-all is now named -allot-all (docs/changes.md)")
 		}
 		fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 		return 2
@@ -203,8 +206,8 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	case *cache > 0 && *addr == "":
 		fmt.Fprintln(stderr, "sluice-serve: -local-cache caches Redis's denials: it needs -redis")
 		return 2
-	case *leaseAll < 0:
-		fmt.Fprintf(stderr, "sluice-serve: -lease-all %d: want a batch, or 0 for none\n", *leaseAll)
+	case *allotAll < 0:
+		fmt.Fprintf(stderr, "sluice-serve: -allot-all %d: want a number of requests, or 0 for none\n", *allotAll)
 		return 2
 	case *poolSize < 1:
 		fmt.Fprintf(stderr, "sluice-serve: -redis-pool-size %d: want at least 1\n", *poolSize)
@@ -270,15 +273,15 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		}()
 		tp = sdk
 	}
-	limitOpts := limits.Options{MergeDomains: *merge, IgnoreDotFiles: *ignoreDot, AppDirectory: appDir, Lease: *leaseAll}
-	// Leases need the layered store: with -lease-all, or when the
-	// configuration at start has a rule that leases.
-	leases := *leaseAll > 0
-	if set, err := limits.Load(*config, limitOpts); err == nil && set.Leases() > 0 {
-		leases = true
+	limitOpts := limits.Options{MergeDomains: *merge, IgnoreDotFiles: *ignoreDot, AppDirectory: appDir, Allotment: *allotAll}
+	// Allotments need the layered store: with -allot-all, or when the
+	// configuration at start has a rule with an allotment.
+	allot := *allotAll > 0
+	if set, err := limits.Load(*config, limitOpts); err == nil && set.Allotted() > 0 {
+		allot = true
 	}
-	leases = leases && *addr != ""
-	store, breaker, closeStore, err := openStore(log, rc, mode, *timeout, *inst, *cache, leases, tp)
+	allot = allot && *addr != ""
+	store, breaker, closeStore, err := openStore(log, rc, mode, *timeout, *inst, *cache, allot, tp)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice-serve: %v\n", err)
 		return 1
@@ -312,7 +315,7 @@ func runServe(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		Store:             store,
 		Limits:            *config,
 		LimitOptions:      limitOpts,
-		Leases:            leases,
+		Allotments:        allot,
 		GRPCAddr:          *grpcAddr,
 		GRPCNetwork:       grpcNet,
 		HTTPAddr:          *httpAddr,
@@ -383,13 +386,13 @@ func (rc redisConfig) network() string {
 // openStore opens the store chain: telemetry around a breaker around a
 // Redis store (behind a cache of denials, if cache is above 0), or
 // telemetry around a memory store when rc.addr is empty; and the breaker
-// (nil on memory); with leases, the layered store leases for the rules
-// that say so. A Redis that does not answer yet is no reason not to
+// (nil on memory); with allot, the layered store takes allotments for the
+// rules that say so. A Redis that does not answer yet is no reason not to
 // serve: the breaker answers in mode until it does, and log says so.
 // (go-redis connects on first use; rueidis dials at once, and with
 // ForceSingleClient hands back a client that dials again on the next
 // command.)
-func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.Duration, instances, cache int, leases bool, tp trace.TracerProvider) (core.Store, *policy.Breaker, func(), error) {
+func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.Duration, instances, cache int, allot bool, tp trace.TracerProvider) (core.Store, *policy.Breaker, func(), error) {
 	if rc.addr == "" {
 		mem, err := memstore.New(memstore.Config{})
 		if err != nil {
@@ -486,19 +489,19 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 		shut()
 		return nil, nil, nil, fmt.Errorf("-redis %s: %w", rc.addr, err)
 	}
-	if cache > 0 || leases {
+	if cache > 0 || allot {
 		// Below the breaker, so that a cached denial is a success to it,
 		// and a key over its limit stays denied while Redis is down.
-		// Leases (stores/layered) are taken for the rules that lease
-		// (limits.LeaseOf); the cache of denials comes with them.
+		// Allotments (stores/layered) are taken for the rules that have
+		// one (limits.AllotmentOf); the cache of denials comes with them.
 		cfg := layered.Config{Size: cache}
-		if leases {
-			cfg.Lease = func(req core.Request) int64 { return limits.LeaseOf(req.Algorithm) }
-			// A fixed window's lease lapses at its window's end, so no
-			// window admits more than its rate however long it lives:
-			// live up to a minute, so that a key spending a few
-			// requests a second takes a batch a minute, not every second.
-			cfg.WindowLeaseTTL = windowLeaseTTL
+		if allot {
+			cfg.Allot = func(req core.Request) int64 { return limits.AllotmentOf(req.Algorithm) }
+			// A fixed window's allotment lapses at its window's end, so
+			// no window admits more than its rate however long it lives:
+			// live up to a minute, so that a key spending a few requests
+			// a second takes an allotment a minute, not every second.
+			cfg.WindowAllotmentTTL = windowAllotmentTTL
 		}
 		var l *layered.Store
 		if l, err = layered.New(remote, cfg); err != nil {
@@ -533,11 +536,11 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 	return t, b, func() { t.Close(); shut() }, nil
 }
 
-// windowLeaseTTL is how long sluice-serve's leases under the fixed window
-// may be spent after they were taken (layered.Config.WindowLeaseTTL),
-// within their window; a token bucket's or GCRA's live for
-// layered.DefaultLeaseTTL.
-const windowLeaseTTL = time.Minute
+// windowAllotmentTTL is how long sluice-serve's allotments under the
+// fixed window may be spent after they were taken
+// (layered.Config.WindowAllotmentTTL), within their window; a token
+// bucket's or GCRA's live for layered.DefaultAllotmentTTL.
+const windowAllotmentTTL = time.Minute
 
 // tlsFor returns c for a connection to addr: with its host as the
 // server's name, unless c names one.

@@ -192,6 +192,7 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"-config", bad, "-client", "jedis"}, 2, `-client "jedis"`},
 		{[]string{"-config", bad, "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"-config", bad, "-local-cache", "-1"}, 2, "-local-cache -1"},
+		{[]string{"-config", bad, "-lease-all", "10"}, 2, "-lease-all is now named -allot-all"},
 		{[]string{"-config", bad, "-backend", "memory", "-local-cache", "100"}, 2, "it needs -redis"},
 		{[]string{"-config", bad, "-otlp-endpoint", "127.0.0.1:4317"}, 2, "-otlp-endpoint"},
 		{[]string{"-config", bad, "-otlp-endpoint", "grpc://127.0.0.1:4317"}, 2, "want http://host:port"},

@@ -31,7 +31,7 @@ type Client interface {
 	// client's error in Err, as the client returned it: [ErrNoReply] for
 	// a nil reply, one wrapping [ErrMalformed] for a reply that is not a
 	// string. No command may ever be sent twice: a call whose reply timed
-	// out may have been applied. ctx is the batch's (see
+	// out may have been applied. ctx is the round's (see
 	// [Config].Detach).
 	Exec(ctx context.Context, calls []*Call)
 	// Del deletes key.
@@ -59,10 +59,10 @@ type Config struct {
 	// Inline sends a call that finds the queue idle on its caller's
 	// goroutine (see [Queue]).
 	Inline bool
-	// Detach sends a batch without its callers' deadlines, bounded by the
+	// Detach sends a round without its callers' deadlines, bounded by the
 	// client's own timeouts, with the values of its first caller's
 	// context: for a client that closes the connection of a call whose
-	// context ended (go-redis). Otherwise a batch of one call runs on its
+	// context ended (go-redis). Otherwise a round of one call runs on its
 	// caller's context, and a larger one until every caller's context
 	// has ended.
 	Detach bool
@@ -128,7 +128,7 @@ type Call struct {
 	Err error
 
 	entry   Entry              // the call's place in the queue
-	one     [1]*Call           // the call alone, as a batch
+	one     [1]*Call           // the call alone, as a round
 	script  *algorithms.Script // the script, in Redis's form
 	algs    string             // each request's algorithms.MultiIndex, a byte each; "": not to Merge
 	members []*Call            // a merged call's calls
@@ -263,7 +263,7 @@ func (e *Engine) Reset(ctx context.Context, key string, alg core.Algorithm) erro
 }
 
 // Close stops the store: later calls fail with [core.ErrClosed]. It waits
-// for the batches already queued, each bounded by its callers' deadlines
+// for the rounds already queued, each bounded by its callers' deadlines
 // or the client's timeouts. It does not close the client, which the
 // caller owns.
 func (e *Engine) Close() error {
@@ -295,24 +295,24 @@ func (e *Engine) do(ctx context.Context, c *Call) error {
 	}
 }
 
-// send sends a batch of queued calls whose callers still wait, as one
-// round trip. On one server (Merge) the calls of a batch that may be
+// send sends a round of queued calls whose callers still wait, as one
+// round trip. On one server (Merge) the calls of a round that may be
 // merged go in runs of up to maxMerge requests, each run one call of
 // algorithms.MultiScript with a group a call (a run of one call as that
 // call's own script); other calls go as they are.
-func (e *Engine) send(batch []*Entry) {
-	ctx, stop := e.batchContext(batch)
+func (e *Engine) send(round []*Entry) {
+	ctx, stop := e.roundContext(round)
 	defer stop()
-	if len(batch) == 1 {
-		c := batch[0].Item.(*Call)
+	if len(round) == 1 {
+		c := round[0].Item.(*Call)
 		c.one[0] = c
 		e.exec(ctx, c.one[:])
 		c.one[0] = nil
 		return
 	}
-	calls := make([]*Call, 0, len(batch))
+	calls := make([]*Call, 0, len(round))
 	var run *Call
-	for _, qe := range batch {
+	for _, qe := range round {
 		c := qe.Item.(*Call)
 		if !e.merge || c.algs == "" || c.size() > maxMerge {
 			calls = append(calls, c)
@@ -433,34 +433,34 @@ func noStruct(err error) bool {
 	return strings.Contains(msg, "nonexistent global variable 'struct'")
 }
 
-// batchContext returns the context a batch is sent on (see
+// roundContext returns the context a round is sent on (see
 // [Config].Detach), and what releases it.
-func (e *Engine) batchContext(batch []*Entry) (context.Context, func()) {
+func (e *Engine) roundContext(round []*Entry) (context.Context, func()) {
 	switch {
 	case e.detach:
-		return context.WithoutCancel(batch[0].Ctx), func() {}
-	case len(batch) == 1:
-		return batch[0].Ctx, func() {}
+		return context.WithoutCancel(round[0].Ctx), func() {}
+	case len(round) == 1:
+		return round[0].Ctx, func() {}
 	}
-	return lastContext(batch)
+	return lastContext(round)
 }
 
-// lastContext returns the context of a batch of calls: the values of its
+// lastContext returns the context of a round of calls: the values of its
 // first caller's context, ending once every caller's has ended. Contexts
-// that end at a deadline end the batch at the last of them, without
+// that end at a deadline end the round at the last of them, without
 // registering with each; a context that ends without one (a breaker's
 // ends on the process's clock) is watched, once for all the contexts
 // that end together, by one Done channel: a breaker's calls share one
-// for a sixteenth of its deadline, so that a batch of a hundred of them
+// for a sixteenth of its deadline, so that a round of a hundred of them
 // registers once or twice, not a hundred times. A caller whose context
-// never ends leaves the batch unbounded but for the client's own
+// never ends leaves the round unbounded but for the client's own
 // timeouts. stop releases what the context holds.
-func lastContext(batch []*Entry) (ctx context.Context, stop func()) {
-	ctx = context.WithoutCancel(batch[0].Ctx)
+func lastContext(round []*Entry) (ctx context.Context, stop func()) {
+	ctx = context.WithoutCancel(round[0].Ctx)
 	var last time.Time
 	var watched []context.Context
 	var dones []<-chan struct{} // watched's
-	for _, c := range batch {
+	for _, c := range round {
 		if d, ok := c.Ctx.Deadline(); ok {
 			if d.After(last) {
 				last = d

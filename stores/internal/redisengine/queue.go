@@ -8,13 +8,13 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// DefaultSenders is how many batches a queue has in flight at once
+// DefaultSenders is how many rounds a queue has in flight at once
 // unless its Senders says otherwise: one, so that every call that
-// arrives during a round trip goes in the next batch, one write and one
+// arrives during a round trip goes in the next round, one write and one
 // read for all of them (and on one server one merged script call), which
 // is what a decision costs the client's and the server's CPU. With more
 // in flight, the calls that arrive during one round trip are spread over
-// several batches: at 64 goroutines on one key, 0.035 script calls per
+// several rounds: at 64 goroutines on one key, 0.035 script calls per
 // decision with two (0.097 with four, before senders yielded; see send)
 // against 0.022 with one.
 const DefaultSenders = 1
@@ -27,23 +27,23 @@ type Entry struct {
 	// Item is the store's own call.
 	Item any
 	done chan struct{}
-	one  [1]*Entry // a batch of the call alone, sent inline
+	one  [1]*Entry // a round of the call alone, sent inline
 }
 
-// Queue sends queued calls in batches through Send. The zero Queue, with
+// Queue sends queued calls in rounds through Send. The zero Queue, with
 // Send set, is ready to use.
 type Queue struct {
-	// Send sends a batch of calls whose callers still wait and leaves each
+	// Send sends a round of calls whose callers still wait and leaves each
 	// call's result in its Item. It runs on a sender's goroutine, one
-	// batch at a time per sender, and must not keep the batch.
-	Send func(batch []*Entry)
-	// Senders is how many batches may be in flight at once; 0 means
+	// round at a time per sender, and must not keep the round.
+	Send func(round []*Entry)
+	// Senders is how many rounds may be in flight at once; 0 means
 	// DefaultSenders.
 	Senders int
 	// Inline has a call that finds the queue empty and fewer than
-	// Senders batches in flight sent at once, as a batch of one, on its
+	// Senders rounds in flight sent at once, as a round of one, on its
 	// caller's goroutine: calls that do not overlap pay no hand-over to a
-	// sender. Send must then return by the batch's callers' deadlines,
+	// sender. Send must then return by the round's callers' deadlines,
 	// since the caller waits for it.
 	Inline bool
 
@@ -54,9 +54,9 @@ type Queue struct {
 	wg      sync.WaitGroup // the senders
 }
 
-// Do queues c and waits until its batch has been sent, returning nil, or
+// Do queues c and waits until its round has been sent, returning nil, or
 // until ctx ends, returning ctx's error: a call whose ctx has ended by the
-// time its batch is sent is not sent, and one already sent may still be
+// time its round is sent is not sent, and one already sent may still be
 // applied. After Close it fails with [core.ErrClosed].
 func (q *Queue) Do(ctx context.Context, c *Entry) error {
 	c.Ctx = ctx
@@ -111,18 +111,18 @@ func (q *Queue) inline(c *Entry) error {
 	return err
 }
 
-// send sends the queue, batch after batch, until it finds it empty.
-// Having woken a batch's callers it yields its processor once before it
+// send sends the queue, round after round, until it finds it empty.
+// Having woken a round's callers it yields its processor once before it
 // takes the queue again, so that those who call again at once (a loop
-// of decisions, a handler's next request) join the next batch instead of
+// of decisions, a handler's next request) join the next round instead of
 // leaving it to the few who were quicker.
 func (q *Queue) send() {
 	defer q.wg.Done()
-	var batch, live []*Entry
+	var round, live []*Entry
 	for {
 		q.mu.Lock()
-		batch, q.queue = q.queue, batch[:0]
-		if len(batch) == 0 {
+		round, q.queue = q.queue, round[:0]
+		if len(round) == 0 {
 			q.senders--
 			q.mu.Unlock()
 			return
@@ -131,7 +131,7 @@ func (q *Queue) send() {
 		// A caller that gave up has been told its call failed: it must
 		// not be charged, and a Redis that was slow must not be sent
 		// every call abandoned while it was.
-		for _, c := range batch {
+		for _, c := range round {
 			if c.Ctx.Err() == nil {
 				live = append(live, c)
 			}
@@ -141,15 +141,15 @@ func (q *Queue) send() {
 		}
 		clear(live) // the calls belong to their callers
 		live = live[:0]
-		for i, c := range batch {
+		for i, c := range round {
 			close(c.done)
-			batch[i] = nil
+			round[i] = nil
 		}
 		runtime.Gosched()
 	}
 }
 
-// Close stops new calls and waits for the senders to finish the batches
+// Close stops new calls and waits for the senders to finish the rounds
 // already queued.
 func (q *Queue) Close() {
 	q.mu.Lock()

@@ -14,18 +14,18 @@ import (
 	"github.com/sluicehq/sluice/stores/internal/redisengine"
 )
 
-// recorder is a Send that records its batches and how many ran at once,
-// and holds each batch until release is closed, if it is set.
+// recorder is a Send that records its rounds and how many ran at once,
+// and holds each round until release is closed, if it is set.
 type recorder struct {
 	mu       sync.Mutex
-	batches  [][]int
+	rounds   [][]int
 	inFlight atomic.Int32
 	most     atomic.Int32
 	release  chan struct{}
-	started  chan struct{} // receives once per batch, if set
+	started  chan struct{} // receives once per round, if set
 }
 
-func (r *recorder) send(batch []*redisengine.Entry) {
+func (r *recorder) send(round []*redisengine.Entry) {
 	n := r.inFlight.Add(1)
 	for {
 		m := r.most.Load()
@@ -39,21 +39,21 @@ func (r *recorder) send(batch []*redisengine.Entry) {
 	if r.release != nil {
 		<-r.release
 	}
-	ids := make([]int, len(batch))
-	for i, c := range batch {
+	ids := make([]int, len(round))
+	for i, c := range round {
 		ids[i] = *c.Item.(*int)
 		*c.Item.(*int) = -ids[i] // the result: the id, negated
 	}
 	r.mu.Lock()
-	r.batches = append(r.batches, ids)
+	r.rounds = append(r.rounds, ids)
 	r.mu.Unlock()
 	r.inFlight.Add(-1)
 }
 
-// TestBatches holds the first batch while more calls queue: they go
-// together in the next batches, at most Senders at once, and each call
+// TestRounds holds the first round while more calls queue: they go
+// together in the next rounds, at most Senders at once, and each call
 // finds its own result.
-func TestBatches(t *testing.T) {
+func TestRounds(t *testing.T) {
 	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 100)}
 	q := &redisengine.Queue{Send: r.send, Senders: 2}
 	var wg sync.WaitGroup
@@ -68,7 +68,7 @@ func TestBatches(t *testing.T) {
 		}
 	}
 	wg.Go(func() { call(1) })
-	<-r.started // the first batch is held
+	<-r.started // the first round is held
 	for id := 2; id <= 41; id++ {
 		wg.Go(func() { call(id) })
 	}
@@ -76,30 +76,30 @@ func TestBatches(t *testing.T) {
 	close(r.release)
 	wg.Wait()
 	q.Close()
-	calls, batches := 0, len(r.batches)
-	for _, b := range r.batches {
+	calls, rounds := 0, len(r.rounds)
+	for _, b := range r.rounds {
 		calls += len(b)
 	}
 	if calls != 41 {
 		t.Errorf("%d calls sent, want 41", calls)
 	}
-	if batches >= 41 {
-		t.Errorf("%d batches for 41 calls: none were gathered", batches)
+	if rounds >= 41 {
+		t.Errorf("%d rounds for 41 calls: none were gathered", rounds)
 	}
 	if m := r.most.Load(); m > 2 {
-		t.Errorf("%d batches in flight at once, want at most 2", m)
+		t.Errorf("%d rounds in flight at once, want at most 2", m)
 	}
-	t.Logf("41 calls in %d batches, at most %d at once", batches, r.most.Load())
+	t.Logf("41 calls in %d rounds, at most %d at once", rounds, r.most.Load())
 }
 
 // TestInline sends a lone call on its caller's goroutine, and a call that
-// finds Senders batches in flight in a batch of a sender's.
+// finds Senders rounds in flight in a round of a sender's.
 func TestInline(t *testing.T) {
 	var mu sync.Mutex
 	var ways []string
 	release := make(chan struct{})
 	q := &redisengine.Queue{Inline: true, Senders: 1}
-	q.Send = func(batch []*redisengine.Entry) {
+	q.Send = func(round []*redisengine.Entry) {
 		buf := make([]byte, 8192)
 		way := "inline"
 		if bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("redisengine.(*Queue).send(")) {
@@ -128,7 +128,7 @@ func TestInline(t *testing.T) {
 }
 
 // TestGaveUp checks that a caller whose context ends returns at once with
-// its error, and that its call is not sent if its batch had not left.
+// its error, and that its call is not sent if its round had not left.
 func TestGaveUp(t *testing.T) {
 	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 10)}
 	q := &redisengine.Queue{Send: r.send, Senders: 1}
@@ -148,7 +148,7 @@ func TestGaveUp(t *testing.T) {
 	}
 	close(r.release)
 	q.Close()
-	for _, b := range r.batches {
+	for _, b := range r.rounds {
 		for _, id := range b {
 			if id == 2 {
 				t.Errorf("the call whose caller gave up was sent")
@@ -157,7 +157,7 @@ func TestGaveUp(t *testing.T) {
 	}
 }
 
-// TestClose checks that Close waits for the batch in flight and that
+// TestClose checks that Close waits for the round in flight and that
 // calls after it fail with core.ErrClosed.
 func TestClose(t *testing.T) {
 	r := &recorder{release: make(chan struct{}), started: make(chan struct{}, 10)}
@@ -169,7 +169,7 @@ func TestClose(t *testing.T) {
 	go func() { q.Close(); close(closed) }()
 	select {
 	case <-closed:
-		t.Fatal("Close returned with a batch in flight")
+		t.Fatal("Close returned with a round in flight")
 	case <-time.After(30 * time.Millisecond):
 	}
 	close(r.release)
