@@ -11,20 +11,24 @@ import (
 	"github.com/sluicehq/sluice/serve/limits"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/stores/memstore"
+	"github.com/sluicehq/sluice/stores/storetest"
 )
 
-// TestAllotmentInRequest decides a request of an allotted descriptor and an
-// ordinary one: the allotted one is spent from this instance's allotment, the
-// other decided at the store, and when the other is over its limit the
-// allotted charge is refunded, so that the request charges nothing: what
-// the store holds and the allotment holds add up to the limit less what was
-// admitted.
+// TestAllotmentInRequest decides requests of several descriptors through
+// a layered store that takes allotments. A request whose descriptors all
+// have allotments is one batch that the layered store answers from them:
+// after each descriptor's first take, no store call at all. A request
+// with a descriptor that has none is one batch that goes to the store
+// whole, atomically: a denial charges nothing, and the allotments are
+// left as they were.
 func TestAllotmentInRequest(t *testing.T) {
 	t.Parallel()
 	set, err := limits.Parse(limits.Options{}, limits.File{Name: "l.yaml", Data: []byte(`
 domain: api
 descriptors:
   - key: hot
+    rate_limit: {unit: hour, requests_per_unit: 1000, allotment: 100}
+  - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 1000, allotment: 100}
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 2}
@@ -36,7 +40,8 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	lay, err := layered.New(mem, layered.Config{Allot: func(r core.Request) int64 { return limits.AllotmentOf(r.Algorithm) }})
+	counter := storetest.NewCounter(mem)
+	lay, err := layered.New(counter, layered.Config{Allot: func(r core.Request) int64 { return limits.AllotmentOf(r.Algorithm) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,51 +53,61 @@ descriptors:
 	d := func(k, v string) *ratelimitv3.RateLimitDescriptor {
 		return &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
 	}
-	ask := func() *rlsv3.RateLimitResponse {
+	ask := func(ds ...*ratelimitv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse, int64) {
 		t.Helper()
-		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{d("hot", "x"), d("user", "a")}})
+		a0, b0, _ := counter.Counts()
+		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: ds})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp
+		a1, b1, _ := counter.Counts()
+		return resp, a1 - a0 + b1 - b0
 	}
-	hot := set.Match("api", []limits.Entry{{Key: "hot", Value: "x"}})
-	atStore := func() int64 {
+	atStore := func(key string) int64 {
 		t.Helper()
-		d, err := mem.Apply(context.Background(), core.Request{Key: hot.Key, Algorithm: hot.Rule.Algorithm, Limit: hot.Rule.Limit, Cost: 1, Op: core.OpPeek})
+		m := set.Match("api", []limits.Entry{{Key: key, Value: "x"}})
+		d, err := mem.Apply(context.Background(), core.Request{Key: m.Key, Algorithm: m.Rule.Algorithm, Limit: m.Rule.Limit, Op: core.OpPeek})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d.Remaining
 	}
-	var taken int64
+
+	// Both descriptors allotted: one take each, then none.
+	for i, want := range []int64{2, 0, 0} {
+		resp, calls := ask(d("hot", "x"), d("tenant", "x"))
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK || calls != want {
+			t.Errorf("allotted request %d = %v after %d store calls, want OK after %d", i+1, resp.OverallCode, calls, want)
+		}
+	}
+	taken := 1000 - atStore("hot")
+	if taken < 3 || taken > 100 || atStore("tenant") != 1000-taken {
+		t.Fatalf("the store holds %d and %d, want the same allotment of 3 to 100 taken from each", atStore("hot"), atStore("tenant"))
+	}
+
+	// With a descriptor that has no allotment, the request is the
+	// store's, whole, in one call: hot is charged there, and a denial
+	// charges nothing (the last is the user's denial, cached).
 	for i, want := range []struct {
-		code      rlsv3.RateLimitResponse_Code
-		remaining uint32 // hot's
+		code  rlsv3.RateLimitResponse_Code
+		calls int64
 	}{
-		{rlsv3.RateLimitResponse_OK, 999},
-		{rlsv3.RateLimitResponse_OK, 998},
-		{rlsv3.RateLimitResponse_OVER_LIMIT, 998}, // not charged
-		// The refund went back into the allotment, so the allotment's remaining
-		// still reads what the instance holds.
-		{rlsv3.RateLimitResponse_OVER_LIMIT, 998},
+		{rlsv3.RateLimitResponse_OK, 1},
+		{rlsv3.RateLimitResponse_OK, 1},
+		{rlsv3.RateLimitResponse_OVER_LIMIT, 1},
+		{rlsv3.RateLimitResponse_OVER_LIMIT, 0},
 	} {
-		resp := ask()
-		if resp.OverallCode != want.code || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != want.remaining {
-			t.Fatalf("request %d: %v, want %v with hot OK, %d left", i+1, resp, want.code, want.remaining)
-		}
-		if i == 0 {
-			taken = 1000 - atStore() // the first allotment
+		resp, calls := ask(d("hot", "x"), d("user", "a"))
+		if resp.OverallCode != want.code || calls != want.calls || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK {
+			t.Errorf("mixed request %d = %v after %d store calls; want %v, hot OK, after %d", i+1, resp, calls, want.code, want.calls)
 		}
 	}
-	// No other take, and no refund asked of the store: the two denied
-	// requests' hot charges went back into the allotment.
-	if got, want := atStore(), 1000-taken; got != want {
-		t.Errorf("hot's remaining at the store %d, want %d: an allotment of %d taken, and the 2 denied requests' charges refunded into the allotment", got, want, taken)
+	if got, want := atStore("hot"), 1000-taken-2; got != want {
+		t.Errorf("hot's remaining at the store %d, want %d: its allotment, and the 2 admitted mixed requests", got, want)
 	}
-	// Allotted, not asked of the store: hot alone.
-	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{d("hot", "x")}})
-	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("hot alone: %v, %v", resp, err)
+	// hot's allotment was left as it was: the allotted request still
+	// makes no call.
+	if resp, calls := ask(d("hot", "x"), d("tenant", "x")); resp.OverallCode != rlsv3.RateLimitResponse_OK || calls != 0 {
+		t.Errorf("allotted request after the mixed ones = %v after %d store calls, want OK with none", resp.OverallCode, calls)
 	}
 }

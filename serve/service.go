@@ -349,14 +349,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 // Requests take one from scratchPool and give it back, so that a
 // decision allocates its response and its keys, not its working memory.
 type scratch struct {
-	slots   []slot
-	reqs    [2][]core.Request  // the enforced descriptors' requests, and the shadow ones'
-	outs    [2][]core.Decision // their decisions
-	asked   []bool             // applyEnforced: the requests decided alone
-	charged []int              // applyEnforced: the allotted requests charged
-	rest    []core.Request     // applyEnforced: the others
-	restOut []core.Decision
-	at      []int // where each of rest is in the enforced requests
+	slots []slot
+	reqs  [2][]core.Request  // the enforced descriptors' requests, and the shadow ones'
+	outs  [2][]core.Decision // their decisions
 }
 
 // scratchPool holds scratches of requests with at most
@@ -382,7 +377,6 @@ func (sc *scratch) release() {
 	for i := range sc.reqs {
 		clear(sc.reqs[i][:cap(sc.reqs[i])])
 	}
-	clear(sc.rest[:cap(sc.rest)])
 	scratchPool.Put(sc)
 }
 
@@ -455,7 +449,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		peek(enforce)
 	}
 	sc.outs[0] = slices.Grow(sc.outs[0][:0], len(enforce))[:len(enforce)]
-	if err := s.applyEnforced(ctx, sc, enforce, sc.outs[0]); err != nil {
+	if err := s.apply(ctx, enforce, sc.outs[0]); err != nil {
 		return nil, err
 	}
 	in := sc.outs[0]
@@ -596,7 +590,9 @@ func peek(reqs []core.Request) {
 	}
 }
 
-// apply decides a batch in one store call, writing its decisions to out.
+// apply decides a batch in one store call, writing its decisions to out:
+// one atomic decision, which stores/layered answers from its allotments
+// when every descriptor of the batch has one that holds enough.
 func (s *Service) apply(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	var err error
 	switch len(reqs) {
@@ -609,87 +605,6 @@ func (s *Service) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 	}
 	if err != nil {
 		return s.storeError(err)
-	}
-	return nil
-}
-
-// applyEnforced decides the enforced descriptors' requests: in one store
-// call (one atomic decision), unless there are several and some of their
-// rules have an allotment (limits.Rule.Allotment): an allotment is spent
-// one key at a time (stores/layered never spends one inside a batch), so
-// those are charged first, each alone, from this instance's allotment
-// where it holds enough, then the others in one call. If any is denied,
-// the allotted charges already made are refunded, so that the request
-// charges nothing, as one atomic decision would leave it; between a charge and its refund,
-// another request may find that budget spent (an under-admission
-// bounded by the costs of the requests in flight). A refund after the
-// fixed window a charge fell in has ended changes nothing, and the
-// charge stays in that window: it cannot make any window admit more
-// than its rate.
-func (s *Service) applyEnforced(ctx context.Context, sc *scratch, reqs []core.Request, out []core.Decision) error {
-	allotted := 0
-	for _, r := range reqs {
-		if r.Op != core.OpCharge {
-			return s.apply(ctx, reqs, out)
-		}
-		if limits.AllotmentOf(r.Algorithm) > 0 {
-			allotted++
-		}
-	}
-	if allotted == 0 || len(reqs) == 1 {
-		return s.apply(ctx, reqs, out)
-	}
-	asked := slices.Grow(sc.asked[:0], len(reqs))[:len(reqs)]
-	clear(asked)
-	charged := sc.charged[:0]
-	defer func() { sc.asked, sc.charged = asked, charged }()
-	undo := func() {
-		for _, i := range charged {
-			r := reqs[i]
-			r.Op = core.OpRefund
-			// A refund that fails leaves the charge: an under-admission
-			// of its cost, never an over-admission.
-			s.store.Apply(ctx, r)
-		}
-	}
-	denied := false
-	for i, r := range reqs {
-		if limits.AllotmentOf(r.Algorithm) == 0 {
-			continue
-		}
-		d, err := s.store.Apply(ctx, r)
-		if err != nil {
-			undo()
-			return s.storeError(err)
-		}
-		out[i], asked[i] = d, true
-		if !d.Allowed {
-			denied = true
-			break
-		}
-		charged = append(charged, i)
-	}
-	rest, at := sc.rest[:0], sc.at[:0]
-	for i, r := range reqs {
-		if asked[i] {
-			continue
-		}
-		if denied {
-			r.Op = core.OpPeek
-		}
-		rest, at = append(rest, r), append(at, i)
-	}
-	sc.rest, sc.at = rest, at
-	sc.restOut = slices.Grow(sc.restOut[:0], len(rest))[:len(rest)]
-	if err := s.apply(ctx, rest, sc.restOut); err != nil {
-		undo()
-		return err
-	}
-	for j, i := range at {
-		out[i] = sc.restOut[j]
-	}
-	if denied || !allowed(sc.restOut) {
-		undo()
 	}
 	return nil
 }

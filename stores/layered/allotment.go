@@ -1,13 +1,17 @@
 package layered
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 )
 
 // allotment is a key's allotment: tokens charged to the remote in one call
@@ -161,7 +165,7 @@ func (s *Store) spendAllotment(ctx context.Context, req *core.Request, sh *lru.C
 		ch := make(chan struct{})
 		l.refill = ch
 		e.mu.Unlock()
-		return s.take(ctx, req, e, l, n, now, ch, true)
+		return s.take(ctx, req, e, l, n, now, ch, true, false)
 	}
 }
 
@@ -259,6 +263,11 @@ func (l *allotment) nextSize(req *core.Request, most, now int64) int64 {
 // waking the callers that waited for it. The remote validates the take,
 // which is req at another cost, and so validates req.
 //
+// With ahead set the take is for a batch that spends the allotment
+// afterwards, with the others of its keys (see allotAll): nothing is
+// spent or decided here, and ok reports whether the batch may still be
+// answered from allotments; false sends it to the remote.
+//
 // When the remote denies the take but says it holds enough for req, and
 // shrink allows, take takes what the remote holds instead, once: a burst
 // that spent the last allotment early must not have the requests after it
@@ -267,12 +276,16 @@ func (l *allotment) nextSize(req *core.Request, most, now int64) int64 {
 // denied here. This request is then decided at the remote if the denial
 // says the remote still holds enough for it; otherwise it is denied with
 // the take's wait.
-func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotment, n, start int64, ch chan struct{}, shrink bool) (core.Decision, bool, error) {
+func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotment, n, start int64, ch chan struct{}, shrink, ahead bool) (d core.Decision, ok bool, err error) {
 	epoch := s.epoch.Load()
 	treq := *req
 	treq.Cost = n
-	d, err := s.remote.Apply(ctx, treq)
+	d, err = s.remote.Apply(ctx, treq)
 	win := windowed(req.Algorithm)
+	spend := req.Cost
+	if ahead {
+		spend = 0
+	}
 
 	e.mu.Lock()
 	l.refill = nil
@@ -282,6 +295,9 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 	case err != nil:
 		e.mu.Unlock()
 		return core.Decision{}, true, fmt.Errorf("layered: remote: %w", err)
+	case d.Allowed && !valid && ahead:
+		e.mu.Unlock()
+		return core.Decision{}, false, nil
 	case d.Allowed && !valid:
 		// A Reset overlapped the take: the tokens were charged to the
 		// state it forgot. This request was admitted; the rest lapses.
@@ -291,7 +307,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 		d.Source = core.SourceAllotment
 		return d, true, nil
 	case d.Allowed:
-		l.limit, l.taken, l.left, l.at, l.take = req.Limit, n, n-req.Cost, start, d
+		l.limit, l.taken, l.left, l.at, l.take = req.Limit, n, n-spend, start, d
 		l.expires = start + s.allotTTL
 		if win {
 			// Never spend a window's tokens in the next window.
@@ -312,7 +328,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 		ch := make(chan struct{})
 		l.refill = ch
 		e.mu.Unlock()
-		return s.take(ctx, req, e, l, d.Remaining, s.now(), ch, false)
+		return s.take(ctx, req, e, l, d.Remaining, s.now(), ch, false, ahead)
 	}
 	if valid {
 		l.waitLimit, l.waitAt, l.waitD = req.Limit, start, d
@@ -323,6 +339,12 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 		}
 	}
 	e.mu.Unlock()
+	if ahead {
+		// The key now waits for a whole allotment, and the batch is
+		// denied here; unless the remote holds enough for this request,
+		// which it then decides, with the rest of its batch.
+		return core.Decision{}, valid && d.Remaining < req.Cost, nil
+	}
 	if d.Remaining < req.Cost {
 		return d, true, nil
 	}
@@ -343,4 +365,206 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 		e.mu.Unlock()
 	}
 	return dd, true, err
+}
+
+// maxAllotRounds bounds how often allotAll takes allotments and looks
+// again before it leaves a batch to the remote: other callers may spend
+// what it took before it locks the keys again.
+const maxAllotRounds = 3
+
+// allotAll decides a batch of charges or peeks from its keys' allotments
+// when every request of it is allotted (single requests would be: no
+// explicit Now, an Allotter, a cost within the allotment). It locks the
+// keys' entries in one fixed order and decides them together, as
+// allotments decide a single request: if every allotment holds its
+// request's cost, all are spent (a peek spends nothing); if any key
+// waits for a whole allotment, the batch is denied here and nothing is
+// spent. A key whose allotment is spent or lapsed takes a new one first,
+// in a call of its own, as a single request would, and the batch looks
+// again. ok is false when the batch is the remote's to decide: a request
+// that is not allotted, a peek of a key holding no allotment, a key just
+// Reset, a remote that holds enough for a request but not a whole
+// allotment, or takes that keep being spent by others. The batch is
+// validated only when it is answered here.
+func (s *Store) allotAll(ctx context.Context, reqs []core.Request, out []core.Decision, at []slot, now int64) (ok bool, err error) {
+	op := reqs[0].Op
+	var mostBuf, orderBuf [4]int64
+	most, order := mostBuf[:0], orderBuf[:0]
+	if len(reqs) > len(mostBuf) {
+		most, order = make([]int64, 0, len(reqs)), make([]int64, 0, len(reqs))
+	}
+	for i := range reqs {
+		req := &reqs[i]
+		m := int64(0)
+		if req.Op == op && req.Now.IsZero() && at[i].sh != nil {
+			m = s.allotmentSize(req)
+		}
+		if m == 0 {
+			return false, nil
+		}
+		if at[i].e == nil {
+			if op == core.OpPeek {
+				return false, nil // a peek takes nothing
+			}
+			at[i].e = s.entry(at[i].sh, at[i].k)
+		}
+		most = append(most, m)
+		order = append(order, int64(i))
+	}
+	// One fixed order of the keys, so that two batches never wait for
+	// each other's locks; a key twice is an invalid batch, the remote's
+	// to refuse.
+	slices.SortFunc(order, func(a, b int64) int { return compareKeys(at[a].k, at[b].k) })
+	for j := 1; j < len(order); j++ {
+		if at[order[j]].k == at[order[j-1]].k {
+			return false, nil
+		}
+	}
+	for range maxAllotRounds {
+		for _, i := range order {
+			at[i].e.mu.Lock()
+		}
+		decided, takes, waits := s.allotLocked(reqs, out, at, most, order, now)
+		for _, i := range order {
+			at[i].e.mu.Unlock()
+		}
+		switch decided {
+		case allotDecided:
+			return true, nil
+		case allotInvalid:
+			return true, stores.ValidateAll(reqs, out)
+		case allotRemote:
+			return false, nil
+		}
+		// Take what is missing, each key in a call of its own, then wait
+		// for the takes other callers have under way, and look again.
+		ok = true
+		for _, t := range takes {
+			i := t.i
+			_, took, err1 := s.take(ctx, &reqs[i], at[i].e, t.l, t.n, now, t.ch, true, true)
+			ok, err = ok && took, cmp.Or(err, err1)
+		}
+		if err != nil || !ok {
+			return false, err
+		}
+		for _, ch := range waits {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return true, fmt.Errorf("layered: waiting for an allotment: %w", ctx.Err())
+			}
+		}
+		now = s.now()
+	}
+	return false, nil
+}
+
+// compareKeys orders cache keys by key, then algorithm.
+func compareKeys(a, b cacheKey) int {
+	return cmp.Or(strings.Compare(a.key, b.key), strings.Compare(a.alg, b.alg))
+}
+
+// allotOutcome is what allotLocked made of a batch.
+type allotOutcome int
+
+const (
+	allotDecided allotOutcome = iota // answered here
+	allotInvalid                     // an invalid batch, answered by its error
+	allotRemote                      // the remote's to decide
+	allotTake                        // allotments to take or wait for first
+)
+
+// pendingTake is a take allotLocked started for a batch: n tokens for
+// request i into l, whose refill is ch.
+type pendingTake struct {
+	i  int64
+	l  *allotment
+	n  int64
+	ch chan struct{}
+}
+
+// allotLocked is allotAll's look at the batch, under the locks of every
+// key's entry: it answers the batch when every allotment holds its
+// request's cost, or when a key waits for a whole allotment; otherwise it
+// starts a take for each key that needs one (marking its refill, as a
+// single request's take does) and returns them, with the refills of other
+// callers to wait for.
+func (s *Store) allotLocked(reqs []core.Request, out []core.Decision, at []slot, most, order []int64, now int64) (allotOutcome, []pendingTake, []chan struct{}) {
+	op := reqs[0].Op
+	held, waiting := 0, -1
+	var waits []chan struct{}
+	for _, i := range order {
+		e, req := at[i].e, &reqs[i]
+		l := e.allotment
+		switch {
+		case e.dead:
+			return allotRemote, nil, nil
+		case l == nil && op == core.OpPeek:
+			return allotRemote, nil, nil
+		case l == nil:
+			l = new(allotment)
+			e.allotment = l
+		}
+		switch {
+		case l.holds(req, now):
+			held++
+		case l.refill != nil:
+			waits = append(waits, l.refill)
+		case l.waiting(req, now):
+			if waiting < 0 || i < int64(waiting) {
+				waiting = int(i)
+			}
+		case op == core.OpPeek:
+			return allotRemote, nil, nil
+		}
+	}
+	if held < len(reqs) && waiting < 0 && op == core.OpPeek && len(waits) > 0 {
+		return allotRemote, nil, nil // a peek waits for no take
+	}
+	if held == len(reqs) || waiting >= 0 {
+		if stores.ValidateAll(reqs, out) != nil {
+			return allotInvalid, nil, nil
+		}
+	}
+	switch {
+	case held == len(reqs):
+		for _, i := range order {
+			l, req := at[i].e.allotment, &reqs[i]
+			left := l.left - req.Cost
+			if op != core.OpPeek {
+				l.left = left
+			}
+			out[i] = l.decision(now, left)
+		}
+		return allotDecided, nil, nil
+	case waiting >= 0:
+		// Denied: the waiting keys say until when; a key whose allotment
+		// holds enough says what it would have left; a key with none is
+		// reported as a batch denied from the cache reports a rule it did
+		// not ask. Nothing is spent.
+		when := at[waiting].e.allotment.waitDecision(now).At
+		for _, i := range order {
+			l, req := at[i].e.allotment, &reqs[i]
+			switch {
+			case l.waiting(req, now) && !l.holds(req, now):
+				out[i] = l.waitDecision(now)
+			case l.holds(req, now):
+				out[i] = l.decision(now, l.left-req.Cost)
+			default:
+				out[i] = core.Decision{Allowed: true, At: when, Source: core.SourceCache}
+			}
+		}
+		return allotDecided, nil, nil
+	}
+	var takes []pendingTake
+	for _, i := range order {
+		l, req := at[i].e.allotment, &reqs[i]
+		if l.holds(req, now) || l.refill != nil {
+			continue
+		}
+		ch := make(chan struct{})
+		takes = append(takes, pendingTake{i: i, l: l, n: l.nextSize(req, most[i], now), ch: ch})
+		l.refill = ch
+	}
+	return allotTake, takes, waits
 }

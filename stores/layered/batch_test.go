@@ -3,6 +3,7 @@ package layered_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -318,30 +319,113 @@ func TestBatchExplicitNow(t *testing.T) {
 	}
 }
 
-// TestBatchNoAllotments checks that batches neither spend nor take allotments: a
-// batch over a key holding an allotment goes to the remote with each rule's
-// own cost, and the allotment is left as it was.
-func TestBatchNoAllotments(t *testing.T) {
+// TestBatchAllotments checks that a batch whose every rule is allotted is
+// answered from the allotments, with no remote call, all or nothing: a
+// rule without an allotment takes one first (a call of its own, as a
+// single request would), and a rule whose key waits for a whole allotment
+// denies the batch here, spending nothing of the others' allotments.
+func TestBatchAllotments(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t, layered.Config{Allot: fixed(5)})
 	user, shared := r.user, r.shared
-	user.Limit = core.PerMinute(100)
-	if d, calls := r.single("take", user); d.Source != core.SourceAllotment || calls != 1 {
-		t.Fatalf("the user alone = %s after %d calls; want an allotment taken in one call", describe(d), calls)
-	}
-	out, apply, all := r.batch("batch", user, shared)
-	if !out[0].Allowed || !out[1].Allowed || out[0].Source != core.SourceStore || out[1].Source != core.SourceStore || apply != 0 || all != 1 {
-		t.Fatalf("batch = %s, %s after %d Apply and %d ApplyAll; want both admitted by the remote in one ApplyAll", describe(out[0]), describe(out[1]), apply, all)
-	}
-	// The remote holds 100 less the allotment of 5 less the batch's 1; the
-	// shared rule was charged 1, not a batch.
-	if out[0].Remaining != 94 || out[1].Remaining != 99 {
-		t.Errorf("the batch left %d and %d at the remote, want 94 and 99: it took or spent an allotment", out[0].Remaining, out[1].Remaining)
-	}
-	for i := range 4 {
-		if d, calls := r.single("spend", user); d.Source != core.SourceAllotment || calls != 0 {
-			t.Errorf("spend %d after the batch = %s after %d calls; want from the allotment, which holds 4", i, describe(d), calls)
+	// The user's bucket holds 2, so its allotments are of 2: two
+	// batches' worth, then none while its bucket refills.
+	for i, want := range []struct {
+		allowed     bool
+		source      core.Source
+		apply       int64 // takes
+		userLeft    int64 // the user's Remaining: the remote's and the allotment's
+		sharedSpent bool
+	}{
+		{true, core.SourceAllotment, 2, 1, true}, // both take an allotment, then spend it
+		{true, core.SourceAllotment, 0, 0, true}, // from the allotments alone
+		{false, core.SourceCache, 1, 0, false},   // the user's take is denied: the key waits
+		{false, core.SourceCache, 0, 0, false},   // and waits, with no call
+	} {
+		out, apply, all := r.batch("batch", user, shared)
+		if out[0].Allowed != want.allowed || out[0].Source != want.source || apply != want.apply || all != 0 || out[0].Remaining != want.userLeft {
+			t.Errorf("batch %d = %s, %s after %d Apply and %d ApplyAll; want the user allowed %v from %v, %d left, after %d takes and no ApplyAll",
+				i, describe(out[0]), describe(out[1]), apply, all, want.allowed, want.source, want.userLeft, want.apply)
 		}
+		if !out[1].Allowed || out[1].Source != core.SourceAllotment {
+			t.Errorf("batch %d: the shared rule = %s, want allowed from its allotment", i, describe(out[1]))
+		}
+	}
+	// The shared allotment of 5 was spent by the two admitted batches
+	// only: 3 are left, which single requests spend with no call.
+	for i := range 3 {
+		if d, calls := r.single("spend", shared); d.Source != core.SourceAllotment || calls != 0 {
+			t.Errorf("shared spend %d after the batches = %s after %d calls; want from the allotment, which holds %d", i, describe(d), calls, 3-i)
+		}
+	}
+	// Nothing was admitted that the remote did not charge: the user's 2
+	// and the shared rule's 5, taken.
+	if u, s := r.remote(user), r.remote(shared); u.Remaining != 0 || s.Remaining != 95 {
+		t.Errorf("the remote holds %d and %d, want 0 and 95", u.Remaining, s.Remaining)
+	}
+	// A batch with a rule that is not allotted goes to the remote whole,
+	// and leaves the allotments as they were.
+	other := r.shared
+	other.Key, other.Algorithm = "x", core.Named(algorithms.SlidingWindowLog, "log")
+	user.Key, user.Limit = "bob", core.PerMinute(100)
+	r.single("bob's take", user) // 5: 95 left at the remote, 4 in the allotment
+	if out, apply, all := r.batch("mixed", user, other); !out[0].Allowed || out[0].Source != core.SourceStore || apply != 0 || all != 1 {
+		t.Errorf("a batch with a rule that is not allotted = %s, %s after %d Apply and %d ApplyAll; want the remote's, in one ApplyAll", describe(out[0]), describe(out[1]), apply, all)
+	}
+	// The allotment still holds 4: this spend leaves 3, beside the 95 the
+	// remote held after the take.
+	if d, calls := r.single("bob's spend", user); d.Source != core.SourceAllotment || calls != 0 || d.Remaining != 95+3 {
+		t.Errorf("bob after the mixed batch = %s after %d calls; want from his allotment, untouched by the batch, 98 remaining", describe(d), calls)
+	}
+}
+
+// TestBatchAllotmentsConcurrentSafe hammers a two-rule batch whose rules
+// are both allotted, and single requests of one of them, from 64
+// goroutines: never more admitted than the tighter rule allows, and both
+// keys charged at the remote for at least what was admitted.
+func TestBatchAllotmentsConcurrentSafe(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t, layered.Config{Allot: fixed(8)})
+	user, shared := r.user, r.shared
+	user.Limit, shared.Limit = core.PerHour(100), core.PerHour(1000)
+	var admitted, singles atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			out := make([]core.Decision, 2)
+			for range 20 {
+				if g%4 == 0 {
+					d, err := r.s.Apply(context.Background(), shared)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						singles.Add(1)
+					}
+					continue
+				}
+				if err := r.s.ApplyAll(context.Background(), []core.Request{user, shared}, out); err != nil {
+					t.Error(err)
+					return
+				}
+				// A denied batch says what each rule would have got.
+				if out[0].Allowed && out[1].Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := admitted.Load()
+	if got > 100 || got < 100-8 {
+		t.Errorf("%d batches admitted, want at most 100 and at least 92 (an allotment's worth lapses)", got)
+	}
+	if u := r.remote(user); 100-u.Remaining < got {
+		t.Errorf("the user's key was charged %d at the remote, fewer than the %d batches admitted", 100-u.Remaining, got)
+	}
+	if s := r.remote(shared); 1000-s.Remaining < got+singles.Load() {
+		t.Errorf("the shared key was charged %d at the remote, fewer than the %d admitted", 1000-s.Remaining, got+singles.Load())
 	}
 }
 
@@ -414,9 +498,11 @@ func TestBatchErrors(t *testing.T) {
 	}
 }
 
-// TestBatchStack checks a two-rule sluice.Stack over the layered store: a
-// decision is one remote ApplyAll while the rules admit, and none once a
-// rule's denial is cached.
+// TestBatchStack checks a two-rule sluice.Stack over the layered store
+// with allotments: each rule takes its allotment in a call of its own,
+// then the stack is decided from the allotments with no call, and once
+// the user's key waits for a whole allotment it is denied here, with
+// nothing spent.
 func TestBatchStack(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t, layered.Config{Allot: fixed(10)})
@@ -428,27 +514,30 @@ func TestBatchStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []struct {
-		allowed     bool
-		source      core.Source
-		applyAll    int64
-		sharedKnown bool
+		allowed bool
+		source  core.Source
+		apply   int64
 	}{
-		{true, core.SourceStore, 1, true},
-		{true, core.SourceStore, 1, true},
-		{true, core.SourceStore, 1, true},
-		{false, core.SourceStore, 1, true},
-		{false, core.SourceCache, 0, false},
-		{false, core.SourceCache, 0, false},
+		{true, core.SourceAllotment, 2}, // the user's allotment of 3, the global one of 10
+		{true, core.SourceAllotment, 0},
+		{true, core.SourceAllotment, 0},
+		{false, core.SourceCache, 1}, // the user's take is denied: its key waits
+		{false, core.SourceCache, 0},
 	} {
-		_, before, _ := r.counter.Counts()
+		before, beforeAll, _ := r.counter.Counts()
 		v, err := stack.Allow(context.Background(), "alice", "everyone")
 		if err != nil {
 			t.Fatal(err)
 		}
-		apply, after, _ := r.counter.Counts()
-		if v.Allowed != want.allowed || v.Rules[0].Source != want.source || after-before != want.applyAll || apply != 0 || (v.Rules[1].Limit != 0) != want.sharedKnown {
-			t.Errorf("Allow %d = %+v after %d ApplyAll (%d Apply in all); want allowed %v, the user's decision from %v, %d ApplyAll, no Apply, the global limit known %v",
-				i, v, after-before, apply, want.allowed, want.source, want.applyAll, want.sharedKnown)
+		apply, all, _ := r.counter.Counts()
+		if v.Allowed != want.allowed || v.Rules[0].Source != want.source || apply-before != want.apply || all != beforeAll || v.Rules[1].Limit == 0 {
+			t.Errorf("Allow %d = %+v after %d Apply and %d ApplyAll; want allowed %v, the user's decision from %v, %d Apply, no ApplyAll, the global limit known",
+				i, v, apply-before, all-beforeAll, want.allowed, want.source, want.apply)
 		}
+	}
+	// The global allotment paid for the three admissions only.
+	global := core.Request{Key: "everyone", Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerMinute(1000), Cost: 1}
+	if d, calls := r.single("global alone", global); d.Source != core.SourceAllotment || calls != 0 || d.Remaining != 1000-10+6 {
+		t.Errorf("the global rule alone = %s after %d calls; want from its allotment, %d remaining", describe(d), calls, 1000-10+6)
 	}
 }

@@ -71,11 +71,12 @@ func newRueidis(t testing.TB, addrs ...string) rueidis.Client {
 
 // audited returns a layered store over remote for storetest.Run, with a
 // storetest.Counter between the two and an audit above, and checks when
-// the test ends that every batch the suite sent either was answered from
-// the cache or reached the remote as exactly one ApplyAll and no Apply
-// (the suite's Multi and MultiConcurrentSafe send them). Without allotments
-// every single request not answered locally made exactly one remote
-// Apply; with allotments a take may make two.
+// the test ends that every batch the suite sent either was answered
+// locally (a cached denial, allotments) or reached the remote as exactly
+// one ApplyAll (the suite's Multi and MultiConcurrentSafe send them).
+// Without allotments every single request not answered locally made
+// exactly one remote Apply, and a batch none; with allotments a take
+// makes Apply calls of its own, for single requests and batches alike.
 func audited(t *testing.T, remote core.Store, cfg layered.Config) core.Store {
 	t.Helper()
 	counter := storetest.NewCounter(remote)
@@ -124,7 +125,9 @@ func (a *audit) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	if err == nil {
 		a.batches.Add(1)
 		// The remotes here never answer from a cache of their own.
-		if slices.ContainsFunc(out, func(d core.Decision) bool { return d.Source == core.SourceCache }) {
+		if slices.ContainsFunc(out, func(d core.Decision) bool {
+			return d.Source == core.SourceCache || d.Source == core.SourceAllotment
+		}) {
 			a.localBatches.Add(1)
 		}
 	}

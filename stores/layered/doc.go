@@ -64,13 +64,13 @@
 // implementing [Allotter], are allotted: the token bucket, GCRA and the
 // fixed window, the same under [core.Named] (a sluice.Stack's rules), and
 // an algorithm of your own that implements it. The store asks its
-// MaxAllotment, never which algorithm it is. Only plain single requests
-// spend allotments: peeks are answered from an allotment that holds
-// enough but never take one; a refund goes back to the key's live
-// allotment if the allotment has spent at least its cost since its take
-// (those tokens were charged to the remote with the take), and to the
-// remote otherwise; reservations go to the remote, and batches
-// ([Store.ApplyAll]) neither spend nor take allotments. An allotment never
+// MaxAllotment, never which algorithm it is. Plain requests spend
+// allotments, single ones and batches of them (below): peeks are answered
+// from an allotment that holds enough but never take one; a refund goes
+// back to the key's live allotment if the allotment has spent at least
+// its cost since its take (those tokens were charged to the remote with
+// the take), and to the remote otherwise; reservations and partial
+// admissions go to the remote. An allotment never
 // exceeds the algorithm's MaxAllotment for the limit (the burst, or the
 // window's rate) nor what [Config.Allot] returns for the request, and a
 // request of a larger cost goes to the remote. Under an algorithm whose
@@ -111,11 +111,28 @@
 // # Batches
 //
 // [Store.ApplyAll] decides a batch (a sluice.Stack of several rules) as
-// one unit. A charge or peek that meets a live cached denial for any of
-// its requests is denied here, with no round trip: the denied requests
-// carry their cached decisions, and the others are reported allowed with
-// a Limit of 0, since nothing was asked of them; all carry
-// [core.SourceCache]. Otherwise the whole batch goes to the remote in one
+// one unit. A charge that meets a live cached denial for any of its
+// requests is denied here, with no round trip: the denied requests carry
+// their cached decisions, and the others are reported allowed with a
+// Limit of 0, since nothing was asked of them; all carry
+// [core.SourceCache].
+//
+// A batch of charges or peeks whose every request is allotted (as it
+// would be alone) is decided from the allotments, under the locks of all
+// its keys' entries, taken in one fixed order: if every allotment holds
+// its request's cost, all are spent together ([core.SourceAllotment]),
+// with no round trip; if any key waits for a whole allotment, the batch
+// is denied here and nothing is spent, the other requests saying what
+// they would have got. A key whose allotment is spent takes a new one
+// first, in a call of its own, as a single request would (a peek takes
+// none), and the batch is decided once the takes are in. So a stack whose
+// rules all have allotments costs the remote a take per allotment, not a
+// call per decision, and stays all or nothing: no request is ever
+// admitted that its key's allotment does not hold.
+//
+// Otherwise (a request that is not allotted, a peek of a key with no
+// allotment, a key whose remote holds enough for the request but not a
+// whole allotment) the whole batch goes to the remote in one
 // ApplyAll, so it stays atomic, and each request's answer updates its own
 // cached denial: a request denied in a batch is denied by its own state,
 // and its denial is cached for later requests and batches alike; an

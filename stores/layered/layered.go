@@ -267,18 +267,21 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 // cached denial for any of its requests, the whole batch is denied here,
 // with no round trip: the denied requests carry their cached decisions
 // ([core.SourceCache]) and the others are reported allowed with a Limit
-// of 0 (nothing is known of them) and [core.SourceCache]. Otherwise the
-// whole batch goes to the remote in one ApplyAll, and each request's
+// of 0 (nothing is known of them) and [core.SourceCache]. A batch of
+// charges or peeks whose every request is allotted is decided from the
+// allotments, all or nothing (see the package documentation). Otherwise
+// the whole batch goes to the remote in one ApplyAll, and each request's
 // answer updates its cached denial: a denial is cached as Apply's is,
 // whether or not another request of the batch was denied too; an
 // admitted batch drops the denials its charges made stale, and an
 // admitted refund batch drops its keys' denials, as Apply does; a
 // request admitted in a denied batch changed nothing and leaves its
-// key's denial as it was. Peeks, refunds and reservations always go to
-// the remote: a batch of peeks is how a stack is inspected, and the cache
-// knows nothing of the rules it holds no denial for. Batches never spend
-// or take allotments. A batch is validated once, where it is decided: here
-// when a cached denial answers it, by the remote otherwise.
+// key's denial as it was. Peeks not answered from allotments, refunds,
+// reservations and partial admissions go to the remote: a batch of peeks
+// is how a stack is inspected, and the cache knows nothing of the rules
+// it holds no denial for. A batch is validated once, where it is decided:
+// here when a cached denial or allotments answer it, by the remote
+// otherwise.
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	if len(reqs) == 0 || len(out) != len(reqs) {
 		return stores.ValidateAll(reqs, out) // which says what is wrong
@@ -330,6 +333,11 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 			}
 		}
 		return nil
+	}
+	if s.allot != nil && (op == core.OpCharge || op == core.OpPeek) {
+		if ok, err := s.allotAll(ctx, reqs, out, at, now); ok || err != nil {
+			return err
+		}
 	}
 	epoch := s.epoch.Load()
 	if err := s.remote.ApplyAll(ctx, reqs, out); err != nil {
