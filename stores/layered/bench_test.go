@@ -22,6 +22,9 @@ import (
 //     denial is cached, denied without a remote call.
 //   - AllotmentSpend: an allotted key under a limit that admits everything
 //     (allotments of 1,000 from a memstore), serially and in parallel.
+//   - AllotmentSpendBatch: a three-rule batch (a sluice.Stack's, or a
+//     sluice-serve request of three descriptors) whose rules are all
+//     allotted, decided from the allotments.
 //   - HotKey: one key far over its limit (10/s), hammered in parallel,
 //     through bare redisstore and through a layered store over it;
 //     redis-calls/op says how many decisions needed Redis.
@@ -73,6 +76,24 @@ func BenchmarkLayered(b *testing.B) {
 				b.Fatalf("decision %+v, %v; want the cache's", out[0], err)
 			}
 		}
+	})
+	b.Run("AllotmentSpendBatch", func(b *testing.B) {
+		limit := core.PerSecond(1_000_000_000)
+		reqs := []core.Request{
+			{Key: "user", Algorithm: core.Named(algorithms.GCRA, "user"), Limit: limit, Cost: 1},
+			{Key: "tenant", Algorithm: core.Named(algorithms.GCRA, "tenant"), Limit: limit, Cost: 1},
+			{Key: "path", Algorithm: core.Named(algorithms.TokenBucket, "path"), Limit: limit, Cost: 1},
+		}
+		remote, calls := counted(newMem(b, nil))
+		s := newLayered(b, remote, layered.Config{Allot: fixed(1000)})
+		out := make([]core.Decision, len(reqs))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.ApplyAll(ctx, reqs, out); err != nil || out[0].Source != core.SourceAllotment {
+				b.Fatalf("decision %+v, %v; want from the allotment", out[0], err)
+			}
+		}
+		b.ReportMetric(float64(calls.Load())/float64(b.N), "remote-calls/op")
 	})
 	b.Run("AllotmentSpend", func(b *testing.B) {
 		req := core.Request{Key: "hot", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1_000_000_000), Cost: 1}
