@@ -62,7 +62,7 @@ type deadlines struct {
 // last two seconds or so. A busy host's stalls recur, each a few tenths
 // of a second apart: a deadline that forgot them as fast fell between
 // them (to 25 ms with four burners at load 20), and the next stall timed
-// out a whole batch of callers at once. The deadline rises as soon as
+// out a whole round of callers at once. The deadline rises as soon as
 // slow answers come; it only falls slowly.
 const (
 	adaptBeats   = 10
