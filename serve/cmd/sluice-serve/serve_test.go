@@ -442,9 +442,11 @@ func TestServeRedisDownAtStart(t *testing.T) {
 }
 
 // TestServeSlowRedis starts sluice-serve, with each client, on a Redis
-// whose every reply comes 400 ms late, with -timeout 2s (as
-// REDIS_TIMEOUT=2s sets it): a new connection's handshake is as slow as
-// any call, and the decisions come from Redis, not from -mode. (With
+// whose every reply comes 400 ms late, with -timeout 5s (as
+// REDIS_TIMEOUT=5s sets it): a new connection's handshake is as slow as
+// any call, and the decisions come from Redis, not from -mode. The
+// handshake and the first call take four such replies, 1.6 s: the rest
+// of the 5 s is for a loaded machine's stalls. (With
 // dials cut off at 250 ms whatever -timeout said, rueidis could never
 // connect, and every request was answered fail-open; on a loaded machine,
 // a connection opened while Redis waited for a core did the same to one
@@ -455,7 +457,7 @@ func TestServeSlowRedis(t *testing.T) {
 			rdb := redistest.Start(t)
 			proxy := redistest.NewProxy(t, rdb.Addr())
 			proxy.Delay(400 * time.Millisecond)
-			r := startServe(t, limitsV1, "-redis", proxy.Addr(), "-client", client, "-timeout", "2s")
+			r := startServe(t, limitsV1, "-redis", proxy.Addr(), "-client", client, "-timeout", "5s")
 			req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}}
 			for i := range 3 {
