@@ -40,13 +40,14 @@ type Config struct {
 // Store keeps limiter state in Redis through a rueidis client and decides
 // each request with its algorithm's Lua twin, atomically, in one round
 // trip. It shares its engine, the Redis work of both stores, with
-// redisstore; only the client differs.
-// A decision that finds no call of the store's in flight is sent at once,
-// on its caller's goroutine; those that arrive while one is in flight
-// wait for it and go together in the next, one write and one read for
+// redisstore; only the client differs. The store sends the decisions of concurrent callers together, as
+// redisstore does: one call in flight at a time, carrying every decision
+// that arrived during the previous round trip, one write and one read for
 // all of them, and on a single server one script call
 // (algorithms.MultiScript), which costs the client and Redis less per
-// decision than a command each. It works
+// decision than a command each. The store's own goroutine makes the call,
+// so each caller returns as soon as its own context ends, even while
+// rueidis holds the call behind a dial of its connection. It works
 // with a single server, Sentinel or Redis Cluster, where each key's state
 // lives in the slot of its own hash tag. rueidis retries only read-only
 // commands, so a decision whose reply timed out is never replayed. On
@@ -114,7 +115,7 @@ func newStore(client rueidis.Client, cfg Config, portable bool) (*Store, error) 
 	a.quitAt.Store(-int64(quitEvery))
 	e, err := redisengine.New(a, redisengine.Config{
 		Name: "rueidisstore", Prefix: cfg.Prefix, Merge: !cluster, Cluster: cluster,
-		Inline: true, Down: clientDown, Portable: portable,
+		Down: clientDown, Portable: portable,
 	})
 	if err != nil {
 		return nil, err

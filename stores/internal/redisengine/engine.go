@@ -56,9 +56,6 @@ type Config struct {
 	// Cluster says that a batch's keys must share a Cluster slot to be
 	// decided in one call (see [Engine.ApplyAll]).
 	Cluster bool
-	// Inline sends a call that finds the queue idle on its caller's
-	// goroutine (see [Queue]).
-	Inline bool
 	// Detach sends a round without its callers' deadlines, bounded by the
 	// client's own timeouts, with the values of its first caller's
 	// context: for a client that closes the connection of a call whose
@@ -107,7 +104,7 @@ func New(client Client, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{client: client, name: cfg.Name, prefix: prefix, merge: cfg.Merge, cluster: cfg.Cluster, detach: cfg.Detach, down: cfg.Down}
 	e.portable.Store(cfg.Portable)
-	e.queue.Send, e.queue.Inline = e.send, cfg.Inline
+	e.queue.Send = e.send
 	return e, nil
 }
 

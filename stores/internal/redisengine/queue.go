@@ -27,7 +27,6 @@ type Entry struct {
 	// Item is the store's own call.
 	Item any
 	done chan struct{}
-	one  [1]*Entry // a round of the call alone, sent inline
 }
 
 // Queue sends queued calls in rounds through Send. The zero Queue, with
@@ -40,12 +39,6 @@ type Queue struct {
 	// Senders is how many rounds may be in flight at once; 0 means
 	// DefaultSenders.
 	Senders int
-	// Inline has a call that finds the queue empty and fewer than
-	// Senders rounds in flight sent at once, as a round of one, on its
-	// caller's goroutine: calls that do not overlap pay no hand-over to a
-	// sender. Send must then return by the round's callers' deadlines,
-	// since the caller waits for it.
-	Inline bool
 
 	mu      sync.Mutex
 	queue   []*Entry
@@ -57,7 +50,10 @@ type Queue struct {
 // Do queues c and waits until its round has been sent, returning nil, or
 // until ctx ends, returning ctx's error: a call whose ctx has ended by the
 // time its round is sent is not sent, and one already sent may still be
-// applied. After Close it fails with [core.ErrClosed].
+// applied. After Close it fails with [core.ErrClosed]. A sender's
+// goroutine sends the round, never the caller's, so that a caller returns
+// at its context's end even while Send is held past it (a client that
+// holds its calls behind a dial, whatever their contexts say).
 func (q *Queue) Do(ctx context.Context, c *Entry) error {
 	c.Ctx = ctx
 	q.mu.Lock()
@@ -68,12 +64,6 @@ func (q *Queue) Do(ctx context.Context, c *Entry) error {
 	most := q.Senders
 	if most == 0 {
 		most = DefaultSenders
-	}
-	if q.Inline && len(q.queue) == 0 && q.senders < most {
-		q.senders++
-		q.wg.Add(1)
-		q.mu.Unlock()
-		return q.inline(c)
 	}
 	c.done = make(chan struct{})
 	q.queue = append(q.queue, c)
@@ -89,26 +79,6 @@ func (q *Queue) Do(ctx context.Context, c *Entry) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// inline sends c alone on its caller's goroutine, in a sender's place,
-// which it then hands to a new sender if calls queued meanwhile.
-func (q *Queue) inline(c *Entry) error {
-	err := c.Ctx.Err()
-	if err == nil {
-		c.one[0] = c
-		q.Send(c.one[:])
-		c.one[0] = nil
-	}
-	q.mu.Lock()
-	if len(q.queue) > 0 {
-		go q.send() // the place, and its count in wg, pass to the sender
-	} else {
-		q.senders--
-		q.wg.Done()
-	}
-	q.mu.Unlock()
-	return err
 }
 
 // send sends the queue, round after round, until it finds it empty.

@@ -1,10 +1,8 @@
 package redisengine_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,41 +88,6 @@ func TestRounds(t *testing.T) {
 		t.Errorf("%d rounds in flight at once, want at most 2", m)
 	}
 	t.Logf("41 calls in %d rounds, at most %d at once", rounds, r.most.Load())
-}
-
-// TestInline sends a lone call on its caller's goroutine, and a call that
-// finds Senders rounds in flight in a round of a sender's.
-func TestInline(t *testing.T) {
-	var mu sync.Mutex
-	var ways []string
-	release := make(chan struct{})
-	q := &redisengine.Queue{Inline: true, Senders: 1}
-	q.Send = func(round []*redisengine.Entry) {
-		buf := make([]byte, 8192)
-		way := "inline"
-		if bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("redisengine.(*Queue).send(")) {
-			way = "sender"
-		}
-		mu.Lock()
-		ways = append(ways, way)
-		mu.Unlock()
-		<-release
-	}
-	done := make(chan error)
-	go func() { done <- q.Do(context.Background(), &redisengine.Entry{}) }()
-	time.Sleep(20 * time.Millisecond) // the first holds the one place
-	go func() { done <- q.Do(context.Background(), &redisengine.Entry{}) }()
-	time.Sleep(20 * time.Millisecond)
-	close(release)
-	for range 2 {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	q.Close()
-	if len(ways) != 2 || ways[0] != "inline" || ways[1] != "sender" {
-		t.Errorf("sent %v, want [inline sender]", ways)
-	}
 }
 
 // TestGaveUp checks that a caller whose context ends returns at once with
