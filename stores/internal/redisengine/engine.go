@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -181,16 +182,31 @@ func (e *Engine) Apply(ctx context.Context, req core.Request) (core.Decision, er
 		d, err = decodeOne(c.Reply)
 	}
 	if err != nil {
+		// The call may still be in a batch, or in the client: it is left
+		// to the collector.
 		return core.Decision{}, fmt.Errorf("%s: %s: %w", e.name, req.Algorithm.Name(), err)
 	}
+	c.free()
 	return d, nil
 }
 
-// encode returns the call deciding req with script, in one allocation:
-// the key and the packed request share the call's buffer, never written
-// again.
+// calls holds the calls of decisions that were answered, for the next
+// decisions: a call answered is in no batch and no client any more.
+var calls = sync.Pool{New: func() any { return new(Call) }}
+
+// free hands c, answered, to the next decision.
+func (c *Call) free() {
+	done := c.entry.done // the channel, empty, serves the next caller
+	*c = Call{}
+	c.entry.done = done
+	calls.Put(c)
+}
+
+// encode returns the call deciding req with script: the key and the
+// packed request share the call's buffer, not written again until the
+// call has been answered.
 func (e *Engine) encode(req *core.Request, script *algorithms.Script) *Call {
-	c := new(Call)
+	c := calls.Get().(*Call)
 	alg := req.Algorithm.Name()
 	buf := c.buf[:0]
 	if n := len(e.prefix) + 3*len(req.Key) + len(alg) + 4 + ArgsLen; n > len(c.buf) {

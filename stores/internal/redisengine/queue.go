@@ -20,12 +20,16 @@ import (
 const DefaultSenders = 1
 
 // Entry is one caller's call. A store embeds it in its own call, or points
-// Item at that, and reads the result the send function left there.
+// Item at that, and reads the result the send function left there. An
+// Entry for which Do returned nil may be queued again.
 type Entry struct {
 	// Ctx is the caller's context, set by Do.
 	Ctx context.Context
 	// Item is the store's own call.
 	Item any
+	// done receives once the entry's batch has been sent. It is made once
+	// per Entry, buffered, so that the sender never waits for a caller who
+	// gave up, and an Entry used again needs no new channel.
 	done chan struct{}
 }
 
@@ -65,7 +69,9 @@ func (q *Queue) Do(ctx context.Context, c *Entry) error {
 	if most == 0 {
 		most = DefaultSenders
 	}
-	c.done = make(chan struct{})
+	if c.done == nil {
+		c.done = make(chan struct{}, 1)
+	}
 	q.queue = append(q.queue, c)
 	if q.senders < most {
 		q.senders++
@@ -112,7 +118,7 @@ func (q *Queue) send() {
 		clear(live) // the calls belong to their callers
 		live = live[:0]
 		for i, c := range round {
-			close(c.done)
+			c.done <- struct{}{}
 			round[i] = nil
 		}
 		runtime.Gosched()
