@@ -110,18 +110,25 @@ local n = #KEYS
 local size = #ARGV[1] / n
 local out, nout = {}, 0 -- the replies, nout of them
 local PENDING, pttl, order, norder = {}, {}, {}, 0 -- the writes, their TTLs, their keys in turn
--- Every key's value, read at the start by MGET (a few hundred keys at a
--- time, within what unpack may return): one command reads them all,
--- where a GET each would cost Redis a command a request. A missing key,
--- or one that is not a string, is left out, for its decision to GET.
-local READ = {}
-for first = 1, n, 256 do
-	local last = min(first + 255, n)
-	local got = redis.call('MGET', unpack(KEYS, first, last))
+-- Every distinct key's value, read at the start by MGET (a few hundred
+-- keys at a time, within what unpack may return): one command reads them
+-- all, where a GET each would cost Redis a command a request, and a key
+-- that many requests share (a hot key's) is read once, not once for each.
+-- A missing key, or one that is not a string, is left out, for its
+-- decision to GET.
+local READ, distinct, nd = {}, {}, 0
+for i = 1, n do
+	local k = KEYS[i]
+	if READ[k] == nil then
+		READ[k], nd = false, nd + 1
+		distinct[nd] = k
+	end
+end
+for first = 1, nd, 256 do
+	local last = min(first + 255, nd)
+	local got = redis.call('MGET', unpack(distinct, first, last))
 	for i = first, last do
-		if got[i - first + 1] then
-			READ[KEYS[i]] = got[i - first + 1]
-		end
+		READ[distinct[i]] = got[i - first + 1] or nil
 	end
 end
 local wkeys, wttls, wvalues, whealed, unread = {}, {}, {}, {}, {}
@@ -195,10 +202,20 @@ for j = 1, nu do
 end
 g = h + 1
 end
+-- Each TTL is sent as its digits, made once for the writes that share it
+-- (many keys' under one limit): Redis would format a number for every
+-- write, with %.17g.
+local digits = {}
 for j = 1, norder do
 	local k = order[j]
 	if PENDING[k] then
-		redis.call('PSETEX', k, pttl[k], PENDING[k])
+		local ttl = pttl[k]
+		local d = digits[ttl]
+		if not d then
+			d = string.format('%d', ttl)
+			digits[ttl] = d
+		end
+		redis.call('PSETEX', k, d, PENDING[k])
 	else
 		redis.call('DEL', k)
 	end
