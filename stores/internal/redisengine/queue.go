@@ -27,7 +27,7 @@ type Entry struct {
 	Ctx context.Context
 	// Item is the store's own call.
 	Item any
-	// done receives once the entry's batch has been sent. It is made once
+	// done receives once the entry's round has been sent. It is made once
 	// per Entry, buffered, so that the sender never waits for a caller who
 	// gave up, and an Entry used again needs no new channel.
 	done chan struct{}

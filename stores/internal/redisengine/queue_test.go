@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -118,6 +119,30 @@ func TestGaveUp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLoneCallerLeavesItsHeldRound checks that a caller whose own round
+// is held past its deadline (a client holding the call behind a dial,
+// whatever its context says) returns at the deadline: the round goes out
+// from a sender's goroutine, never the caller's. In virtual time.
+func TestLoneCallerLeavesItsHeldRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{release: make(chan struct{})}
+		q := &redisengine.Queue{Send: r.send}
+		const deadline = 50 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		start := time.Now()
+		id := 1
+		if err := q.Do(ctx, &redisengine.Entry{Item: &id}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Do = %v, want the context's deadline", err)
+		}
+		if took := time.Since(start); took != deadline {
+			t.Errorf("Do returned after %v, want at its %v deadline", took, deadline)
+		}
+		close(r.release)
+		q.Close()
+	})
 }
 
 // TestClose checks that Close waits for the round in flight and that
