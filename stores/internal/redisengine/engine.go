@@ -182,7 +182,7 @@ func (e *Engine) Apply(ctx context.Context, req core.Request) (core.Decision, er
 		d, err = decodeOne(c.Reply)
 	}
 	if err != nil {
-		// The call may still be in a batch, or in the client: it is left
+		// The call may still be in a round, or in the client: it is left
 		// to the collector.
 		return core.Decision{}, fmt.Errorf("%s: %s: %w", e.name, req.Algorithm.Name(), err)
 	}
@@ -191,7 +191,7 @@ func (e *Engine) Apply(ctx context.Context, req core.Request) (core.Decision, er
 }
 
 // calls holds the calls of decisions that were answered, for the next
-// decisions: a call answered is in no batch and no client any more.
+// decisions: a call answered is in no round and no client any more.
 var calls = sync.Pool{New: func() any { return new(Call) }}
 
 // free hands c, answered, to the next decision.
