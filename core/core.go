@@ -268,6 +268,15 @@ type Request struct {
 // Validate checks the request's key, algorithm, cost, operation and
 // limit, returning an error that wraps one of the sentinel errors.
 func (r *Request) Validate() error {
+	// Most requests are a charge, peek or refund on the store's clock,
+	// with no lease, under a limit checked when it was built: those take
+	// a few comparisons and the algorithm's own check. The rest, and
+	// every invalid request, take the checks below, which say what is
+	// wrong.
+	if uint(len(r.Key)-1) < MaxKeyLen && r.Algorithm != nil && uint64(r.Cost) <= MaxUnits &&
+		r.Op <= OpRefund && r.MaxWait == 0 && r.MaxQueue|r.Lease == 0 && r.Now.IsZero() && r.Limit.valid {
+		return r.Algorithm.Validate(r.Limit)
+	}
 	if err := ValidateKey(r.Key); err != nil {
 		return err
 	}
