@@ -184,7 +184,7 @@ func New(cfg Config) (*Store, error) {
 
 // Apply decides req, charging the key's state when the request is admitted
 // and is not a peek.
-func (s *Store) Apply(_ context.Context, req core.Request) (core.Decision, error) {
+func (s *Store) Apply(_ context.Context, req core.Request) (d core.Decision, err error) {
 	if err := req.Validate(); err != nil {
 		return core.Decision{}, err
 	}
@@ -198,7 +198,9 @@ func (s *Store) Apply(_ context.Context, req core.Request) (core.Decision, error
 	if req.Limit.IsInf() {
 		return core.Run(nil, &req, at), nil
 	}
-	var d core.Decision
+	// decide writes the decision where Apply returns it: a decision
+	// copied from a variable of Apply's instead made the copy wait for
+	// the stores decide had just made to it (see decide).
 	if err := s.decide(&req, at, clock, &d); err != nil {
 		return core.Decision{}, err
 	}
