@@ -80,11 +80,28 @@ func (s Source) String() string {
 }
 
 // Decision is a store's answer to a [Request]. A denial is a Decision with
-// Allowed false and a nil error; an error means the store failed.
+// Allowed false and a nil error; an error means the store failed. Its
+// one-byte fields come first and share a word: every layer of a chain
+// returns a Decision by value, 96 bytes rather than 112.
 type Decision struct {
 	// Allowed reports whether the request was admitted (and, unless it was
 	// a peek, charged).
 	Allowed bool
+	// Source says what produced the decision.
+	Source Source
+	// Near marks an admission that left less than a near-limit fraction
+	// of Limit: a client about to be limited. Only a policy sets it
+	// (policy.WithNearLimit); middleware and telemetry read it
+	// (ratelimit.near_limit counts it).
+	Near bool
+	// Healed reports that the store found the key's state unreadable,
+	// written by something other than sluice (a value of another type or
+	// length, or numbers no state holds), decided as for a key never
+	// charged, and replaced the value in the same atomic step: with the
+	// new state if the decision charged, else by deleting it. Such a key
+	// can grant at most one fresh burst. Only the Redis stores set it;
+	// telemetry counts it (ratelimit.store.healed) and marks the span.
+	Healed bool
 	// Limit is the largest cost admitted at once: the burst for the bucket
 	// algorithms, the rate for the window algorithms.
 	Limit int64
@@ -102,25 +119,10 @@ type Decision struct {
 	// ResetAfter is the wait until the key is back to full capacity, as if
 	// it had never been used; zero when it already is.
 	ResetAfter time.Duration
-	// Near marks an admission that left less than a near-limit fraction
-	// of Limit: a client about to be limited. Only a policy sets it
-	// (policy.WithNearLimit); middleware and telemetry read it
-	// (ratelimit.near_limit counts it).
-	Near bool
 	// Delay is how long the caller of an admitted reservation
 	// ([Request.MaxWait]) must wait before it acts: the capacity it was
 	// charged is available only then. Zero for every other decision.
 	Delay time.Duration
-	// Source says what produced the decision.
-	Source Source
-	// Healed reports that the store found the key's state unreadable,
-	// written by something other than sluice (a value of another type or
-	// length, or numbers no state holds), decided as for a key never
-	// charged, and replaced the value in the same atomic step: with the
-	// new state if the decision charged, else by deleting it. Such a key
-	// can grant at most one fresh burst. Only the Redis stores set it;
-	// telemetry counts it (ratelimit.store.healed) and marks the span.
-	Healed bool
 	// At is the instant the decision was made at, in whole microseconds,
 	// in UTC: the request's instant ([Request.Now] rounded down to a
 	// microsecond, or the store's clock) or, if the key was last charged
