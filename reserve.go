@@ -186,8 +186,8 @@ func (l *Limiter) WithQueue(n int64) (*Limiter, error) {
 	if err := checkQueue(n); err != nil {
 		return nil, err
 	}
-	if !l.Limit().IsInf() && !core.Reserves(l.alg) {
-		return nil, fmt.Errorf("%w: algorithm %q cannot reserve, so it cannot queue", ErrUnsupported, l.alg.Name())
+	if !l.Limit().IsInf() && !core.Reserves(l.base.Algorithm) {
+		return nil, fmt.Errorf("%w: algorithm %q cannot reserve, so it cannot queue", ErrUnsupported, l.base.Algorithm.Name())
 	}
 	q := *l
 	q.queue = n
