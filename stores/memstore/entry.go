@@ -39,7 +39,12 @@ var fresh entry
 // inlineKey bytes itself, its length in the last byte; a longer key's
 // hash and length, 0xff in the last byte, the key itself being in more.
 // A free slot's words are zero: every key is at least one byte long.
-type keyWords [2]uint64
+//
+// It is a struct rather than an array so that the compiler keeps it in
+// registers: an array of two words was stored a word at a time and
+// copied 16 bytes at a time, and the copy waited for the stores to reach
+// the cache, about 6 ns of a 45 ns decision on a hot key.
+type keyWords struct{ lo, hi uint64 }
 
 // longKey marks the keyWords of a key longer than inlineKey.
 const longKey = 0xff << 56
@@ -66,8 +71,8 @@ func wordsOf(key string, h uint64) keyWords {
 // bytes returns the bytes of w, which holds a key of up to inlineKey
 // bytes: the key is b[:b[15]].
 func (w keyWords) bytes() (b [16]byte) {
-	binary.LittleEndian.PutUint64(b[:8], w[0])
-	binary.LittleEndian.PutUint64(b[8:], w[1])
+	binary.LittleEndian.PutUint64(b[:8], w.lo)
+	binary.LittleEndian.PutUint64(b[8:], w.hi)
 	return b
 }
 
@@ -80,11 +85,11 @@ type more struct {
 }
 
 // free reports whether the slot holding e is free.
-func (e *entry) free() bool { return e.key[1] == 0 }
+func (e *entry) free() bool { return e.key.hi == 0 }
 
 // is reports whether e is the entry of key, whose words are w.
 func (e *entry) is(w keyWords, key string) bool {
-	return e.key == w && (w[1]&longKey != longKey || e.more.long == key)
+	return e.key == w && (w.hi&longKey != longKey || e.more.long == key)
 }
 
 // setKey makes e the entry of key, whose words are w, copying a long key:

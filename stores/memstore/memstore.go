@@ -310,8 +310,8 @@ func expiry(req *core.Request, clock int64) int64 {
 // rehash returns the hash of the key whose words are w, for an entry that
 // moves in its table.
 func (s *Store) rehash(w keyWords) uint64 {
-	if w[1]&longKey == longKey {
-		return w[0]
+	if w.hi&longKey == longKey {
+		return w.lo
 	}
 	b := w.bytes()
 	return maphash.Bytes(s.seed, b[:b[15]]) & s.collide
