@@ -16,7 +16,9 @@ import (
 // sethvargo/go-limiter's memory store through its Take, serially on one
 // hot key under BenchmarkMemory's limit (so both deny), with nothing of
 // BenchmarkMemory's loop around them: each library's own cost of a
-// decision. stores/memstore's BenchmarkContract takes sluice's apart.
+// decision. Beside ns/op each reports the process's CPU time per
+// decision (cpu-ns/op). stores/memstore's BenchmarkContract takes sluice's
+// apart.
 //
 //	go test -run '^$' -bench BenchmarkDirect -count 6 .
 func BenchmarkDirect(b *testing.B) {
@@ -35,6 +37,7 @@ func BenchmarkDirect(b *testing.B) {
 			lim.Allow(ctx, "hot")
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		for b.Loop() {
 			lim.Allow(ctx, "hot")
 		}
@@ -49,8 +52,16 @@ func BenchmarkDirect(b *testing.B) {
 			store.Take(ctx, "hot")
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		for b.Loop() {
 			store.Take(ctx, "hot")
 		}
 	})
+}
+
+// reportCPU reads the process's CPU time and returns a function that
+// reports the CPU time since, per iteration of b, as cpu-ns/op.
+func reportCPU(b *testing.B) func() {
+	before := processCPU(b)
+	return func() { b.ReportMetric(1e3*(processCPU(b)-before)/float64(b.N), "cpu-ns/op") }
 }
