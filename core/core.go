@@ -279,6 +279,11 @@ func (r *Request) Validate() error {
 		r.Op <= OpRefund && r.MaxWait == 0 && r.MaxQueue|r.Lease == 0 && r.Now.IsZero() && r.Limit.valid {
 		return r.Algorithm.Validate(r.Limit)
 	}
+	return r.validate()
+}
+
+// validate is [Request.Validate] for every request: each check in turn.
+func (r *Request) validate() error {
 	if err := ValidateKey(r.Key); err != nil {
 		return err
 	}
