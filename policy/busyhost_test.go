@@ -133,10 +133,13 @@ type tally struct {
 	wall, proc                      histogram
 }
 
-// histogram counts durations in buckets of 250 µs up to 100 ms.
+// histogram counts durations in buckets of 250 µs up to 100 ms. A span
+// on the process clock may read a little below zero (an instant read as
+// the meter records a stall is projected back from the new reading): it
+// counts as zero.
 type histogram [401]atomic.Int64
 
-func (h *histogram) add(d time.Duration) { h[min(int(d/(250*time.Microsecond)), 400)].Add(1) }
+func (h *histogram) add(d time.Duration) { h[max(0, min(int(d/(250*time.Microsecond)), 400))].Add(1) }
 
 // quantile returns the upper bound of the bucket holding the q quantile.
 func (h *histogram) quantile(q float64) time.Duration {

@@ -28,34 +28,14 @@ import (
 // kill them), and the clients with the options docs/redis.md recommends.
 
 // goRedisOptions are the go-redis options recommended with a breaker
-// (docs/redis.md, "Client options").
+// (docs/redis.md, "Client options"), for a single server.
 func goRedisOptions(addr string) *redis.Options {
-	return &redis.Options{
-		Addr:                  addr,
-		ContextTimeoutEnabled: true,                   // the breaker's deadline bounds every read and write
-		MaxRetries:            -1,                     // a failed call is the breaker's business
-		DialTimeout:           250 * time.Millisecond, // for dials that outlive their call
-		DialerRetries:         1,                      // no backoff loop behind a dial
-		ReadTimeout:           500 * time.Millisecond, // backstops for calls without a deadline (Reset)
-		WriteTimeout:          500 * time.Millisecond,
-		PoolSize:              loadGoroutines, // at least the decisions in flight at once
-		PoolTimeout:           time.Second,    // above the deadline, which ends a wait first
-		DisableIdentity:       true,           // no CLIENT SETINFO round trip on a new connection
-	}
+	return redisstore.ClientOptions([]string{addr}, DefaultTimeout).Simple()
 }
 
 // rueidisOptions are the rueidis options recommended with a breaker.
 func rueidisOptions(addr string) rueidis.ClientOption {
-	return rueidis.ClientOption{
-		InitAddress:       []string{addr},
-		ForceSingleClient: true, // a client even while Redis is down
-		DisableCache:      true, // sluice's keys change on every admitted request
-		DisableRetry:      true,
-		Dialer:            net.Dialer{Timeout: 250 * time.Millisecond, KeepAlive: time.Second},
-		ConnWriteTimeout:  500 * time.Millisecond, // a connection whose replies stop is closed after this
-		MaxFlushDelay:     20 * time.Microsecond,
-		DialCtxFn:         rueidisstore.Dial, // a server that never answers fails the dial
-	}
+	return rueidisstore.ClientOption([]string{addr}, DefaultTimeout)
 }
 
 // client is one of the Redis clients the tests run each scenario with.
