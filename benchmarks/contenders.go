@@ -251,8 +251,10 @@ func newStore(name string, open func(addr, prefix string) (sluice.Store, func(),
 
 // TracerProvider returns the tracer provider the chains' telemetry is
 // given, as docs/telemetry.md recommends for a limiter: the SDK's,
-// sampling 1% of the traces that start at a decision (a decision in a
-// traced request follows its parent's sampling), with no exporter.
+// sampling 1% of the traces that start at a root span (a decision in a
+// traced request follows its parent's sampling), with no exporter. The
+// benchmarks' decisions are made outside any trace, so by the
+// decorator's rule they start no span.
 func TracerProvider() *sdktrace.TracerProvider {
 	return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))
 }

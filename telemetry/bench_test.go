@@ -48,9 +48,12 @@ var benchKeys = func() []string {
 //   - global: the global providers before an SDK is installed (the
 //     default of a program that never installs one);
 //   - sdk-metrics: the SDK's meter (a manual reader), no-op tracing;
-//   - sdk-unsampled: the SDK's meter and tracer, sampling nothing;
-//   - sdk: both recording everything (always sampled, batched to an
-//     exporter that drops the spans), the key hashed.
+//   - sdk-unsampled: the SDK's meter and tracer, sampling nothing, the
+//     decisions made outside a trace (so, by default, with no span);
+//   - sdk-root-unsampled: the same with WithRootSpans, so that each
+//     decision starts a root span its sampler drops;
+//   - sdk: both recording everything (WithRootSpans, always sampled,
+//     batched to an exporter that drops the spans), the key hashed.
 //
 // Compare the providers with: benchstat -col /provider.
 func BenchmarkTelemetry(b *testing.B) {
@@ -101,8 +104,16 @@ var benchProviders = []benchProvider{
 			telemetry.WithMeterProvider(benchMeterProvider(b)),
 		}
 	}},
+	{"sdk-root-unsampled", func(b *testing.B) []telemetry.Option {
+		return []telemetry.Option{
+			telemetry.WithTracerProvider(benchTracerProvider(b, sdktrace.NeverSample())),
+			telemetry.WithMeterProvider(benchMeterProvider(b)),
+			telemetry.WithRootSpans(),
+		}
+	}},
 	{"sdk", func(b *testing.B) []telemetry.Option {
 		return []telemetry.Option{
+			telemetry.WithRootSpans(),
 			telemetry.WithTracerProvider(benchTracerProvider(b, sdktrace.AlwaysSample())),
 			telemetry.WithMeterProvider(benchMeterProvider(b)),
 			telemetry.WithKeyHash([]byte("0123456789abcdef0123456789abcdef")),

@@ -49,12 +49,17 @@ func Example() {
 	defer store.Close() // closes mem too
 	limiter, _ := sluice.NewLimiter(store, algorithms.TokenBucket, core.PerMinute(2))
 
-	ctx := context.Background()
+	// A decision's span is a child of the caller's: here a request's.
+	ctx, request := tp.Tracer("app").Start(context.Background(), "POST /login")
 	for range 3 {
 		limiter.Allow(ctx, "alice@example.com")
 	}
+	request.End()
 
 	for _, s := range spans.Ended() {
+		if s.Name() != telemetry.SpanName {
+			continue
+		}
 		a := map[string]string{}
 		for _, kv := range s.Attributes() {
 			a[string(kv.Key)] = kv.Value.String()

@@ -43,7 +43,7 @@ func TestGlobalProviders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkZeroAllocs(t, s)
+	checkZeroAllocs(t, context.Background(), s)
 
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -52,12 +52,14 @@ func TestGlobalProviders(t *testing.T) {
 	otel.SetTracerProvider(tp)
 	otel.SetMeterProvider(mp)
 
-	_, err = s.Apply(context.Background(), core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1})
+	ctx, handler := tp.Tracer("caller").Start(context.Background(), "handler")
+	_, err = s.Apply(ctx, core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ended := spans.Ended(); len(ended) != 1 || ended[0].Name() != telemetry.SpanName {
-		t.Errorf("after SetTracerProvider: %d spans, want one %s", len(ended), telemetry.SpanName)
+	handler.End()
+	if ended := spans.Ended(); len(ended) != 2 || ended[0].Name() != telemetry.SpanName {
+		t.Errorf("after SetTracerProvider: %d spans, want one %s and the caller's", len(ended), telemetry.SpanName)
 	}
 	h := &harness{reader: reader}
 	if got := value(t, h.collect(t), "ratelimit.decisions", telemetry.LimiterKey.String("global")); got != 1 {

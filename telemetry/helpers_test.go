@@ -65,10 +65,12 @@ func newProviders(t testing.TB) *harness {
 	return h
 }
 
-// wrap makes the harness's decorator around inner.
+// wrap makes the harness's decorator around inner. It starts a span
+// for every decision (WithRootSpans), so that a test's decisions, made
+// outside any trace, are traced; TestSpanRule checks the default.
 func (h *harness) wrap(t testing.TB, inner core.Store, opts ...telemetry.Option) {
 	t.Helper()
-	opts = append([]telemetry.Option{telemetry.WithTracerProvider(h.tp), telemetry.WithMeterProvider(h.mp)}, opts...)
+	opts = append([]telemetry.Option{telemetry.WithTracerProvider(h.tp), telemetry.WithMeterProvider(h.mp), telemetry.WithRootSpans()}, opts...)
 	s, err := telemetry.New(inner, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -33,6 +33,7 @@ const (
 const MinKeySecret = 16
 
 type config struct {
+	roots    bool
 	tp       trace.TracerProvider // nil: the global provider
 	mp       metric.MeterProvider // nil: the global provider
 	limiter  string
@@ -57,6 +58,17 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // installed with otel.SetMeterProvider, even after [New].
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// WithRootSpans starts a span for every decision, and lets the tracer
+// provider's sampler decide whether it records: a decision made outside
+// any trace gets a root span of its own. By default a decision's span is
+// started only under a span of the caller's that is sampled or records,
+// and a decision with none costs no span at all; a root span that the
+// sampler drops still costs the SDK its IDs and two allocations
+// (docs/telemetry.md, "Which decisions have a span").
+func WithRootSpans() Option {
+	return optionFunc(func(c *config) { c.roots = true })
 }
 
 // WithName names the limiter the decorator serves: the value of the

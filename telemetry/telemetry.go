@@ -70,9 +70,11 @@ var durationBounds = []float64{
 // decided together, see [Store.ApplyAll]), started from the caller's
 // context and passed down, so that the spans of a Redis client's own
 // instrumentation (redisotel, rueidisotel) are its children; and the
-// metrics of docs/telemetry.md. A denial is a decision, recorded in
-// attributes; only a failure of the request or the store sets the span's
-// status to Error.
+// metrics of docs/telemetry.md. A decision's span is a child of the
+// caller's: it is started only when the caller's context holds a span
+// that is sampled or records, unless [WithRootSpans]. A denial is a
+// decision, recorded in attributes; only a failure of the request or the
+// store sets the span's status to Error.
 //
 // A request's key never goes into a metric. Spans carry it only hashed
 // ([WithKeyHash]) or, when explicitly asked, raw ([WithRawKey]); by
@@ -94,6 +96,7 @@ type Store struct {
 	tracer    trace.Tracer
 	startOpts []trace.SpanStartOption
 	noTracing bool                 // the provider never records
+	roots     bool                 // WithRootSpans: offer every decision to the sampler
 	globalTP  trace.TracerProvider // the global default provider, while no SDK is installed
 	global    atomic.Bool          // globalTP has been replaced: trace from now on
 	keys      keyMode
@@ -137,7 +140,7 @@ func New(inner core.Store, opts ...Option) (*Store, error) {
 	if !cfg.storeSet {
 		cfg.store = storeName(backend(inner))
 	}
-	s := &Store{inner: inner, keys: cfg.keys, breaker: findBreaker(inner)}
+	s := &Store{inner: inner, keys: cfg.keys, roots: cfg.roots, breaker: findBreaker(inner)}
 	if cfg.limiter != "" {
 		s.base = append(s.base, LimiterKey.String(cfg.limiter))
 	}
@@ -244,10 +247,12 @@ func isGlobalDefault(tp trace.TracerProvider) bool {
 		t.Elem().Name() == "tracerProvider"
 }
 
-// tracing reports whether a decision's span should be started: not when
-// the provider never records, nor while the global provider is still the
-// default one (its spans would record nothing).
-func (s *Store) tracing() bool {
+// tracing reports whether a span should be started for a call under
+// ctx: not when the provider never records, nor while the global
+// provider is still the default one (its spans would record nothing), and
+// unless [WithRootSpans] was given, only under a span that is sampled or
+// records (see docs/telemetry.md, "Which decisions have a span").
+func (s *Store) tracing(ctx context.Context) bool {
 	switch {
 	case s.noTracing:
 		return false
@@ -257,7 +262,11 @@ func (s *Store) tracing() bool {
 		}
 		s.global.Store(true)
 	}
-	return true
+	if s.roots {
+		return true
+	}
+	parent := trace.SpanFromContext(ctx)
+	return parent.SpanContext().IsSampled() || parent.IsRecording()
 }
 
 // storeName names a backend by the last element of its type's package
@@ -313,7 +322,7 @@ func (w stopwatch) seconds() float64 {
 // and its stopwatch, if its duration is recorded.
 func (s *Store) begin(ctx context.Context) (context.Context, trace.Span, stopwatch) {
 	var span trace.Span
-	if s.tracing() {
+	if s.tracing(ctx) {
 		ctx, span = s.tracer.Start(ctx, SpanName, s.startOpts...)
 	}
 	var w stopwatch
@@ -664,7 +673,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
-	if !s.tracing() {
+	if !s.tracing(ctx) {
 		return s.inner.Reset(ctx, key, alg)
 	}
 	ctx, span := s.tracer.Start(ctx, ResetSpanName, s.startOpts...)

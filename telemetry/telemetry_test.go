@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
@@ -809,15 +810,73 @@ func TestNoopZeroAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkZeroAllocs(t, s)
+	checkZeroAllocs(t, context.Background(), s)
 }
 
-// checkZeroAllocs checks that a decision through the decorator s
-// allocates nothing, and that a batch allocates no more than the inner
-// store's own ApplyAll does.
-func checkZeroAllocs(t testing.TB, s *telemetry.Store) {
+// TestSpanRule checks which decisions have a span: by default those
+// made under a span that is sampled or records, local or remote, each
+// as its child; none outside a trace or in a trace not sampled, where
+// an SDK's tracer costs no allocation; with WithRootSpans every decision,
+// as its sampler decides. Reset follows the same rule. (Not parallel:
+// AllocsPerRun counts every goroutine's allocations.)
+func TestSpanRule(t *testing.T) {
+	h := newProviders(t)
+	s, err := telemetry.New(newMem(t), telemetry.WithTracerProvider(h.tp), telemetry.WithMeterProvider(noop.NewMeterProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	dropped := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	t.Cleanup(func() { dropped.Shutdown(context.Background()) })
+	unsampled, _ := dropped.Tracer("caller").Start(context.Background(), "handler")
+	sampled, parent := h.tp.Tracer("caller").Start(context.Background(), "handler")
+	remote := trace.ContextWithRemoteSpanContext(context.Background(), parent.SpanContext())
+	req := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+	for _, c := range []struct {
+		name  string
+		ctx   context.Context
+		spans int
+	}{
+		{"outside a trace", context.Background(), 0},
+		{"in a trace not sampled", unsampled, 0},
+		{"under a sampled span", sampled, 2},
+		{"under a sampled remote span", remote, 2},
+	} {
+		h.spans.Reset()
+		if _, err := s.Apply(c.ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Reset(c.ctx, req.Key, req.Algorithm); err != nil {
+			t.Fatal(err)
+		}
+		ended := h.ended()
+		if len(ended) != c.spans {
+			t.Fatalf("%s: %d spans, want %d", c.name, len(ended), c.spans)
+		}
+		for _, sp := range ended {
+			if sp.Parent().SpanID() != parent.SpanContext().SpanID() {
+				t.Errorf("%s: span %s's parent is %v, want the caller's %v", c.name, sp.Name(), sp.Parent().SpanID(), parent.SpanContext().SpanID())
+			}
+		}
+		if c.spans == 0 {
+			checkZeroAllocs(t, c.ctx, s)
+		}
+	}
+
+	h.wrap(t, newMem(t)) // WithRootSpans
+	if _, err := h.store.Apply(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if sp := h.onlySpan(t); sp.Parent().IsValid() {
+		t.Errorf("WithRootSpans, outside a trace: the span has parent %v, want a root", sp.Parent().SpanID())
+	}
+}
+
+// checkZeroAllocs checks that a decision through the decorator s under
+// ctx allocates nothing, and that a batch allocates no more than the
+// inner store's own ApplyAll does.
+func checkZeroAllocs(t testing.TB, ctx context.Context, s *telemetry.Store) {
 	t.Helper()
-	ctx := context.Background()
 	req := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1_000_000_000), Cost: 1}
 	s.Apply(ctx, req) // the key's first decision makes its state
 	if n := testing.AllocsPerRun(1000, func() { s.Apply(ctx, req) }); n != 0 {
