@@ -119,7 +119,10 @@ var (
 // While the store is steady, each call runs on the caller's goroutine,
 // under a context that carries the caller's values and ends at the
 // per-call deadline: a client honouring its context returns by then, and
-// the call costs one allocation and no timer. The caller's cancellation
+// the call costs one allocation and no timer; while nothing fails, no
+// lock either: gobreaker counts only the calls that may change the
+// circuit's state, and the breaker the successes of the others, which
+// the trip rule weighs alike (fast.go). The caller's cancellation
 // is seen before the call and after it, not during it: the call runs
 // until the store answers, one round trip in the steady state, or the
 // deadline passes, and the caller then gets its context's error. From a
@@ -171,13 +174,16 @@ type Breaker struct {
 	meter     *meter     // the process clock
 	deadlines *deadlines // calls' deadlines, on the process clock
 
-	state       atomic.Uint32 // State, as of the last change
-	openUntil   atomic.Int64  // ns after base at which an open circuit lets probes through
-	closedAt    atomic.Int64  // the process clock when the circuit last closed, or NewBreaker ran
-	runStart    int64         // the process clock at the current run of failures' first; under gobreaker's lock
-	steadyAfter atomic.Int64  // ns after base from which calls may run inline (see steady)
-	ramp        atomic.Int64  // the slow start's cap on calls in flight; 0: none
-	inflight    atomic.Int64  // calls in flight to the store
+	state       atomic.Uint32              // State, as of the last change
+	openUntil   atomic.Int64               // ns after base at which an open circuit lets probes through
+	closedAt    atomic.Int64               // the process clock when the circuit last closed, or NewBreaker ran
+	runStart    int64                      // the process clock at the current run of failures' first; under gobreaker's lock
+	steadyAfter atomic.Int64               // ns after base from which calls may run inline (see steady)
+	gen         atomic.Pointer[generation] // gobreaker's current generation
+	outcomes    atomic.Uint64              // gobreaker's counted failures<<1, | 1 if its last counted outcome failed (see fast.go)
+	tally       *successTally              // the fast path's successes
+	ramp        atomic.Int64               // the slow start's cap on calls in flight; 0: none
+	inflight    atomic.Int64               // calls in flight to the store
 	changes     atomic.Uint64
 	calls       atomic.Uint64
 	failures    atomic.Uint64
@@ -230,6 +236,8 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 	b.closedAt.Store(b.meter.at(0))
 	b.deadlines.warmUntil.Store(b.meter.at(0) + int64(cfg.window/10))
 	b.notes.fn = cfg.onChange
+	b.tally = newSuccessTally(cfg.window, cfg.window/10)
+	b.gen.Store(&generation{})
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         cfg.name,
@@ -247,11 +255,22 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
 				return false
 			}
+			c.TotalSuccesses += b.tally.sum(b.gen.Load(), b.now())
 			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= runSpan*b.deadlines.timeout.Load() ||
 				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
 		},
 		OnStateChange: b.onStateChange,
 		IsExcluded:    func(err error) bool { return err == errExcluded },
+		// Called, under gobreaker's lock, for each outcome it counts.
+		IsSuccessful: func(err error) bool {
+			o := b.outcomes.Load()
+			if err != nil {
+				b.outcomes.Store((o>>1+1)<<1 | 1)
+			} else if o&1 != 0 {
+				b.outcomes.Store(o &^ 1)
+			}
+			return err == nil
+		},
 	})
 	return b, nil
 }
@@ -261,6 +280,7 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	at := time.Now()
 	s := stateOf(to)
+	b.gen.Store(&generation{id: b.gen.Load().id + 1, start: int64(at.Sub(b.base))})
 	if s == Open {
 		// Before the state, so that whoever sees Open sees its deadline.
 		b.openUntil.Store(int64(at.Sub(b.base) + b.cfg.openTimeout))
@@ -344,12 +364,17 @@ func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 		}
 		return nil
 	}
+	if c, ok := b.fast(); ok {
+		err := b.callFast(ctx, reqs, out, mode, ask, c)
+		b.notes.flush()
+		return err
+	}
 	if b.open() || !b.admit() {
-		if err := validate(reqs, out); err != nil {
-			return err
+		err := b.answer(reqs, out, mode)
+		if !isRequestError(err) { // an invalid request is not a rejected call
+			b.rejected.Add(1)
 		}
-		b.rejected.Add(1)
-		return b.answerValid(reqs, out, mode)
+		return err
 	}
 	answered, err := b.call(ctx, reqs, out, mode, ask)
 	b.release(answered)
@@ -415,9 +440,55 @@ func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Deci
 	var err error
 	var o outcome
 	b.cb.Execute(func() (struct{}, error) {
-		o, err = b.ask(ctx, reqs, out, inline)
+		o, err = b.ask(ctx, reqs, out, inline, b.now())
 		return struct{}{}, o.report()
 	})
+	return b.settle(o, err, reqs, out, mode)
+}
+
+// fastCall is what a call on the fast path began with: the circuit's
+// generation, gobreaker's outcomes, and the instant.
+type fastCall struct {
+	gen      *generation
+	outcomes uint64
+	start    int64
+}
+
+// fast reports whether a call made now may take the fast path (see
+// fast.go): the circuit is closed, its slow start is over, calls run
+// inline, and the last outcome gobreaker counted was a success.
+func (b *Breaker) fast() (fastCall, bool) {
+	c := fastCall{gen: b.gen.Load(), outcomes: b.outcomes.Load()}
+	if State(b.state.Load()) != Closed || b.ramp.Load() != 0 || c.outcomes&1 != 0 {
+		return c, false
+	}
+	c.start = b.now()
+	return c, b.steady(c.start)
+}
+
+// callFast is call on the fast path: a success is counted in the tally
+// if gobreaker counted no failure meanwhile, and reported to gobreaker
+// otherwise, which then counts it after the failure, as it would have;
+// anything else is reported to gobreaker.
+func (b *Breaker) callFast(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode, inline func(context.Context) error, c fastCall) error {
+	if err := ctx.Err(); err != nil {
+		b.gone.Add(1)
+		return err
+	}
+	o, err := b.ask(ctx, reqs, out, inline, c.start)
+	switch {
+	case o == answered && b.outcomes.Load() == c.outcomes:
+		b.tally.add(c.gen, c.start)
+	case b.gen.Load() == c.gen: // else gobreaker would not count it either
+		b.cb.Execute(func() (struct{}, error) { return struct{}{}, o.report() })
+	}
+	_, err = b.settle(o, err, reqs, out, mode)
+	return err
+}
+
+// settle counts the outcome of a call and, when the store did not
+// decide, answers by mode. It reports whether the store answered.
+func (b *Breaker) settle(o outcome, err error, reqs []core.Request, out []core.Decision, mode Mode) (bool, error) {
 	switch o {
 	case notAsked:
 		b.rejected.Add(1)
@@ -435,12 +506,12 @@ func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Deci
 	return true, err
 }
 
-// ask calls the store under the per-call deadline (or the caller's, if
-// sooner), inline while the store is steady and detached otherwise (see
-// steady), and judges its answer.
-func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decision, inline func(context.Context) error) (outcome, error) {
+// ask calls the store, beginning at start (b.now(): the monotonic clock
+// alone, half the cost of time.Now), under the per-call deadline (or the
+// caller's, if sooner), inline while the store is steady and detached
+// otherwise (see steady), and judges its answer.
+func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decision, inline func(context.Context) error, start int64) (outcome, error) {
 	b.calls.Add(1)
-	start := b.now() // the monotonic clock alone: half the cost of time.Now
 	b.meter.awake(start)
 	t := b.deadlines.at(start)
 	var err error
@@ -497,9 +568,22 @@ func timedOut(err error, late bool) bool {
 // does not make the client hold its callers, and running every call
 // detached for it would cost what makes more calls late.
 func (b *Breaker) timingOut() bool {
-	c := b.cb.Counts()
+	c := b.counts()
 	return int(c.TotalFailures) >= b.cfg.minFailures &&
 		float64(c.TotalFailures) >= unsteadyRatio*float64(c.TotalFailures+c.TotalSuccesses)
+}
+
+// counts returns gobreaker's counts with the fast path's successes
+// added (see fast.go).
+func (b *Breaker) counts() gobreaker.Counts {
+	c := b.cb.Counts()
+	n := b.tally.sum(b.gen.Load(), b.now())
+	c.Requests += n
+	c.TotalSuccesses += n
+	if c.ConsecutiveFailures == 0 {
+		c.ConsecutiveSuccesses += n
+	}
+	return c
 }
 
 // unsteadyRatio is the share of a window's calls timing out from which
@@ -675,20 +759,17 @@ func (b *Breaker) open() bool {
 }
 
 // answer writes the mode's decisions for reqs to out: the whole batch is
-// answered alike. Requests under [core.Inf] are allowed as ever.
+// answered alike. Requests under [core.Inf] are allowed as ever. The
+// requests are validated once: by the local store that decides them
+// under [Degrade], here for the other modes.
 func (b *Breaker) answer(reqs []core.Request, out []core.Decision, mode Mode) error {
-	if err := validate(reqs, out); err != nil {
-		return err
-	}
-	return b.answerValid(reqs, out, mode)
-}
-
-// answerValid is answer for requests validated already.
-func (b *Breaker) answerValid(reqs []core.Request, out []core.Decision, mode Mode) error {
 	if mode == Degrade {
 		if ok, err := b.degrade(reqs, out); ok || err != nil {
 			return err
 		}
+	}
+	if err := validate(reqs, out); err != nil {
+		return err
 	}
 	for i := range reqs {
 		switch {
@@ -719,41 +800,62 @@ func (b *Breaker) retryAfter() time.Duration {
 }
 
 // degrade decides reqs together on the local store, each under the
-// instance's share of its limit, and reports whether it did; it does not
-// when a share cannot be expressed, and the batch is then answered as
-// fail-closed.
+// instance's share of its limit, and reports whether it did. The local
+// store validates the requests; when it refuses one, degrade returns the
+// request's own error, or reports that it did not decide if the request
+// is valid and its share is not (a share that cannot be expressed), and
+// the batch is then answered as fail-closed.
 func (b *Breaker) degrade(reqs []core.Request, out []core.Decision) (bool, error) {
-	var one [1]core.Request // a single decision allocates nothing
-	rs := one[:]
-	if len(reqs) > 1 {
-		rs = make([]core.Request, len(reqs))
-	}
-	for i, r := range reqs {
-		if !r.Limit.IsInf() {
-			lim, ok := share(r.Limit, int64(b.cfg.instances), r.Algorithm)
-			if !ok {
-				return false, nil
-			}
-			r.Limit = lim
-		}
-		rs[i] = r
-	}
 	local := b.cfg.local
 	var err error
-	if len(rs) == 1 {
-		out[0], err = local.Apply(context.Background(), rs[0])
+	if len(reqs) == 1 {
+		// Apart from the batch: a slice handed to an interface's method
+		// escapes, and a single decision allocates nothing.
+		r, ok := b.share(reqs[0])
+		if !ok {
+			return false, nil
+		}
+		out[0], err = local.Apply(context.Background(), r)
 	} else {
-		err = local.ApplyAll(context.Background(), rs, out)
+		rs := make([]core.Request, len(reqs))
+		for i := range reqs {
+			var ok bool
+			if rs[i], ok = b.share(reqs[i]); !ok {
+				return false, nil
+			}
+		}
+		res := make([]core.Decision, len(rs)) // out would escape likewise
+		if err = local.ApplyAll(context.Background(), rs, res); err == nil {
+			copy(out, res)
+		}
 	}
-	if err != nil {
+	switch t := core.Classify(err).Type; {
+	case err == nil:
+	case t == core.FailureInvalidRequest || t == core.FailureUnsupported:
+		// The request's fault, or only its share's: only the request's
+		// is an error.
+		return false, validate(reqs, out)
+	default:
 		return false, fmt.Errorf("policy: degrade: %w", err)
 	}
 	for i := range out {
-		if !rs[i].Limit.IsInf() {
+		if !reqs[i].Limit.IsInf() {
 			out[i].Source = core.SourceDegraded
 		}
 	}
 	return true, nil
+}
+
+// share returns r under the instance's share of its limit (see
+// [Degrade]), unless the share cannot be expressed; r unchanged under
+// [core.Inf].
+func (b *Breaker) share(r core.Request) (core.Request, bool) {
+	if r.Limit.IsInf() {
+		return r, true
+	}
+	lim, ok := share(r.Limit, int64(b.cfg.instances))
+	r.Limit = lim
+	return r, ok
 }
 
 // Reset forgets key's state under alg in the remote store and in the
@@ -815,7 +917,7 @@ func (b *Breaker) BreakerChanges() uint64 { return b.changes.Load() }
 
 // Counts returns the circuit's current counts (see [Counts]).
 func (b *Breaker) Counts() Counts {
-	c := b.cb.Counts()
+	c := b.counts()
 	return Counts{
 		Requests:             c.Requests,
 		Successes:            c.TotalSuccesses,

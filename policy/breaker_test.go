@@ -280,7 +280,7 @@ func TestShare(t *testing.T) {
 		{core.PerMinute(1), 1000, core.Per(1, 1000*time.Minute)},
 	}
 	for _, tt := range tests {
-		got, ok := share(tt.limit, tt.n, algorithms.TokenBucket)
+		got, ok := share(tt.limit, tt.n)
 		if !ok || got != tt.want {
 			t.Errorf("share(%v, %d) = %v, %v; want %v", tt.limit, tt.n, got, ok, tt.want)
 		}
@@ -290,7 +290,7 @@ func TestShare(t *testing.T) {
 		}
 	}
 	// A share past the longest period is not expressible.
-	if got, ok := share(core.Per(1, core.MaxPeriod/2), 3, algorithms.TokenBucket); ok {
+	if got, ok := share(core.Per(1, core.MaxPeriod/2), 3); ok {
 		t.Errorf("share(1 per MaxPeriod/2, 3) = %v, true; want false", got)
 	}
 }
@@ -383,6 +383,55 @@ func TestTripAndRecover(t *testing.T) {
 		st := b.Stats()
 		if st.Failures != 11 || st.Changes != 5 || st.Rejected != 100 {
 			t.Errorf("Stats() = %+v; want 11 failures, 5 changes, 100 rejected", st)
+		}
+	})
+}
+
+// TestFastPath checks that a closed circuit with nothing failing counts
+// its successes without gobreaker, and that they weigh in its counts as
+// gobreaker's own would (TestTripAndRecover checks the trip rule's
+// ratio); that a failure sends the calls through gobreaker until it has
+// counted a success; and that the window forgets the fast path's
+// successes as it forgets gobreaker's.
+func TestFastPath(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		b := settled(newBreaker(t, f))
+		ctx := context.Background()
+		apply := func(want core.Source) {
+			t.Helper()
+			if d, err := b.Apply(ctx, req("k")); err != nil || d.Source != want {
+				t.Fatalf("Apply = %+v, %v; want source %v", d, err, want)
+			}
+		}
+		for range 10 {
+			apply(core.SourceStore)
+		}
+		if n := b.cb.Counts().Requests; n != 0 {
+			t.Errorf("gobreaker counted %d calls of a closed circuit with nothing failing, want 0", n)
+		}
+		if c := b.Counts(); c.Requests != 10 || c.Successes != 10 || c.ConsecutiveSuccesses != 10 {
+			t.Errorf("Counts() = %+v; want 10 requests, successes and consecutive successes", c)
+		}
+		f.set(refused, false)
+		apply(core.SourceFailOpen)
+		f.set(nil, false)
+		// A refused connection has calls run detached for a window (see
+		// steady), through gobreaker; then the first success too.
+		time.Sleep(b.cfg.window)
+		apply(core.SourceStore)
+		counted := b.cb.Counts()
+		apply(core.SourceStore) // the fast path again
+		if n := b.cb.Counts().Requests; n != counted.Requests || counted.TotalSuccesses != 1 {
+			t.Errorf("gobreaker counted %d calls (%d successes), then %d; want the success after the failure, then no more", counted.Requests, counted.TotalSuccesses, n)
+		}
+		if c := b.Counts(); c.Successes != counted.TotalSuccesses+1 {
+			t.Errorf("Counts() = %+v; want gobreaker's %d successes and the fast path's 1", c, counted.TotalSuccesses)
+		}
+		time.Sleep(b.cfg.window + b.cfg.window/10)
+		if n := b.tally.sum(b.gen.Load(), b.now()); n != 0 {
+			t.Errorf("%d successes of the fast path counted a window later, want 0", n)
 		}
 	})
 }

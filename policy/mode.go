@@ -64,12 +64,17 @@ func (m Mode) String() string {
 func (m Mode) valid() bool { return int(m) < len(modeNames) }
 
 // share returns each of n instances' share of l (see [Degrade]), and
-// whether it is a valid limit for alg.
-func share(l core.Limit, n int64, alg core.Algorithm) (core.Limit, bool) {
+// whether it can be written at all (its period within core.MaxPeriod).
+// It does not validate the share: the local store that decides under it
+// does, once.
+func share(l core.Limit, n int64) (core.Limit, bool) {
 	if n == 1 {
 		return l, true
 	}
 	rate, period, burst := l.Rate(), l.Period(), l.Burst()
+	if rate <= 0 {
+		return core.Limit{}, false // an invalid limit: validated by the caller
+	}
 	var s core.Limit
 	if rate >= n {
 		s = core.Per(rate/n, period)
@@ -80,9 +85,5 @@ func share(l core.Limit, n int64, alg core.Algorithm) (core.Limit, bool) {
 		}
 		s = core.Per(1, period*time.Duration(k))
 	}
-	s = s.WithBurst(max(burst/n, 1))
-	if s.Validate() != nil || alg.Validate(s) != nil {
-		return core.Limit{}, false
-	}
-	return s, true
+	return s.WithBurst(max(burst/n, 1)), true
 }

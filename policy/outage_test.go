@@ -436,7 +436,7 @@ func testKillRestart(t *testing.T, cl client, mode Mode) {
 		// start within 700 ms of it: the load goes on for 5 s after the
 		// restart, and a loaded machine may open the circuit again
 		// meanwhile.
-		share, _ := share(loadLimit, instances, algorithms.TokenBucket)
+		share, _ := share(loadLimit, instances)
 		closeAt := r.since(r.firstChange(Closed, restarted))
 		var during, ramp []sample
 		for _, s := range between(samples, r.since(killed), closeAt+700*time.Millisecond) {

@@ -223,8 +223,8 @@ func testStackKillRestart(t *testing.T, cl client) {
 			closeAt = since(c.At)
 		}
 	}
-	userShare, _ := share(stackRules[0].Limit, instances, stackRules[0].Algorithm)
-	globalShare, _ := share(stackRules[1].Limit, instances, stackRules[1].Algorithm)
+	userShare, _ := share(stackRules[0].Limit, instances)
+	globalShare, _ := share(stackRules[1].Limit, instances)
 	var users [loadKeys][]stackSample
 	var global []stackSample
 	for _, s := range samples {
