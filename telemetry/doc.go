@@ -5,7 +5,8 @@
 // alert on.
 //
 // The span, named [SpanName] ("ratelimit.decide"), is INTERNAL, starts
-// from the caller's context and is passed down, so the spans of a Redis
+// from the caller's context, only when that holds a span that is sampled
+// or records (unless [WithRootSpans]), and is passed down, so the spans of a Redis
 // client's instrumentation (redisotel for go-redis, rueidisotel for
 // rueidis) nest under it. Its attributes, in the ratelimit namespace
 // ([LimiterKey], [AlgorithmKey], [AllowedKey], [RemainingKey],
