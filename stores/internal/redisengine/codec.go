@@ -214,6 +214,11 @@ func Script(req *core.Request) (*algorithms.Script, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	return scriptOf(req)
+}
+
+// scriptOf is [Script] for a request validated already.
+func scriptOf(req *core.Request) (*algorithms.Script, error) {
 	if req.Limit.IsInf() {
 		return nil, nil
 	}

@@ -166,7 +166,15 @@ func (e *Engine) Key(key string, alg core.Algorithm) string { return Key(e.prefi
 // [core.ErrUnavailable], which a policy.Breaker answers by its mode; the
 // client's error stays on the chain.
 func (e *Engine) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	script, err := Script(&req)
+	if err := req.Validate(); err != nil {
+		return core.Decision{}, err
+	}
+	return e.apply(ctx, req)
+}
+
+// apply is Apply for a request validated already.
+func (e *Engine) apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	script, err := scriptOf(&req)
 	switch {
 	case err != nil:
 		return core.Decision{}, err
@@ -242,7 +250,7 @@ func (e *Engine) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 	keys, packed, algs, at, ok := together(e.prefix, reqs, out, e.cluster)
 	switch {
 	case !ok:
-		return stores.ApplyInTurn(ctx, e, reqs, out)
+		return stores.ApplyInTurn(ctx, validated{e}, reqs, out)
 	case len(at) == 0:
 		return nil
 	}
@@ -514,4 +522,13 @@ func lastContext(round []*Entry) (ctx context.Context, stop func()) {
 		}
 		cancel()
 	}
+}
+
+// validated is the engine for requests validated already: ApplyAll's, by
+// stores.ValidateAll, when it decides them in turn.
+type validated struct{ *Engine }
+
+// Apply decides req without validating it again.
+func (v validated) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	return v.apply(ctx, req)
 }

@@ -1,7 +1,9 @@
 package redisengine_test
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -320,5 +322,40 @@ func TestHealing(t *testing.T) {
 		srv := redistest.Shared(t)
 		s := c.open(t, srv.Addr())
 		redisfaults.CheckHealing(t, srv, s, s)
+	})
+}
+
+// countingAlg is an algorithm that counts its limit's validations.
+type countingAlg struct {
+	core.Algorithm
+	n *atomic.Int64
+}
+
+func (c countingAlg) Validate(l core.Limit) error { c.n.Add(1); return c.Algorithm.Validate(l) }
+func (c countingAlg) Unwrap() core.Algorithm      { return c.Algorithm }
+
+// TestInTurnValidatesOnce decides a batch whose keys lie in different
+// Cluster slots, which the engine decides in turn: each request is
+// validated once, by ApplyAll, not again by each decision in turn.
+func TestInTurnValidatesOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, c client) {
+		s := c.open(t, redistest.SharedCluster(t).Addrs()...)
+		var n atomic.Int64
+		alg := countingAlg{algorithms.TokenBucket, &n}
+		limit := core.PerSecond(100)
+		reqs := []core.Request{
+			{Key: "in-turn-a", Algorithm: alg, Limit: limit, Cost: 1},
+			{Key: "in-turn-b", Algorithm: alg, Limit: limit, Cost: 1},
+		}
+		out := make([]core.Decision, len(reqs))
+		if err := s.ApplyAll(context.Background(), reqs, out); err != nil {
+			t.Fatal(err)
+		}
+		if !out[0].Allowed || !out[1].Allowed {
+			t.Fatalf("decisions %+v, want both allowed", out)
+		}
+		if got := n.Load(); got != int64(len(reqs)) {
+			t.Errorf("%d validations for %d requests decided in turn, want one each", got, len(reqs))
+		}
 	})
 }
