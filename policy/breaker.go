@@ -178,6 +178,7 @@ type Breaker struct {
 	openUntil   atomic.Int64               // ns after base at which an open circuit lets probes through
 	closedAt    atomic.Int64               // the process clock when the circuit last closed, or NewBreaker ran
 	runStart    int64                      // the process clock at the current run of failures' first; under gobreaker's lock
+	failedAt    atomic.Int64               // the process clock when the latest failure happened (its deadline's end, for a timeout)
 	steadyAfter atomic.Int64               // ns after base from which calls may run inline (see steady)
 	gen         atomic.Pointer[generation] // gobreaker's current generation
 	outcomes    atomic.Uint64              // gobreaker's counted failures<<1, | 1 if its last counted outcome failed (see fast.go)
@@ -250,7 +251,9 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			now := b.procNow()
 			if c.ConsecutiveFailures <= 1 {
-				b.runStart = now // a success ended the last run
+				// A success ended the last run; this failure begins one,
+				// at the instant it failed, or a concurrent one did.
+				b.runStart = min(now, b.failedAt.Load())
 			}
 			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
 				return false
@@ -546,6 +549,11 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		if !timedOut(err, late) || b.timingOut() {
 			b.unsteady()
 		}
+		// When the failure happened: its deadline's end, if it timed out.
+		// A stall between then and its report does not shorten the run
+		// it begins (see ReadyToTrip).
+		pd := t.ctx.pd
+		b.failedAt.Store(min(b.procNow(), pd.start+pd.span))
 		return failed, err
 	}
 	return excluded, err
