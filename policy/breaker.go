@@ -516,6 +516,7 @@ func (b *Breaker) settle(o outcome, err error, reqs []core.Request, out []core.D
 func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decision, inline func(context.Context) error, start int64) (outcome, error) {
 	b.calls.Add(1)
 	b.meter.awake(start)
+	frozen := b.meter.frozen()
 	t := b.deadlines.at(start)
 	var err error
 	if b.steady(start) {
@@ -525,7 +526,7 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	}
 	if err == nil {
 		// On the wall clock, the process's stalls included: see deadlines.
-		b.deadlines.observe(t, b.now()-start)
+		b.deadlines.observe(t, b.now()-start-(b.meter.frozen()-frozen))
 		return answered, nil
 	}
 	// A client may report a timeout as soon as the deadline passes, before

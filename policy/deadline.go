@@ -20,18 +20,19 @@ import (
 // where healthy replies put it, and the trip rule, which counts in
 // deadlines, opens the circuit as soon as ever.
 //
-// The deadline runs on the process clock, but the latencies it adapts to
-// are taken on the wall clock, the stalls the meter saw included. That
-// is deliberate. The meter sees a stall of the whole process (a freeze
-// at a CPU quota), not one of a thread: on a busy host the thread that
-// reads a connection can wait for a core while the meter's runs, and
-// every call on that connection is late together. Timed on the process
-// clock, the answers left the deadline shorter than those stalls, and on
-// a healthy Redis the circuit opened in 5 of 10 runs of TestBusyHost (a
-// client each) on a machine at load 5 to 17; timed on the wall clock, in
-// none of 12 beside them. The cost is
-// a deadline raised by a frozen process's freezes: a blackhole is then
-// found in four deadlines of up to the ceiling (docs/outages.md).
+// The deadline runs on the process clock, and the latencies it adapts to
+// are taken on the wall clock less the freezes: the stalls the meter saw
+// across which the process used almost no CPU time (see meter). A freeze
+// (a stop, a CPU quota spent) stops every thread, so no reply could be
+// read in it, and a latency that counted it would raise the deadline to
+// the freeze's length. A stall of one thread is kept: on a busy host the
+// thread that reads a connection can wait for a core while the meter's
+// runs, and every call on that connection is late together, so the
+// deadline must cover it. Leaving out every stall the meter saw, freezes
+// or not, opened the circuit on a healthy Redis in 5 of 10 runs of
+// TestBusyHost at load 5 to 17; keeping them all raised a frozen
+// process's deadline to its ceiling, and a blackhole then took five
+// ceilings to find.
 //
 // For a tenth of the window after [NewBreaker], and after the circuit
 // closes, every call gets the ceiling: a cold client opens its
