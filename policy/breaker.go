@@ -97,6 +97,7 @@ type Stats struct {
 // Outcomes reported to gobreaker. A success is a nil error.
 var (
 	errFailure  = errors.New("policy: store failure")
+	errLapsed   = errors.New("policy: store failure: timed out")
 	errExcluded = errors.New("policy: not counted")
 )
 
@@ -178,6 +179,8 @@ type Breaker struct {
 	openUntil   atomic.Int64               // ns after base at which an open circuit lets probes through
 	closedAt    atomic.Int64               // the process clock when the circuit last closed, or NewBreaker ran
 	runStart    int64                      // the process clock at the current run of failures' first; under gobreaker's lock
+	runLapsed   bool                       // a call of the current run timed out; under gobreaker's lock
+	lapsed      bool                       // the outcome gobreaker is counting timed out; under gobreaker's lock
 	failedAt    atomic.Int64               // the process clock when the latest failure happened (its deadline's end, for a timeout)
 	steadyAfter atomic.Int64               // ns after base from which calls may run inline (see steady)
 	gen         atomic.Pointer[generation] // gobreaker's current generation
@@ -254,18 +257,21 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 				// A success ended the last run; this failure begins one,
 				// at the instant it failed, or a concurrent one did.
 				b.runStart = min(now, b.failedAt.Load())
+				b.runLapsed = false
 			}
+			b.runLapsed = b.runLapsed || b.lapsed
 			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
 				return false
 			}
 			c.TotalSuccesses += b.tally.sum(b.gen.Load(), b.now())
-			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= runSpan*b.deadlines.timeout.Load() ||
+			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= runSpan*b.runDeadline() ||
 				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
 		},
 		OnStateChange: b.onStateChange,
 		IsExcluded:    func(err error) bool { return err == errExcluded },
 		// Called, under gobreaker's lock, for each outcome it counts.
 		IsSuccessful: func(err error) bool {
+			b.lapsed = err == errLapsed
 			o := b.outcomes.Load()
 			if err != nil {
 				b.outcomes.Store((o>>1+1)<<1 | 1)
@@ -418,7 +424,8 @@ const (
 	excluded                // not the store's failure: the error is the caller's
 	gone                    // the caller's context ended: the error is the caller's
 	excused                 // timed out while the process stalled: the mode answers, uncounted
-	failed                  // the store's failure: the mode answers
+	failed                  // the store's failure, an error it answered: the mode answers
+	lapsed                  // the store's failure, its deadline passed: the mode answers
 )
 
 // report is the outcome as gobreaker counts it: a success (nil), a
@@ -429,6 +436,8 @@ func (o outcome) report() error {
 		return nil
 	case failed:
 		return errFailure
+	case lapsed:
+		return errLapsed
 	}
 	return errExcluded
 }
@@ -496,7 +505,7 @@ func (b *Breaker) settle(o outcome, err error, reqs []core.Request, out []core.D
 	case notAsked:
 		b.rejected.Add(1)
 		return false, b.answer(reqs, out, mode)
-	case failed:
+	case failed, lapsed:
 		b.failures.Add(1)
 		return false, b.answer(reqs, out, mode)
 	case excused:
@@ -547,7 +556,11 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		// not have its time.
 		return excused, err
 	case late || IsStoreFailure(err):
-		if !timedOut(err, late) || b.timingOut() {
+		o := failed
+		if timedOut(err, late) {
+			o = lapsed
+		}
+		if o == failed || b.timingOut() {
 			b.unsteady()
 		}
 		// When the failure happened: its deadline's end, if it timed out.
@@ -555,9 +568,25 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 		// it begins (see ReadyToTrip).
 		pd := t.ctx.pd
 		b.failedAt.Store(min(b.procNow(), pd.start+pd.span))
-		return failed, err
+		return o, err
 	}
 	return excluded, err
+}
+
+// runDeadline is the deadline a run of failures is measured in (see
+// [WithTrip]), under gobreaker's lock: the per-call deadline as adapted
+// if a call of the run timed out, and its floor if every one failed with
+// an error the store gave. The adapted deadline waits out the latency a
+// busy host adds to every reply; an error (a refused connection, an OOM
+// or READONLY reply) is the store's own answer, which no stall of this
+// process can bring about, so a run of them is weighed at the floor, and
+// a killed Redis is cut off within 100 ms however high the latency had
+// raised the deadline.
+func (b *Breaker) runDeadline() int64 {
+	if b.runLapsed {
+		return b.deadlines.timeout.Load()
+	}
+	return b.deadlines.floor
 }
 
 // timedOut reports whether a failed call timed out: its deadline passed,

@@ -54,9 +54,9 @@ const (
 	maxInstances   = 1 << 20
 )
 
-// runSpan is how many per-call deadlines, as adapted, on the process
-// clock, a run of failures must span to open the circuit (see
-// [WithTrip]): longer than a stall that fails the calls in flight
+// runSpan is how many per-call deadlines, on the process clock, a run of
+// failures must span to open the circuit (see [WithTrip] and
+// runDeadline): longer than a stall that fails the calls in flight
 // together, short enough to cut off a dead store within about five
 // deadlines (40 ms at the default floor).
 const runSpan = 4
@@ -218,15 +218,19 @@ func WithProbes(n int) BreakerOption {
 //   - the failures are at least ratio (0 < ratio ≤ 1) of the calls that
 //     completed in it with a success or a failure, or
 //   - the last minFailures calls or more failed with no success between
-//     them, the first of them at least four per-call deadlines (see
-//     [WithTimeout]; 32 ms by default) before the last: the store has
-//     answered nothing for that long.
+//     them, the first of them at least four per-call deadlines before the
+//     last: the store has answered nothing for that long. The deadline is
+//     the one adapted to the store's latency if a call of the run timed
+//     out, and its floor ([WithTimeout]; 32 ms by default) if every call
+//     failed with the store's own error (a refused connection, an OOM or
+//     READONLY reply), which no stall of this process can cause.
 //
 // The defaults are [DefaultMinFailures] and [DefaultFailureRatio]: 5
 // failures, and half the calls.
 //
 // The run opens the circuit of a dead or unreachable store within about
-// five deadlines whatever the traffic, where the ratio must first
+// five deadlines whatever the traffic (a refusing one within five
+// floors), where the ratio must first
 // outweigh the window's earlier successes (on a busy service, most of a
 // window). Neither opens on a brief stall, which fails every call in
 // flight at once: such failures come within a deadline or two of one

@@ -6,11 +6,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
+	"github.com/sluicehq/sluice/stores/memstore"
+	"github.com/sluicehq/sluice/stores/storetest"
 )
 
 // tripBound is how soon after a store stops answering the circuit must
@@ -257,3 +261,80 @@ func (b *Breaker) timeoutNow() time.Duration { return time.Duration(b.deadlines.
 // ceiling, which a call's latency bound allows for, since the deadline
 // in force when a fault began may have adapted that far.
 func (b *Breaker) maxDeadline() time.Duration { return time.Duration(b.deadlines.ceiling) }
+
+// TestRunOfRefusals checks, in virtual time, what a run of failures is
+// weighed in once Redis's latency has raised the per-call deadline to its
+// ceiling: a run of refusals (errors the store answered, as a killed or
+// OOM Redis gives) opens the circuit after four deadlines at the floor,
+// which no stall of the process can bring about, while a run of timeouts
+// (a blackhole) must span four deadlines as adapted, which a busy host's
+// stalls may need. The window's earlier successes outweigh the failures
+// throughout, so the run, not the ratio, opens the circuit.
+func TestRunOfRefusals(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []string{"refused", "blackholed"} {
+		t.Run(fault, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem, err := memstore.New(memstore.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := storetest.NewFaulty(mem)
+				b := newBreaker(t, f)
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				defer func() {
+					close(stop)
+					wg.Wait()
+					f.Heal()
+					time.Sleep(time.Second) // the calls still detached end
+				}()
+				for g := range 64 {
+					wg.Go(func() {
+						req := core.Request{Key: "k" + strconv.Itoa(g), Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000), Cost: 1}
+						time.Sleep(time.Duration(g) * 10 * time.Millisecond / 64) // a steady flow of calls
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							req.Now = time.Now()
+							b.Apply(context.Background(), req)
+							time.Sleep(10 * time.Millisecond)
+						}
+					})
+				}
+				// Replies slow down step by step, as a host gets busier,
+				// and the deadline follows them up to its ceiling.
+				for _, lat := range []time.Duration{2, 5, 10, 20, 40} {
+					f.SetLatency(lat * time.Millisecond)
+					time.Sleep(500 * time.Millisecond)
+				}
+				if got := b.timeoutNow(); got != DefaultMaxTimeout || b.BreakerChanges() != 0 {
+					t.Fatalf("over replies of 40 ms the deadline adapted to %v, want its ceiling %v, and the circuit changed state %d times", got, DefaultMaxTimeout, b.BreakerChanges())
+				}
+				began := time.Now()
+				if fault == "refused" {
+					f.SetLatency(0)
+					f.Fail(storetest.ErrOutage)
+				} else {
+					defer f.Blackhole()()
+				}
+				opened, ok := waitState(b, Open, 5*time.Second)
+				took := opened.Sub(began)
+				if !ok {
+					t.Fatalf("the circuit did not open within 5 s (%+v)", b.Stats())
+				}
+				t.Logf("%s: opened %v after the fault (deadline %v, floor %v)", fault, took, DefaultMaxTimeout, DefaultTimeout)
+				lo, hi := runSpan*DefaultTimeout, (runSpan+2)*DefaultTimeout
+				if fault == "blackholed" {
+					lo, hi = runSpan*DefaultMaxTimeout, (runSpan+2)*DefaultMaxTimeout
+				}
+				if took < lo || took > hi {
+					t.Errorf("%s: the circuit opened %v after the fault, want between %v and %v", fault, took, lo, hi)
+				}
+			})
+		})
+	}
+}
