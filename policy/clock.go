@@ -177,11 +177,15 @@ const freezeShare = 4
 func (m *meter) frozen() int64 { return m.last.Load().frozen }
 
 // at returns the process clock at the wall instant now (ns after base).
-// Read at instants in order, it does not go back. While the meter rests
-// it keeps pace with the wall clock: no call is being timed. now is the
-// present: an instant before the last reading is projected back at the
-// wall clock's pace, counting in full any stall since, so a span is
-// timed by readings taken at its start and at its end.
+// While the meter rests it keeps pace with the wall clock: no call is
+// being timed. now is the present: an instant before the last reading is
+// projected back from it at the wall clock's pace, counting in full any
+// stall since, so a span is timed by readings taken at its start and at
+// its end. Read at instants in order, the clock does not go back from one
+// reading to the next if both instants follow the latest reading; an
+// instant read just before a reading that records a stall and one just
+// after can come out lower, by at most the stall, so a span read that
+// way may be a little below zero, and its readers count it as zero.
 func (m *meter) at(now int64) int64 {
 	r := m.last.Load()
 	if m.resting.Load() {
