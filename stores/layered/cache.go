@@ -43,6 +43,22 @@ type denial struct {
 	at, retryAt, until int64
 }
 
+// repeats reports whether d, the remote's denial of req, is the one dn
+// holds: the same answer to the same request, as the denials of one
+// round of calls on a hot key are (decided at one instant of the server's
+// clock, none of them charging). Either serves alike, so the cache keeps
+// dn and allocates nothing; a denial timed from another caller's start
+// is as sound as this one's, as each was sent before the remote decided.
+func (dn *denial) repeats(req *core.Request, d core.Decision) bool {
+	if dn.limit != req.Limit || dn.cost != req.Cost || dn.d != d {
+		return false
+	}
+	if req.Now.IsZero() {
+		return !dn.explicit
+	}
+	return dn.explicit && dn.at == req.Now.UnixMicro()
+}
+
 // cachedDenial answers req from the entry's denial if it can; now is the
 // local clock, for requests without an explicit Now.
 //

@@ -557,3 +557,35 @@ func TestConcurrencyNotCached(t *testing.T) {
 		t.Errorf("after a release elsewhere = %s, want allowed by the remote", describe(d))
 	}
 }
+
+// TestRepeatedDenialAllocatesNothing has the remote give the same denial
+// again and again, as it gives the calls of one round on a hot key, each
+// after the cached one has lapsed: the denial cached first stands, and
+// asking costs no allocation.
+func TestRepeatedDenialAllocatesNothing(t *testing.T) {
+	deny := core.Decision{Limit: 1, RetryAfter: time.Microsecond, ResetAfter: time.Microsecond}
+	var calls atomic.Int64
+	remote := stores.Func(func(context.Context, core.Request) (core.Decision, error) {
+		calls.Add(1)
+		return deny, nil
+	})
+	now := time.Unix(1_000_000, 0)
+	s := newLayered(t, remote, layered.Config{Now: func() time.Time {
+		now = now.Add(time.Millisecond) // past every cached denial
+		return now
+	}})
+	ctx := context.Background()
+	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1}
+	s.Apply(ctx, req)
+	allocs := testing.AllocsPerRun(100, func() {
+		if d, err := s.Apply(ctx, req); err != nil || d.Allowed || d.Source == core.SourceCache {
+			t.Fatalf("Apply = %+v, %v; want the remote's denial", d, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a repeated denial costs %v allocations, want 0", allocs)
+	}
+	if n := calls.Load(); n != 102 {
+		t.Errorf("remote called %d times, want 102 (every call)", n)
+	}
+}

@@ -409,6 +409,12 @@ func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *l
 		if s.epoch.Load() != epoch {
 			break // a Reset overlapped the call
 		}
+		if e == nil {
+			e = s.entry(sh, k)
+		}
+		if dn := e.deny.Load(); dn != nil && dn.repeats(req, d) {
+			break // the denial cached stands: nothing to allocate
+		}
 		dn := &denial{limit: req.Limit, cost: req.Cost, d: d}
 		if req.Now.IsZero() {
 			dn.retryAt = start + int64(d.RetryAfter)
@@ -419,9 +425,6 @@ func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *l
 			dn.at = start
 		} else {
 			dn.explicit, dn.at = true, req.Now.UnixMicro()
-		}
-		if e == nil {
-			e = s.entry(sh, k)
 		}
 		e.deny.Store(dn)
 		if s.epoch.Load() != epoch {
