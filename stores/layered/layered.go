@@ -399,10 +399,11 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 // remember updates the key's cached denial with the remote's answer d to
 // req, sent at start on the local clock when the epoch was epoch; applied
 // reports whether req took effect (for a request of a batch, whether the
-// whole batch was admitted). A denial is remembered, an applied charge
-// forgets the denial, an applied refund forgets every denial decided
-// before it. A request admitted in a denied batch changed nothing, and
-// leaves the denial as it was.
+// whole batch was admitted). A denial is remembered (unless the cached
+// one is the same answer: see repeats), an applied charge forgets the
+// denial, an applied refund forgets every denial decided before it. A
+// request admitted in a denied batch changed nothing, and leaves the
+// denial as it was.
 func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64, epoch uint64) {
 	switch {
 	case !d.Allowed && req.Cost > 0 && req.Op != core.OpReserve && req.Op != core.OpAtMost && d.RetryAfter > 0 && !d.Unsatisfiable() && !core.Leases(req.Algorithm):
