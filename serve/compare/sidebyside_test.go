@@ -330,6 +330,7 @@ func measure(t *testing.T, set sideSettings, r *redistest.Server, c contender, w
 			}
 			return cold.Requests(worker, i)
 		},
+		Prebuilt: []*loadgen.Workload{hot, cold},
 		Observe: func(worker, i int, resp *rlsv3.RateLimitResponse) {
 			if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 				return

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -39,6 +40,9 @@ import (
 )
 
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(loadgen.GCPercent)
+	}
 	os.Exit(run(os.Args[1:]))
 }
 
@@ -90,6 +94,7 @@ func run(args []string) int {
 		Warmup:   *warmup,
 		Duration: *duration,
 		Requests: w.Requests,
+		Prebuilt: []*loadgen.Workload{w},
 	})
 	if err != nil && res.RPCs == 0 {
 		fmt.Fprintln(os.Stderr, "rlsload:", err)

@@ -1,0 +1,114 @@
+package loadgen
+
+import (
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// TestReplyDecodesAsProtobuf decodes responses one after another into one
+// reply, as a worker does, and checks each against protobuf's decoding:
+// fewer statuses after more, a status without a limit or a reset after
+// one with, and fields the reply leaves to protobuf.
+func TestReplyDecodesAsProtobuf(t *testing.T) {
+	full := func(code rlsv3.RateLimitResponse_Code, name string, secs int64, nanos int32) *rlsv3.RateLimitResponse_DescriptorStatus {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{
+			Code:               code,
+			CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: 1000000, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE},
+			LimitRemaining:     4294967295,
+			DurationUntilReset: &durationpb.Duration{Seconds: secs, Nanos: nanos},
+		}
+	}
+	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	resps := []*rlsv3.RateLimitResponse{
+		{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{full(ok, "", 59, 0), full(ok, "tenant", 1, 500), full(ok, "", 0, 0)}},
+		{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{full(over, "", 12, -1)}},
+		{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: ok}, {Code: ok, LimitRemaining: 7}}},
+		{},
+		{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{full(over, "é", -3, 0)},
+			ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "RateLimit-Limit", Value: "5"}}},
+		{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{full(ok, "", 1, 0), full(ok, "", 2, 0), full(ok, "", 3, 0), full(ok, "", 4, 0)}},
+		{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{full(ok, "x", 5, 0)}},
+	}
+	c := newCodec()
+	r := new(reply)
+	for i, want := range resps {
+		b, err := proto.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Split in two buffers, as a response may arrive.
+		data := mem.BufferSlice{mem.SliceBuffer(b[:len(b)/2]), mem.SliceBuffer(b[len(b)/2:])}
+		if err := c.Unmarshal(data, r); err != nil {
+			t.Fatalf("response %d: Unmarshal: %v", i, err)
+		}
+		if !proto.Equal(&r.msg, want) {
+			t.Errorf("response %d: decoded %v, want %v", i, &r.msg, want)
+		}
+	}
+}
+
+// TestReplyRefusesWhatDoesNotParse checks that bytes protobuf refuses are
+// refused, not decoded in part.
+func TestReplyRefusesWhatDoesNotParse(t *testing.T) {
+	b, err := proto.Marshal(&rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := new(reply)
+	if err := r.unmarshal(b[:len(b)-1]); err == nil {
+		t.Errorf("unmarshal of a truncated response = nil error, want protobuf's")
+	}
+}
+
+// TestCodecEncodesOnce checks that a request is sent as first encoded,
+// or as encoded before the run, and that the bytes are protobuf's.
+func TestCodecEncodesOnce(t *testing.T) {
+	w, err := Keyed("bench", "x-", 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCodec()
+	req := w.Request(1)
+	first, err := c.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &first[0].ReadOnlyData()[0] != &again[0].ReadOnlyData()[0] {
+		t.Errorf("Marshal encoded the same request twice")
+	}
+	want, _ := proto.Marshal(req)
+	if got := first.Materialize(); string(got) != string(want) {
+		t.Errorf("Marshal = %x, want protobuf's %x", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { c.Marshal(req) }); n != 0 {
+		t.Errorf("Marshal of an encoded request allocates %v times, want 0", n)
+	}
+	// A prebuilt workload's requests are encoded before the first call.
+	c = newCodec()
+	if err := c.encode(w.reqs); err != nil {
+		t.Fatal(err)
+	}
+	for k := range w.Keys() {
+		b, err := c.Marshal(w.Request(k))
+		want, _ := proto.Marshal(w.Request(k))
+		if err != nil || string(b.Materialize()) != string(want) {
+			t.Errorf("Marshal(prebuilt request %d) = %x, %v; want %x", k, b.Materialize(), err, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { c.Marshal(req) }); n != 0 {
+		t.Errorf("Marshal of a prebuilt request allocates %v times, want 0", n)
+	}
+	if _, ok := c.encoded.Load(req); ok {
+		t.Errorf("a prebuilt request was encoded again when sent")
+	}
+}
