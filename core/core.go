@@ -276,7 +276,7 @@ func (r *Request) Validate() error {
 	// every invalid request, take the checks below, which say what is
 	// wrong.
 	if uint(len(r.Key)-1) < MaxKeyLen && r.Algorithm != nil && uint64(r.Cost) <= MaxUnits &&
-		r.Op <= OpRefund && r.MaxWait == 0 && r.MaxQueue|r.Lease == 0 && r.Now.IsZero() && r.Limit.valid {
+		r.Op <= OpRefund && r.MaxWait == 0 && r.MaxQueue|r.Lease == 0 && r.Now.IsZero() && r.Limit.valid() {
 		return r.Algorithm.Validate(r.Limit)
 	}
 	return r.validate()
@@ -314,7 +314,7 @@ func (r *Request) validate() error {
 	if err := r.Limit.Validate(); err != nil {
 		return err
 	}
-	if r.Limit.inf {
+	if r.Limit.IsInf() {
 		return nil
 	}
 	if r.Op == OpReserve && !Reserves(r.Algorithm) {

@@ -37,17 +37,27 @@ const MaxPeriod = time.Duration(1<<50) * time.Microsecond
 // Internally a Limit keeps its rate in exact integer form (see
 // [Limit.Units]) so that every store reaches the same decision.
 type Limit struct {
-	rate   int64 // events per period
-	period int64 // microseconds
-	burst  int64
 	unit   int64 // units per token: period / gcd(period, rate)
 	refill int64 // units per microsecond: rate / gcd(period, rate)
-	inf    bool
-	valid  bool // check passed when the limit was built
+	burst  int64
+	form   int64 // gcd(period, rate), and the flags below
 }
 
+// A Limit is four words, so that a request carrying one stays small: its
+// rate and period are its units times the gcd kept in form's low bits, and
+// form's high bits say whether it is valid (the sign bit, tested on every
+// request), [Inf], or a period that is not a whole number of microseconds.
+// A limit whose rate or period is unusable keeps them as given, with a gcd
+// of 1, so that Validate and String can say what is wrong.
+const (
+	formValid    = math.MinInt64 // check passed when the limit was built
+	formInf      = 1 << 61
+	formFraction = 1 << 60 // the period is not a whole number of µs
+	formGCD      = 1<<60 - 1
+)
+
 // Inf is the limit that admits every request and keeps no state.
-var Inf = Limit{inf: true}
+var Inf = Limit{form: formInf}
 
 // PerSecond returns a limit of n events per second with a burst of n.
 func PerSecond(n int64) Limit { return Per(n, time.Second) }
@@ -69,20 +79,30 @@ func Every(d time.Duration) Limit { return Per(1, d) }
 // is kept in whole microseconds; a period that is not a positive whole
 // number of microseconds makes the limit invalid.
 func Per(n int64, period time.Duration) Limit {
-	l := Limit{rate: n, burst: n}
+	micros := int64(period / time.Microsecond)
 	if period <= 0 || period%time.Microsecond != 0 || n <= 0 {
 		// Keep what the caller gave so Validate and String can say what
 		// is wrong with it.
-		l.period = int64(period / time.Microsecond)
-		if period > 0 && l.period == 0 {
-			l.period = -1 // sub-microsecond
+		l := Limit{unit: micros, refill: n, burst: n, form: 1}
+		switch {
+		case period > 0 && micros == 0:
+			l.unit = -1 // sub-microsecond
+		case period > 0 && period%time.Microsecond != 0:
+			l.form |= formFraction
 		}
 		return l
 	}
-	l.period = int64(period / time.Microsecond)
-	g := gcd(l.period, n)
-	l.unit, l.refill = l.period/g, n/g
-	l.valid = l.check() == nil
+	g := gcd(micros, n)
+	l := Limit{unit: micros / g, refill: n / g, burst: n, form: g}
+	return l.checked()
+}
+
+// checked returns l marked valid if it passes check, else unmarked.
+func (l Limit) checked() Limit {
+	l.form &^= formValid
+	if l.check() == nil {
+		l.form |= formValid
+	}
 	return l
 }
 
@@ -90,28 +110,34 @@ func Per(n int64, period time.Duration) Limit {
 // admit at most b at once; the window algorithms count Rate per window and
 // take no notice of the burst. [Inf] has no burst: Inf.WithBurst(b) is Inf.
 func (l Limit) WithBurst(b int64) Limit {
-	if l.inf {
+	if l.IsInf() {
 		return l
 	}
 	l.burst = b
-	l.valid = l.check() == nil
-	return l
+	return l.checked()
 }
 
 // Rate returns the number of events l admits per [Limit.Period].
-func (l Limit) Rate() int64 { return l.rate }
+func (l Limit) Rate() int64 { return l.refill * l.gcd() }
 
 // Period returns the period over which [Limit.Rate] events are admitted.
-func (l Limit) Period() time.Duration { return time.Duration(l.period) * time.Microsecond }
+func (l Limit) Period() time.Duration { return time.Duration(l.PeriodMicros()) * time.Microsecond }
 
 // PeriodMicros returns the period in whole microseconds.
-func (l Limit) PeriodMicros() int64 { return l.period }
+func (l Limit) PeriodMicros() int64 { return l.unit * l.gcd() }
+
+// gcd returns gcd(period, rate) of a limit built from a usable rate and
+// period, 1 for one built from others, and 0 for the zero Limit and [Inf].
+func (l Limit) gcd() int64 { return l.form & formGCD }
 
 // Burst returns the largest cost the bucket algorithms admit at once.
 func (l Limit) Burst() int64 { return l.burst }
 
 // IsInf reports whether l is [Inf].
-func (l Limit) IsInf() bool { return l.inf }
+func (l Limit) IsInf() bool { return l.form&formInf != 0 }
+
+// valid reports whether l passed [Limit.check] when it was built.
+func (l Limit) valid() bool { return l.form < 0 }
 
 // Units returns the rate in exact integer form: a token is perToken units
 // and perMicro units accrue each microsecond, so perMicro/perToken tokens
@@ -125,7 +151,7 @@ func (l Limit) Units() (perToken, perMicro int64) { return l.unit, l.refill }
 // [ErrInvalidLimit] that says what is wrong. Algorithms may reject further
 // limits whose arithmetic would not be exact (see [MaxExact]).
 func (l Limit) Validate() error {
-	if l.valid || l.inf {
+	if l.valid() || l.IsInf() {
 		return nil // checked when built: Validate runs on every request
 	}
 	return l.check()
@@ -141,18 +167,19 @@ func (l Limit) check() error {
 // problem says what is wrong with l, or returns "" if nothing is. check
 // and [ParseLimit] wrap it in [ErrInvalidLimit], each with its own context.
 func (l Limit) problem() string {
+	rate, period := l.Rate(), l.PeriodMicros()
 	switch {
-	case l.rate <= 0:
-		return fmt.Sprintf("rate %d must be at least 1", l.rate)
-	case l.rate > MaxUnits:
-		return fmt.Sprintf("rate %d exceeds 2^52", l.rate)
-	case l.period == -1:
+	case rate <= 0:
+		return fmt.Sprintf("rate %d must be at least 1", rate)
+	case rate > MaxUnits:
+		return fmt.Sprintf("rate %d exceeds 2^52", rate)
+	case period == -1:
 		return "period must be at least 1µs"
-	case l.period <= 0:
+	case period <= 0:
 		return "period must be positive"
-	case l.period > int64(MaxPeriod/time.Microsecond):
+	case period > int64(MaxPeriod/time.Microsecond):
 		return fmt.Sprintf("period %v is longer than %v", l.Period(), MaxPeriod)
-	case l.unit == 0:
+	case l.form&formFraction != 0:
 		return "period must be a whole number of microseconds"
 	case l.burst <= 0:
 		return fmt.Sprintf("burst %d must be at least 1", l.burst)
@@ -167,11 +194,11 @@ func (l Limit) problem() string {
 // ("1 req/250ms (burst 1)"). It is for people to read; [Limit.MarshalText]
 // gives the form [ParseLimit] reads back ("10/s burst 50").
 func (l Limit) String() string {
-	if l.inf {
+	if l.IsInf() {
 		return "unlimited"
 	}
 	var per string
-	switch l.period {
+	switch l.PeriodMicros() {
 	case 1e6:
 		per = "s"
 	case 60e6:
@@ -183,7 +210,7 @@ func (l Limit) String() string {
 	default:
 		per = l.Period().String()
 	}
-	return strconv.FormatInt(l.rate, 10) + " req/" + per + " (burst " + strconv.FormatInt(l.burst, 10) + ")"
+	return strconv.FormatInt(l.Rate(), 10) + " req/" + per + " (burst " + strconv.FormatInt(l.burst, 10) + ")"
 }
 
 func gcd(a, b int64) int64 {

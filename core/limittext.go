@@ -121,12 +121,12 @@ func (l Limit) MarshalText() ([]byte, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	if l.inf {
+	if l.IsInf() {
 		return []byte(unlimited), nil
 	}
-	b := strconv.AppendInt(nil, l.rate, 10)
+	b := strconv.AppendInt(nil, l.Rate(), 10)
 	b = append(b, '/')
-	switch l.period {
+	switch l.PeriodMicros() {
 	case 1e6:
 		b = append(b, 's')
 	case 60e6:
@@ -138,7 +138,7 @@ func (l Limit) MarshalText() ([]byte, error) {
 	default:
 		b = append(b, shortDuration(l.Period())...)
 	}
-	if l.burst != l.rate {
+	if l.burst != l.Rate() {
 		b = append(b, " burst "...)
 		b = strconv.AppendInt(b, l.burst, 10)
 	}

@@ -28,7 +28,7 @@ func Run(s *State, req *Request, clock int64) Decision {
 	if !req.Now.IsZero() {
 		now = req.Now.UnixMicro()
 	}
-	if req.Limit.inf {
+	if req.Limit.IsInf() {
 		d := Unlimited()
 		d.At = micros(now)
 		if req.Op == OpAtMost {
@@ -81,7 +81,7 @@ func runAllAtMost(states []State, reqs []Request, clock int64, out []Decision) b
 	fits := int64(math.MaxInt64)
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Limit.inf {
+		if r.Limit.IsInf() {
 			continue
 		}
 		now := clock
@@ -93,7 +93,7 @@ func runAllAtMost(states []State, reqs []Request, clock int64, out []Decision) b
 	take := max(fits, 1)
 	all := true
 	for i := range reqs {
-		if reqs[i].Limit.inf {
+		if reqs[i].Limit.IsInf() {
 			out[i] = Run(&states[i], &reqs[i], clock) // all of its cost
 			continue
 		}
