@@ -9,7 +9,6 @@
 -- many slots a key may hold, period a lease's time to live; lease 0 is
 -- anonymous.
 
-local HEAD = 40 -- bytes of T, A, B, C, E
 local slots = {} -- the live slots: {at, id}
 if state and now < E then
 	for i = 0, (#state - HEAD) / 16 - 1 do

@@ -4,13 +4,13 @@
 -- scripts.go).
 -- The calling convention is core.Script's:
 --
--- ENTRIES  whether the algorithm's states hold entries after the five
+-- ENTRIES  whether the algorithm's states hold entries after the six
 --          numbers (the sliding window log's and concurrency's do).
--- KEY      the key's state (KEYS[1] in a script of one decision): five
+-- KEY      the key's state (KEYS[1] in a script of one decision): six
 --          little-endian doubles T, A, B, C, E (core.State's Last,
---          Vals[0], Vals[1], Vals[2] and Expires), then, for the sliding
---          window log and the concurrency algorithm, their entries as
---          pairs of doubles.
+--          Vals[0], Vals[1], Vals[2] and Expires) and X (the key's
+--          expiry, see conclude.lua), then, for the sliding window log and
+--          the concurrency algorithm, their entries as pairs of doubles.
 -- ARG, AT  the request: the ten doubles of ARG from its byte AT (ARGV[1]
 --          and 1 in a script of one decision; MultiScript reads each of
 --          its requests where it lies in its ARGV[1], making no string of
@@ -52,9 +52,10 @@ end
 -- a second on the server's clock; a minute for a request at an instant of
 -- its own, whose clock has nothing to do with the one Redis expires keys
 -- by (a replay, a test), so that a pause between its requests does not
--- drop a key it still needs.
-local margin = 60000
-if now < 0 then
+-- drop a key it still needs. ontime says the decision is on the server's
+-- clock, the one Redis expires keys by (see conclude.lua).
+local margin, ontime = 60000, now < 0
+if ontime then
 	-- TIME in a script is safe since Redis 5: scripts replicate their
 	-- effects, not themselves. Lua turns its two decimal strings into
 	-- numbers in the arithmetic.
@@ -85,24 +86,24 @@ end
 if state == nil then
 	state = redis.pcall('GET', KEY)
 end
-local T, A, B, C, E = 0, 0, 0, 0, 0
+local T, A, B, C, E, X = 0, 0, 0, 0, 0, 0
 local healed = false
 if type(state) == 'table' then -- an error reply: WRONGTYPE
 	state, healed = false, true
 elseif state then
 	local size = #state
-	if size ~= 40 and (not ENTRIES or size < 40 or (size - 40) % 16 ~= 0) then
+	if size ~= HEAD and (not ENTRIES or size < HEAD or (size - HEAD) % 16 ~= 0) then
 		state, healed = false, true
 	else
-		T, A, B, C, E = struct.unpack('<ddddd', state)
+		T, A, B, C, E, X = struct.unpack('<dddddd', state)
 		-- x % 1 is in [0, 1) for a finite x, 0 for an integer, and NaN
-		-- for an infinity or NaN, so the sum is 0 only if all five
+		-- for an infinity or NaN, so the sum is 0 only if all six
 		-- are integers.
-		if T % 1 + A % 1 + B % 1 + C % 1 + E % 1 ~= 0
+		if T % 1 + A % 1 + B % 1 + C % 1 + E % 1 + X % 1 ~= 0
 			or T > MAXEXACT or T < -MAXEXACT or A > MAXEXACT or A < -MAXEXACT
 			or B > MAXEXACT or B < -MAXEXACT or C > MAXEXACT or C < -MAXEXACT
-			or E > MAXEXACT or E < -MAXEXACT then
-			state, healed, T, A, B, C, E = false, true, 0, 0, 0, 0, 0
+			or E > MAXEXACT or E < -MAXEXACT or X > MAXEXACT or X < 0 then
+			state, healed, T, A, B, C, E, X = false, true, 0, 0, 0, 0, 0, 0
 		end
 	end
 end

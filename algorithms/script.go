@@ -42,8 +42,11 @@ import (
 //     One string costs the server and the client less than an array of
 //     ten integers.
 //
-// A script that writes sets a TTL on the key no longer than the time the
-// state matters (its Expires, see [core.State]) plus a margin.
+// A script that writes leaves the key a TTL no shorter than the time the
+// state matters (its Expires, see [core.State]) plus a margin, and no
+// longer than that plus a second; a key's value records the expiry it
+// was last given, so that a write the expiry covers keeps it (SET …
+// KEEPTTL, a plain write) rather than setting it again (conclude.lua).
 //
 // One packed argument rather than ten decimal ones saves the server ten
 // number conversions and the client ten allocations per decision.

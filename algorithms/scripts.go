@@ -78,7 +78,9 @@ for pass = 1, 2 do
 if most then
 	take = max(min(remaining, most), 1)
 else
-	if dirty then
+	if keep then
+		redis.call('SET', KEY, value, 'KEEPTTL')
+	elseif dirty then
 		redis.call('PSETEX', KEY, ttl, value)
 	elseif healed then
 		redis.call('DEL', KEY)
@@ -109,7 +111,9 @@ func multi() *Script {
 local n = #KEYS
 local size = #ARGV[1] / n
 local out, nout = {}, 0 -- the replies, nout of them
-local PENDING, pttl, order, norder = {}, {}, {}, 0 -- the writes, their TTLs, their keys in turn
+-- The writes, their TTLs (none for a key that keeps its own, see
+-- conclude.lua), their keys in turn.
+local PENDING, pttl, order, norder = {}, {}, {}, 0
 -- Every distinct key's value, read at the start by MGET (a few hundred
 -- keys at a time, within what unpack may return): one command reads them
 -- all, where a GET each would cost Redis a command a request, and a key
@@ -161,7 +165,7 @@ else
 	all = all and allowed
 	if dirty then
 		nw = nw + 1
-		wkeys[nw], wttls[nw], wvalues[nw], whealed[nw] = KEY, ttl, value, healed
+		wkeys[nw], wttls[nw], wvalues[nw], whealed[nw] = KEY, ttl or false, value, healed
 	elseif healed then
 		nu = nu + 1
 		unread[nu] = KEY
@@ -180,7 +184,13 @@ if all then
 			norder = norder + 1
 			order[norder] = k
 		end
-		PENDING[k], pttl[k] = wvalues[j], wttls[j]
+		-- A write that keeps the key's TTL after one that sets it in
+		-- this call leaves that TTL to be set: the state it read was
+		-- the pending one, whose X is that TTL's.
+		PENDING[k] = wvalues[j]
+		if wttls[j] then
+			pttl[k] = wttls[j]
+		end
 	end
 else
 	for j = 1, nw do
@@ -208,8 +218,10 @@ end
 local digits = {}
 for j = 1, norder do
 	local k = order[j]
-	if PENDING[k] then
-		local ttl = pttl[k]
+	local ttl = pttl[k]
+	if not PENDING[k] then
+		redis.call('DEL', k)
+	elseif ttl then
 		local d = digits[ttl]
 		if not d then
 			d = string.format('%d', ttl)
@@ -217,7 +229,7 @@ for j = 1, norder do
 		end
 		redis.call('PSETEX', k, d, PENDING[k])
 	else
-		redis.call('DEL', k)
+		redis.call('SET', k, PENDING[k], 'KEEPTTL')
 	end
 end
 return table.concat(out)

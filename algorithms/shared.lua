@@ -12,6 +12,10 @@
 
 local NEVER = -1 -- retry-after of a cost above capacity (core.RetryNever)
 local MAXEXACT = 9007199254740992 -- 2^53: every number of a state is an integer below
+local HEAD = 48 -- bytes of a state's six numbers, T, A, B, C, E, X (prelude.lua)
+-- A key in use on the server's clock lives up to SLACK ms beyond its TTL's
+-- margin, so that most of its writes keep its TTL (see conclude.lua).
+local SLACK = 1000
 
 -- Integer division, exact: for integers |a| < 2^53 and b >= 1, the double
 -- a / b is off from the true quotient q by at most |q| * 2^-53 < 1 / b,

@@ -10,7 +10,6 @@
 -- only those it needs: the ones that have left the window, and for a
 -- denial the ones that must leave.
 
-local HEAD = 40 -- bytes of T, A, B, C, E
 local n = 0
 if state then
 	n = (#state - HEAD) / 16

@@ -48,12 +48,16 @@ func Corruptions() []Corruption {
 		{"hash", do("HSET", "f", "v")},
 		{"string", do("SET", "hello")},
 		{"empty", do("SET", "")},
-		{"inf", do("SET", packed(inf, inf, inf, inf, inf))},
-		{"nan", do("SET", packed(nan, 0, 0, 0, nan))},
-		{"huge", do("SET", packed(1, 1e300, 0, 0, 2))},
-		{"fraction", do("SET", packed(1.5, 0, 0, 0, 4e15))},
+		{"inf", do("SET", packed(inf, inf, inf, inf, inf, inf))},
+		{"nan", do("SET", packed(nan, 0, 0, 0, nan, 0))},
+		{"huge", do("SET", packed(1, 1e300, 0, 0, 2, 0))},
+		{"fraction", do("SET", packed(1.5, 0, 0, 0, 4e15, 0))},
+		// A key's expiry (the sixth number) before the epoch.
+		{"expiry", do("SET", packed(1, 0, 0, 0, 2, -1000))},
+		// The head of an older format: five numbers.
+		{"five", do("SET", packed(1, 0, 0, 0, 2))},
 		// A well-formed head whose E is far off, then an entry of +Inf.
-		{"entry", do("SET", packed(1, 1, 0, 0, 4e15)+packed(inf, 1))},
+		{"entry", do("SET", packed(1, 1, 0, 0, 4e15, 0)+packed(inf, 1))},
 	}
 }
 

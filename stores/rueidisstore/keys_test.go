@@ -66,7 +66,8 @@ func TestBracesCannotPickASlot(t *testing.T) {
 
 // TestEveryKeyHasATTL runs every algorithm over many keys, limits and
 // costs on the Cluster and checks that each key written expires, no later
-// than its algorithm's horizon plus the second's margin.
+// than its algorithm's horizon plus the second's margin and, for a key
+// written again, the second's slack by which it keeps its TTL.
 func TestEveryKeyHasATTL(t *testing.T) {
 	t.Parallel()
 	cluster := redistest.SharedCluster(t)
@@ -110,8 +111,8 @@ func TestEveryKeyHasATTL(t *testing.T) {
 				t.Errorf("unexpected key %q", key)
 			case ms < 0:
 				t.Errorf("key %q has PTTL %d: it never expires", key, ms)
-			case time.Duration(ms)*time.Millisecond > h+time.Second+time.Millisecond:
-				t.Errorf("key %q expires in %dms, beyond its horizon %v and the second's margin", key, ms, h)
+			case time.Duration(ms)*time.Millisecond > h+2*time.Second+time.Millisecond:
+				t.Errorf("key %q expires in %dms, beyond its horizon %v, the second's margin and the second's slack", key, ms, h)
 			}
 			checked++
 		}

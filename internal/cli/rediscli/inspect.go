@@ -113,10 +113,10 @@ func inspect(ctx context.Context, client redis.UniversalClient, prefix, key stri
 		fmt.Fprintf(tw, "state\tnone: the key is fresh (never charged, or forgotten)\n")
 	case err != nil:
 		return fmt.Errorf("redis: %w", err)
-	case len(value) < 40 || len(value)%16 != 8:
-		return fmt.Errorf("%s holds %d bytes, not a sluice state (5 doubles and pairs)", rkey, len(value))
+	case len(value) < 48 || len(value)%16 != 0:
+		return fmt.Errorf("%s holds %d bytes, not a sluice state (6 doubles and pairs)", rkey, len(value))
 	default:
-		var f [5]int64
+		var f [6]int64
 		for i := range f {
 			f[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64(value[8*i:])))
 		}
@@ -124,7 +124,10 @@ func inspect(ctx context.Context, client redis.UniversalClient, prefix, key stri
 		fmt.Fprintf(tw, "last change\t%s (Last)\n", at(f[0]))
 		fmt.Fprintf(tw, "forgotten from\t%s (Expires), in %v\n", at(f[4]), time.Duration(f[4]-now.UnixMicro())*time.Microsecond)
 		fmt.Fprintf(tw, "fields\tVals=%v\n", f[1:4])
-		if n := (len(value) - 40) / 16; n > 0 {
+		if f[5] > 0 {
+			fmt.Fprintf(tw, "lives until at least\t%s (the key's expiry as last set)\n", at(f[5]))
+		}
+		if n := (len(value) - 48) / 16; n > 0 {
 			fmt.Fprintf(tw, "entries\t%d\n", n)
 		}
 		ttl, err := client.PTTL(ctx, rkey).Result()
