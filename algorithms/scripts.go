@@ -136,6 +136,14 @@ for first = 1, nd, 256 do
 	end
 end
 local wkeys, wttls, wvalues, whealed, unread = {}, {}, {}, {}, {}
+-- The last decision that wrote nothing, charged no partial admission and
+-- healed nothing: the state it read (a value, or false for none), its
+-- algorithm, its request's bytes, its reply and whether it admitted. A
+-- decision is a function of these and the script's clock alone, so a
+-- request that repeats it on the same state gets its reply without being
+-- decided again: the many denials of a hot key in one call cost a
+-- comparison each.
+local lstate, lalg, larg, lreply, lallowed
 local g = 1
 while g <= n do
 local h = g -- the group is requests g to h
@@ -155,6 +163,22 @@ for pass = 1, 2 do
 for i = g, h do
 local KEY, ARG, AT = KEYS[i], ARGV[1], size * (i - 1) + 1
 local alg = string.byte(ARGV[2], i)
+local arg -- the request's bytes, where its state is the last decision's
+if lstate ~= nil and alg == lalg and not take then
+	-- The state the decision reads (see prelude.lua).
+	local seen = PENDING[KEY]
+	if seen == nil then
+		seen = READ[KEY]
+	end
+	if seen == lstate then
+		arg = string.sub(ARG, AT, AT + size - 1)
+	end
+end
+if arg and arg == larg then
+	nout = nout + 1
+	out[nout] = lreply
+	all = all and lallowed
+else
 `)
 	writeDecision(&b)
 	b.WriteString(`if most then
@@ -169,7 +193,17 @@ else
 	elseif healed then
 		nu = nu + 1
 		unread[nu] = KEY
+	elseif not take then
+		-- The state it read, unless by GET (not in PENDING or READ).
+		local seen = PENDING[KEY]
+		if seen == nil then
+			seen = READ[KEY]
+		end
+		if seen ~= nil then
+			lstate, lalg, larg, lreply, lallowed = seen, alg, arg or string.sub(ARG, AT, AT + size - 1), reply, allowed
+		end
 	end
+end
 end
 end
 if not fits then
@@ -278,9 +312,11 @@ func writeDecision(b *strings.Builder) {
 // Redis stores use it for a stack's requests whose keys share a Cluster
 // slot, and on one Redis node to decide the requests and stacks of
 // concurrent callers in one call, which costs the server less than a call
-// each. A script error (Redis out of memory at a write, say) fails the
-// whole call; the writes are made at its end, so a failure at one may
-// leave those before it made.
+// each. A request that repeats, on the same state, the call's last
+// decision that wrote nothing (a hot key's denials) gets its reply
+// without being decided again. A script error (Redis out of memory at a
+// write, say) fails the whole call; the writes are made at its end, so a
+// failure at one may leave those before it made.
 func MultiScript() *Script { return multiScript }
 
 // MultiIndex returns the index of alg's Lua twin in [MultiScript], from 1,

@@ -281,3 +281,57 @@ func TestMergesConcurrentDecisions(t *testing.T) {
 		t.Errorf("no NOSCRIPT after SCRIPT FLUSH: the test did not exercise the fallback")
 	}
 }
+
+// TestMultiScriptRepeats checks that MultiScript decides runs of one
+// request repeated, as a hot key's concurrent callers send them, exactly
+// as the Go transition does: random walks of every algorithm on a few
+// keys, each request repeated one to eight times at its instant, the
+// keys' requests interleaved and sent in calls of one to a hundred. A
+// repeat of a decision that wrote nothing gets its reply again without
+// being decided; a repeat after one that wrote is decided on the new
+// state.
+func TestMultiScriptRepeats(t *testing.T) {
+	t.Parallel()
+	client := scriptClient(t)
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	rec := &recorder{states: map[string]*core.State{}}
+	var walks []*walk
+	for _, alg := range algorithms.All() {
+		for k := range 3 {
+			if w := newWalk(alg, fmt.Sprintf("repeat%d-%d", seed, k), rng, parityLimits, parityStart); w != nil {
+				walks = append(walks, w)
+			}
+		}
+	}
+	for range 3000 {
+		w := walks[rng.IntN(len(walks))]
+		req, _ := w.step()
+		for range 1 + rng.IntN(8) {
+			rec.Apply(context.Background(), req)
+		}
+	}
+	reqs, repeats := rec.reqs, 0
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i] == reqs[i-1] && !rec.want[i-1].Allowed {
+			repeats++
+		}
+	}
+	for at := 0; at < len(reqs); {
+		n := min(1+rng.IntN(100), len(reqs)-at)
+		sizes := make([]int, n)
+		for j := range sizes {
+			sizes[j] = 1
+		}
+		got := multiCall(t, client, "repeats:", reqs[at:at+n], sizes)
+		for j := range got {
+			if i := at + j; got[j] != rec.want[i] {
+				r := reqs[i]
+				t.Fatalf("request %d (%s, %v, cost %d, %v), %d of a call of %d:\n got %+v\nwant %+v", i, r.Algorithm.Name(), r.Op, r.Cost, r.Limit, j, n, got[j], rec.want[i])
+			}
+		}
+		at += n
+	}
+	t.Logf("%d requests, %d of them a repeat of a denial", len(reqs), repeats)
+}
