@@ -350,7 +350,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 	}
 	// The remote holds enough for this request alone: decide it there.
 	// If it is admitted, the whole allotment is that much further off.
-	dd, err := s.callRemote(ctx, *req)
+	dd, err := s.callRemote(ctx, req)
 	if err == nil && dd.Allowed && valid && !win {
 		u, r := req.Limit.Units()
 		later := core.CeilDiv(req.Cost*u, r) * int64(time.Microsecond)

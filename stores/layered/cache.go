@@ -49,8 +49,8 @@ type denial struct {
 // clock, none of them charging). Either serves alike, so the cache keeps
 // dn and allocates nothing; a denial timed from another caller's start
 // is as sound as this one's, as each was sent before the remote decided.
-func (dn *denial) repeats(req *core.Request, d core.Decision) bool {
-	if dn.limit != req.Limit || dn.cost != req.Cost || dn.d != d {
+func (dn *denial) repeats(req *core.Request, d *core.Decision) bool {
+	if dn.limit != req.Limit || dn.cost != req.Cost || dn.d != *d {
 		return false
 	}
 	if req.Now.IsZero() {

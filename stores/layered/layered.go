@@ -224,7 +224,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	}
 	if req.Limit.IsInf() || req.Algorithm == nil {
 		// Nothing of it is cached: the remote decides (and validates).
-		return s.callRemote(ctx, req)
+		return s.callRemote(ctx, &req)
 	}
 	k := cacheKey{req.Key, req.Algorithm.Name()}
 	sh := s.shard(req.Key)
@@ -351,7 +351,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	}
 	for i := range at {
 		if p := &at[i]; p.sh != nil {
-			s.remember(&reqs[i], out[i], applied, p.sh, p.k, p.e, now, epoch)
+			s.remember(&reqs[i], &out[i], applied, p.sh, p.k, p.e, now, epoch)
 		}
 	}
 	return nil
@@ -374,9 +374,10 @@ type slot struct {
 	cached bool
 }
 
-// callRemote asks the remote store, wrapping its failure.
-func (s *Store) callRemote(ctx context.Context, req core.Request) (core.Decision, error) {
-	d, err := s.remote.Apply(ctx, req)
+// callRemote asks the remote store, wrapping its failure. The request
+// comes by pointer: it is copied once, into the remote's call.
+func (s *Store) callRemote(ctx context.Context, req *core.Request) (core.Decision, error) {
+	d, err := s.remote.Apply(ctx, *req)
 	if err != nil {
 		return core.Decision{}, fmt.Errorf("layered: remote: %w", err)
 	}
@@ -388,11 +389,11 @@ func (s *Store) callRemote(ctx context.Context, req core.Request) (core.Decision
 // the call (unused for requests with an explicit Now).
 func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64) (core.Decision, error) {
 	epoch := s.epoch.Load()
-	d, err := s.callRemote(ctx, *req)
+	d, err := s.callRemote(ctx, req)
 	if err != nil {
 		return d, err
 	}
-	s.remember(req, d, d.Allowed, sh, k, e, start, epoch)
+	s.remember(req, &d, d.Allowed, sh, k, e, start, epoch)
 	return d, nil
 }
 
@@ -404,7 +405,7 @@ func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cac
 // denial, an applied refund forgets every denial decided before it. A
 // request admitted in a denied batch changed nothing, and leaves the
 // denial as it was.
-func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64, epoch uint64) {
+func (s *Store) remember(req *core.Request, d *core.Decision, applied bool, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64, epoch uint64) {
 	switch {
 	case !d.Allowed && req.Cost > 0 && req.Op != core.OpReserve && req.Op != core.OpAtMost && d.RetryAfter > 0 && !d.Unsatisfiable() && !core.Leases(req.Algorithm):
 		if s.epoch.Load() != epoch {
@@ -416,7 +417,7 @@ func (s *Store) remember(req *core.Request, d core.Decision, applied bool, sh *l
 		if dn := e.deny.Load(); dn != nil && dn.repeats(req, d) {
 			break // the denial cached stands: nothing to allocate
 		}
-		dn := &denial{limit: req.Limit, cost: req.Cost, d: d}
+		dn := &denial{limit: req.Limit, cost: req.Cost, d: *d}
 		if req.Now.IsZero() {
 			dn.retryAt = start + int64(d.RetryAfter)
 			dn.until = dn.retryAt
