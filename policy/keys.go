@@ -144,13 +144,16 @@ func (p *Policy) Apply(ctx context.Context, req core.Request) (core.Decision, er
 		if err := req.Validate(); err != nil {
 			return core.Decision{}, err
 		}
-		return p.after(&req, d), nil
+		p.after(&req, &d)
+		return d, nil
 	}
 	d, err := p.inner.Apply(ctx, req)
 	if err != nil {
 		return d, err
 	}
-	return p.after(&req, p.near(&req, d)), nil
+	p.near(&req, &d)
+	p.after(&req, &d)
+	return d, nil
 }
 
 // ApplyAll decides reqs together under the policy, each request as Apply
@@ -175,9 +178,9 @@ func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 		}
 		for i := range reqs {
 			if admitted {
-				out[i] = p.near(&reqs[i], out[i])
+				p.near(&reqs[i], &out[i])
 			}
-			out[i] = p.after(&reqs[i], out[i])
+			p.after(&reqs[i], &out[i])
 		}
 		return nil
 	}
@@ -230,11 +233,11 @@ func (p *Policy) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 	}
 	if admitted {
 		for j, i := range at {
-			out[i] = p.near(&rs[j], out[i])
+			p.near(&rs[j], &out[i])
 		}
 	}
 	for i := range all {
-		out[i] = p.after(&all[i], out[i])
+		p.after(&all[i], &out[i])
 	}
 	return nil
 }
@@ -267,31 +270,33 @@ func (p *Policy) before(req *core.Request) (core.Decision, bool) {
 	return core.Decision{}, false
 }
 
-// near marks a near-limit admission, and signals it.
-func (p *Policy) near(req *core.Request, d core.Decision) core.Decision {
+// near marks d, req's decision, if it is a near-limit admission, and
+// signals it. The decisions of this and after are changed in place:
+// a Decision is too large to pass and return by value at every step.
+func (p *Policy) near(req *core.Request, d *core.Decision) {
 	if p.nearFrac > 0 && d.Allowed && (req.Op == core.OpCharge || req.Op == core.OpReserve || req.Op == core.OpAtMost) &&
 		d.Limit > 0 && float64(d.Remaining) < p.nearFrac*float64(d.Limit) {
 		d.Near = true
 		if p.onNear != nil {
-			p.onNear(*req, d)
+			p.onNear(*req, *d)
 		}
 	}
-	return d
 }
 
-// after reports a denial as allowed in shadow mode.
-func (p *Policy) after(req *core.Request, d core.Decision) core.Decision {
+// after rewrites d, req's decision, as allowed if it is a denial in
+// shadow mode.
+func (p *Policy) after(req *core.Request, d *core.Decision) {
 	if !p.shadow || d.Allowed {
-		return d
+		return
 	}
 	if p.onShadow != nil {
-		p.onShadow(*req, d)
+		p.onShadow(*req, *d)
 	}
 	s := core.Decision{Allowed: true, Limit: d.Limit, Remaining: d.Remaining, Level: d.Level, ResetAfter: d.ResetAfter, At: d.At, Source: core.SourceShadow, Healed: d.Healed}
 	if req.Op == core.OpAtMost {
 		s.Admitted = req.Cost // passed whole, as a charge is: the caller acts on all of it
 	}
-	return s
+	*d = s
 }
 
 // Reset forwards to the inner store.
