@@ -189,12 +189,19 @@ type Breaker struct {
 	ramp        atomic.Int64               // the slow start's cap on calls in flight; 0: none
 	inflight    atomic.Int64               // calls in flight to the store
 	changes     atomic.Uint64
-	calls       atomic.Uint64
-	failures    atomic.Uint64
-	rejected    atomic.Uint64
-	gone        atomic.Uint64
-	excused     atomic.Uint64
-	notes       notifier
+
+	// Every call adds to calls, so it has a cache line of its own: on the
+	// line of the fields above, which every call reads, each call on one
+	// core would make the next on another core read them from memory.
+	_     [cacheLine]byte
+	calls atomic.Uint64
+	_     [cacheLine]byte
+
+	failures atomic.Uint64
+	rejected atomic.Uint64
+	gone     atomic.Uint64
+	excused  atomic.Uint64
+	notes    notifier
 
 	closed    atomic.Bool
 	closeOnce sync.Once

@@ -53,9 +53,15 @@ type deadlines struct {
 	timeout        atomic.Int64 // the per-call deadline now, ns
 	warmUntil      atomic.Int64 // the process clock until which calls get the ceiling
 	cur            atomic.Pointer[tick]
+	_              [cacheLine]byte           // lat, which calls write, apart from what they read
 	lat            [latBuckets]atomic.Uint64 // answered calls' latencies (see latBucket)
 	adapts         int                       // adapt's calls, counted by the meter's goroutine
 }
+
+// cacheLine is the size of a processor's cache line, or more: fields
+// that every call writes are kept this far from those that every call
+// only reads (false sharing).
+const cacheLine = 64
 
 // Adapting the deadline: the meter's goroutine calls adapt every
 // adaptBeats readings (10 ms), which halves the counts every decayAdapts
