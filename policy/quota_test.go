@@ -52,10 +52,10 @@ func TestCPUQuota(t *testing.T) {
 			wg := openLoop(chain, b, &cur, stop)
 			defer func() { close(stop); wg.Wait() }()
 
-			// A cold start, then a second to learn what the load costs.
-			// The cold start is TestBusyHost's to judge: this test
+			// A second for the cold start, then one to learn what the load
+			// costs. The cold start is TestBusyHost's to judge: this test
 			// begins its phase with the circuit closed.
-			time.Sleep(busyPhase)
+			time.Sleep(time.Second)
 			if b.State() != Closed {
 				t.Logf("the circuit is %v after the cold start (%+v); waiting for it to close", b.State(), b.Stats())
 				waitState(b, Closed, DefaultOpenTimeout+5*time.Second)
