@@ -1,8 +1,6 @@
 package loadgen
 
 import (
-	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -14,14 +12,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// maxEncoded is how many requests one run keeps encoded as first sent
-// (besides those of [Config.Prebuilt]): a bound on the memory of a run
-// whose Requests builds a request per call.
-const maxEncoded = 1 << 20
-
-// codec is the gRPC codec of one [Run]: protobuf's, but a request is
-// encoded once and its bytes sent again each time it is sent, since a
-// workload sends the same prebuilt requests over and over. Encoding is a
+// codec is the gRPC codec of one [Run]: protobuf's, but a request of a
+// prebuilt workload is encoded once, before the run, and its bytes sent
+// again each time it is sent, since a workload sends the same requests
+// over and over. (Encoding other requests on first use, kept in a map,
+// saved nothing measurable: a run's fresh users are each sent a few
+// times at most.) Encoding is a
 // cost of the load generator's that it shares with every server it
 // drives, on the same cores: doing it once leaves more of the machine to
 // the server measured, whichever it is.
@@ -30,8 +26,6 @@ type codec struct {
 	// prebuilt holds the requests encoded before the run; written only
 	// before the first call, it is read without a lock.
 	prebuilt map[*rlsv3.RateLimitRequest]mem.BufferSlice
-	encoded  sync.Map // the others, as first sent: *rlsv3.RateLimitRequest → mem.BufferSlice
-	n        atomic.Int64
 }
 
 // newCodec returns a codec with nothing encoded yet.
@@ -42,8 +36,8 @@ func newCodec() *codec {
 // Name is the content subtype the codec serves, protobuf's.
 func (c *codec) Name() string { return protocodec.Name }
 
-// Marshal returns a request's bytes as first encoded, and encodes
-// anything else with protobuf. The bytes are never freed to a pool:
+// Marshal returns a prebuilt request's bytes as encoded before the run,
+// and encodes anything else. The bytes are never freed to a pool:
 // gRPC frees what Marshal returns once sent, which for a heap slice does
 // nothing.
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
@@ -54,14 +48,7 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	if b, ok := c.prebuilt[req]; ok {
 		return b, nil
 	}
-	if b, ok := c.encoded.Load(req); ok {
-		return b.(mem.BufferSlice), nil
-	}
-	b, err := marshal(req)
-	if err == nil && c.n.Add(1) <= maxEncoded {
-		c.encoded.Store(req, b)
-	}
-	return b, err
+	return marshal(req)
 }
 
 // encode encodes reqs before the run's first call.

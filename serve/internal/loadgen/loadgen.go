@@ -70,10 +70,10 @@ type Config struct {
 	// from every worker at once, so it must be safe for concurrent use;
 	// it should return prebuilt requests (see [Keyed]) rather than build
 	// one per call, whose allocation would be measured with the server.
-	// A request is encoded once, before the run if it is in Prebuilt,
-	// else the first time it is sent, and its bytes are sent again each
-	// time it is returned, so a returned request must not be modified
-	// until Run returns.
+	// A request of a Prebuilt workload is encoded once, before the run,
+	// and its bytes are sent again each time it is returned, so it must
+	// not be modified until Run returns; any other request is encoded
+	// each time it is sent.
 	Requests func(worker, i int) *rlsv3.RateLimitRequest
 
 	// Prebuilt are the workloads whose requests Requests returns, if
