@@ -53,22 +53,25 @@ const (
 // goroutine runs from [NewBreaker] to Close, and rests (blocked, costing
 // nothing) while no calls are made.
 type meter struct {
-	base     time.Time      // the origin of the instants below, in ns after it
-	activity *atomic.Uint64 // counts the calls that need the clock
-	every    func()         // called by the goroutine every adaptBeats readings
-	last     atomic.Pointer[reading]
-	resting  atomic.Bool
-	wake     chan struct{} // a resting meter's alarm (buffered)
+	base     time.Time               // the origin of the instants below, in ns after it
+	activity *atomic.Uint64          // counts the calls that need the clock
+	every    func()                  // called by the goroutine every adaptBeats readings
+	last     atomic.Pointer[reading] // the latest reading, and whether the meter rests
+	wake     chan struct{}           // a resting meter's alarm (buffered)
 	stop     chan struct{}
 	done     chan struct{}
 }
 
-// reading is one of the meter's readings.
+// reading is one of the meter's readings. Whether the meter rests is
+// part of it, so that a reader sees the state and the reading it applies
+// to together: a reading of a resting meter read as an awake one's would
+// set the clock back by as long as the meter rested.
 type reading struct {
-	wall   int64 // the wall clock's monotonic instant
-	proc   int64 // the process clock then
-	cpu    int64 // the process's CPU time then, ns; -1 if not known
-	frozen int64 // the stalls so far in which no thread of the process ran, ns
+	wall    int64 // the wall clock's monotonic instant
+	proc    int64 // the process clock then
+	cpu     int64 // the process's CPU time then, ns; -1 if not known
+	frozen  int64 // the stalls so far in which no thread of the process ran, ns
+	resting bool  // the meter rests: the clock follows the wall clock from here
 }
 
 // startMeter starts a meter whose instants are ns after base, resting
@@ -84,8 +87,7 @@ func startMeter(base time.Time, activity *atomic.Uint64, every func()) *meter {
 		done:     make(chan struct{}),
 	}
 	now := m.wallNow()
-	m.last.Store(&reading{wall: now, proc: now, cpu: -1})
-	m.resting.Store(true)
+	m.last.Store(&reading{wall: now, proc: now, cpu: -1, resting: true})
 	go m.run()
 	return m
 }
@@ -98,21 +100,44 @@ func (m *meter) wallNow() int64 { return int64(time.Since(m.base)) }
 func (m *meter) close() {
 	close(m.stop)
 	<-m.done
-	m.resting.Store(true)
+	m.rest()
+}
+
+// rest marks the meter as resting from its latest reading. Only the
+// meter's goroutine, or close once it has ended, calls it: no one else
+// stores a reading while the meter is awake.
+func (m *meter) rest() {
+	r := *m.last.Load()
+	r.resting = true
+	m.last.Store(&r)
 }
 
 // awake wakes the meter if it rests, before a call reads the clock. The
 // time it rested counts in full: no call was timed meanwhile.
 func (m *meter) awake(now int64) {
-	if !m.resting.Load() || !m.resting.CompareAndSwap(true, false) {
-		return
+	if m.last.Load().resting && m.wakeAt(now) {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// wakeAt ends the meter's rest at the wall instant now, and reports
+// whether it did: false if the meter was awake, or another call woke it
+// first, or it has closed.
+func (m *meter) wakeAt(now int64) bool {
 	last := m.last.Load()
-	m.last.Store(&reading{wall: now, proc: last.proc + max(now-last.wall, 0), cpu: -1, frozen: last.frozen})
+	if !last.resting {
+		return false
+	}
 	select {
-	case m.wake <- struct{}{}:
+	case <-m.stop:
+		return false
 	default:
 	}
+	r := &reading{wall: now, proc: last.proc + max(now-last.wall, 0), cpu: -1, frozen: last.frozen}
+	return m.last.CompareAndSwap(last, r)
 }
 
 // run takes readings until close, resting while no calls are made.
@@ -121,7 +146,9 @@ func (m *meter) run() {
 	t := time.NewTimer(meterBeat)
 	t.Stop()
 	for {
-		if m.resting.Load() {
+		// An alarm left from a wake-up the meter saw without it (below)
+		// finds it resting again: it waits on.
+		for m.last.Load().resting {
 			select {
 			case <-m.stop:
 				return
@@ -158,12 +185,12 @@ func (m *meter) run() {
 		}
 		t.Stop()
 		// The clock at rest follows the wall clock from the last reading.
-		m.resting.Store(true)
-		// A call that read resting as false just before may have made no
-		// sound: look once more, so that it is not timed on a resting
-		// clock for long.
-		if m.activity.Load() != calls && m.resting.CompareAndSwap(true, false) {
-			continue
+		m.rest()
+		// A call that found the meter awake just before made no sound:
+		// look once more, so that it is not timed on a resting clock for
+		// long.
+		if m.activity.Load() != calls {
+			m.wakeAt(m.wallNow())
 		}
 	}
 }
@@ -188,7 +215,7 @@ func (m *meter) frozen() int64 { return m.last.Load().frozen }
 // way may be a little below zero, and its readers count it as zero.
 func (m *meter) at(now int64) int64 {
 	r := m.last.Load()
-	if m.resting.Load() {
+	if r.resting {
 		return r.proc + now - r.wall
 	}
 	return r.proc + min(now-r.wall, meterStep)

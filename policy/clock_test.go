@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -97,7 +98,7 @@ func TestMeterRests(t *testing.T) {
 		m.awake(m.wallNow())
 		time.Sleep((meterIdle + 5) * meterBeat)
 		synctest.Wait()
-		if !m.resting.Load() {
+		if !m.last.Load().resting {
 			t.Fatalf("the meter did not rest after %d readings without a call", meterIdle)
 		}
 		p0, w0 := m.at(m.wallNow()), m.wallNow()
@@ -108,8 +109,40 @@ func TestMeterRests(t *testing.T) {
 		calls.Add(1)
 		m.awake(m.wallNow())
 		synctest.Wait()
-		if m.resting.Load() {
+		if m.last.Load().resting {
 			t.Errorf("a call did not wake the meter")
 		}
 	})
+}
+
+// TestWakingRace checks that a call reading the process clock while
+// another wakes the resting meter reads it at the wall clock's pace: the
+// meter's state and its reading are read as one.
+func TestWakingRace(t *testing.T) {
+	t.Parallel()
+	const rested = 50 * time.Millisecond
+	var low int
+	for range 3000 {
+		m := newTestMeter()
+		m.base = time.Now().Add(-rested)
+		m.wake = make(chan struct{}, 1)
+		m.last.Store(&reading{resting: true})
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { <-start; m.awake(m.wallNow()) })
+		wg.Go(func() {
+			<-start
+			for range 100 {
+				if p := m.at(m.wallNow()); p < int64(rested) {
+					low++
+					return
+				}
+			}
+		})
+		close(start)
+		wg.Wait()
+	}
+	if low > 0 {
+		t.Errorf("in %d of 3000 wake-ups a reading came out below the %v the meter rested", low, rested)
+	}
 }
