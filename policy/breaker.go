@@ -55,6 +55,10 @@ type Change struct {
 	Name     string    // the breaker's name (see [WithName])
 	From, To State     // the states before and after
 	At       time.Time // when the state changed
+	// Cause is, for a change to Open, the store's error in the last
+	// failure counted before it (a timeout's is context.DeadlineExceeded,
+	// wrapped); nil for other changes.
+	Cause error
 }
 
 // Counts are the circuit's counts since it last changed state or, while it
@@ -94,12 +98,23 @@ type Stats struct {
 	Changes uint64
 }
 
-// Outcomes reported to gobreaker. A success is a nil error.
-var (
-	errFailure  = errors.New("policy: store failure")
-	errLapsed   = errors.New("policy: store failure: timed out")
-	errExcluded = errors.New("policy: not counted")
-)
+// Outcomes reported to gobreaker: a success is a nil error, a failure a
+// *countedFailure, and errExcluded one it leaves out.
+var errExcluded = errors.New("policy: not counted")
+
+// countedFailure is a failure reported to gobreaker: the store's error,
+// and whether the call timed out.
+type countedFailure struct {
+	err    error
+	lapsed bool
+}
+
+func (f *countedFailure) Error() string {
+	if f.err == nil {
+		return "policy: store failure"
+	}
+	return "policy: store failure: " + f.err.Error()
+}
 
 // Breaker is a [core.Store] that guards a remote store (Redis) with a
 // circuit breaker, and answers by its [Mode] the decisions the store
@@ -181,6 +196,7 @@ type Breaker struct {
 	runStart    int64                      // the process clock at the current run of failures' first; under gobreaker's lock
 	runLapsed   bool                       // a call of the current run timed out; under gobreaker's lock
 	lapsed      bool                       // the outcome gobreaker is counting timed out; under gobreaker's lock
+	cause       error                      // the store's error in the last failure gobreaker counted; under its lock
 	failedAt    atomic.Int64               // the process clock when the latest failure happened (its deadline's end, for a timeout)
 	steadyAfter atomic.Int64               // ns after base from which calls may run inline (see steady)
 	gen         atomic.Pointer[generation] // gobreaker's current generation
@@ -278,7 +294,11 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		IsExcluded:    func(err error) bool { return err == errExcluded },
 		// Called, under gobreaker's lock, for each outcome it counts.
 		IsSuccessful: func(err error) bool {
-			b.lapsed = err == errLapsed
+			f, _ := err.(*countedFailure)
+			b.lapsed = f != nil && f.lapsed
+			if f != nil {
+				b.cause = f.err
+			}
 			o := b.outcomes.Load()
 			if err != nil {
 				b.outcomes.Store((o>>1+1)<<1 | 1)
@@ -310,7 +330,11 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 		b.ramp.Store(int64(b.cfg.probes))
 	}
 	b.changes.Add(1)
-	b.notes.push(Change{Name: b.cfg.name, From: stateOf(from), To: s, At: at})
+	c := Change{Name: b.cfg.name, From: stateOf(from), To: s, At: at}
+	if s == Open {
+		c.Cause = b.cause
+	}
+	b.notes.push(c)
 }
 
 // Apply decides req through the store, unless the circuit is open, and
@@ -435,16 +459,14 @@ const (
 	lapsed                  // the store's failure, its deadline passed: the mode answers
 )
 
-// report is the outcome as gobreaker counts it: a success (nil), a
-// failure, or excluded from the counts.
-func (o outcome) report() error {
+// report is the outcome, with the store's error err, as gobreaker counts
+// it: a success (nil), a failure, or excluded from the counts.
+func (o outcome) report(err error) error {
 	switch o {
 	case answered:
 		return nil
-	case failed:
-		return errFailure
-	case lapsed:
-		return errLapsed
+	case failed, lapsed:
+		return &countedFailure{err: err, lapsed: o == lapsed}
 	}
 	return errExcluded
 }
@@ -460,7 +482,7 @@ func (b *Breaker) call(ctx context.Context, reqs []core.Request, out []core.Deci
 	var o outcome
 	b.cb.Execute(func() (struct{}, error) {
 		o, err = b.ask(ctx, reqs, out, inline, b.now())
-		return struct{}{}, o.report()
+		return struct{}{}, o.report(err)
 	})
 	return b.settle(o, err, reqs, out, mode)
 }
@@ -499,7 +521,7 @@ func (b *Breaker) callFast(ctx context.Context, reqs []core.Request, out []core.
 	case o == answered && b.outcomes.Load() == c.outcomes:
 		b.tally.add(c.gen, c.start)
 	case b.gen.Load() == c.gen: // else gobreaker would not count it either
-		b.cb.Execute(func() (struct{}, error) { return struct{}{}, o.report() })
+		b.cb.Execute(func() (struct{}, error) { return struct{}{}, o.report(err) })
 	}
 	_, err = b.settle(o, err, reqs, out, mode)
 	return err

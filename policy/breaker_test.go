@@ -319,8 +319,12 @@ func TestTripAndRecover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fake{}
 		var changes []string
+		var causes []error
 		b := settled(newBreaker(t, f, WithOpenTimeout(time.Second), WithProbes(2),
-			WithOnChange(func(c Change) { changes = append(changes, c.From.String()+">"+c.To.String()) })))
+			WithOnChange(func(c Change) {
+				changes = append(changes, c.From.String()+">"+c.To.String())
+				causes = append(causes, c.Cause)
+			})))
 		ctx := context.Background()
 		apply := func() core.Decision {
 			t.Helper()
@@ -376,6 +380,12 @@ func TestTripAndRecover(t *testing.T) {
 		want := []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed"}
 		if !slices.Equal(changes, want) {
 			t.Errorf("changes %v, want %v", changes, want)
+		}
+		// A change to open carries the failure that made it; no other does.
+		for i, c := range causes {
+			if open := strings.HasSuffix(changes[i], ">open"); open != errors.Is(c, refused) || !open && c != nil {
+				t.Errorf("change %s: cause %v, want %v for a change to open and nil for others", changes[i], c, refused)
+			}
 		}
 		if n := b.BreakerChanges(); n != uint64(len(want)) {
 			t.Errorf("BreakerChanges() = %d, want %d", n, len(want))

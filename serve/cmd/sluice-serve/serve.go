@@ -520,7 +520,13 @@ func openStore(log *slog.Logger, rc redisConfig, mode policy.Mode, timeout time.
 		return nil, nil, nil, err
 	}
 	b, err := policy.NewBreaker(remote, policy.WithMode(mode), policy.WithLocal(local), policy.WithTimeout(timeout), policy.WithInstances(instances), policy.WithName("redis"),
-		policy.WithOnChange(func(c policy.Change) { log.Warn("redis circuit", "from", c.From.String(), "to", c.To.String()) }))
+		policy.WithOnChange(func(c policy.Change) {
+			if c.Cause != nil {
+				log.Warn("redis circuit", "from", c.From.String(), "to", c.To.String(), "cause", c.Cause.Error())
+				return
+			}
+			log.Warn("redis circuit", "from", c.From.String(), "to", c.To.String())
+		}))
 	if err != nil {
 		local.Close()
 		remote.Close()
