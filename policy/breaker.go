@@ -564,7 +564,7 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	}
 	if err == nil {
 		// On the wall clock, the process's stalls included: see deadlines.
-		b.deadlines.observe(t, b.now()-start-(b.meter.frozen()-frozen))
+		b.deadlines.observe(b.now() - start - (b.meter.frozen() - frozen))
 		return answered, nil
 	}
 	// A client may report a timeout as soon as the deadline passes, before

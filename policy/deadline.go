@@ -37,8 +37,14 @@ import (
 // For a tenth of the window after [NewBreaker], and after the circuit
 // closes, every call gets the ceiling: a cold client opens its
 // connections and loads its scripts on its first calls, which a deadline
-// made for a warm client's would cut off, though the store is healthy;
-// their latencies, a cold client's, do not count towards the deadline.
+// made for a warm client's would cut off, though the store is healthy.
+// Their latencies count like any other's, so that the deadline the
+// warm-up ends with is the one the store has shown meanwhile: a cold
+// client's slowest calls raise it for a second or two, which errs on the
+// safe side. Left out, they left the deadline at its floor as the
+// warm-up ended, and on a busy host a whole round of calls then timed
+// out together (TestBusyHost's cold start, one round of its 64 callers
+// in most runs at load 10 to 12, the circuit opened in one).
 //
 // A deadline of its own would cost each call a timer added to and removed
 // from the runtime's heap, more than the rest of the breaker. Calls that
@@ -82,7 +88,6 @@ const (
 type tick struct {
 	start    int64           // the wall instant at which the tick began
 	timeout  time.Duration   // the per-call deadline then
-	warming  bool            // the ceiling, while a cold client connects: not the store's latency
 	earliest time.Time       // the soonest the deadline can end: a timeout after start
 	ctx      *processContext // ends with the deadline
 }
@@ -102,14 +107,12 @@ func (d *deadlines) at(now int64) *tick {
 		return t
 	}
 	timeout := time.Duration(d.timeout.Load())
-	warming := d.m.at(now) < d.warmUntil.Load()
-	if warming {
+	if d.m.at(now) < d.warmUntil.Load() { // a cold client connects
 		timeout = time.Duration(d.ceiling)
 	}
 	t := &tick{
 		start:    now,
 		timeout:  timeout,
-		warming:  warming,
 		earliest: d.m.base.Add(time.Duration(now) + timeout),
 		ctx:      d.m.context(context.Background(), timeout, now),
 	}
@@ -124,13 +127,8 @@ func (d *deadlines) stop() {
 	}
 }
 
-// observe counts an answered call of tick t that took took of the
-// process's time, unless a cold client made it (the tick is warming).
-func (d *deadlines) observe(t *tick, took int64) {
-	if !t.warming {
-		d.lat[latBucket(took)].Add(1)
-	}
-}
+// observe counts an answered call that took took of the process's time.
+func (d *deadlines) observe(took int64) { d.lat[latBucket(took)].Add(1) }
 
 // adapt sets the per-call deadline from the latencies observed; the
 // meter's goroutine calls it every adaptBeats readings.
