@@ -671,7 +671,13 @@ func (s *peerServer) reloads(t *testing.T) int {
 // gauge returns the value of the unlabelled series name on /metrics.
 func (s *peerServer) gauge(t *testing.T, name string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + s.srv.HTTPAddr + "/metrics")
+	return series(t, s.srv, name)
+}
+
+// series returns the value of srv's unlabelled series name on /metrics.
+func series(t *testing.T, srv *Server, name string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + srv.HTTPAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
