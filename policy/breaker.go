@@ -341,17 +341,48 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 // answers by the breaker's mode when the store cannot decide (see
 // [Breaker]). Requests under [core.Inf] are allowed at once.
 func (b *Breaker) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	return b.applyOne(ctx, req, b.cfg.mode)
+	return b.applyOne(ctx, &req, b.cfg.mode)
 }
 
-// applyOne is Apply, answering by mode. The request is passed to the
-// store by value, never in a slice: a slice handed to an interface's
-// method escapes to the heap, and a single decision allocates nothing.
-func (b *Breaker) applyOne(ctx context.Context, req core.Request, mode Mode) (core.Decision, error) {
+// applyOne is Apply, answering by mode. On the fast path (see fast.go)
+// it calls the store itself, inline, under the tick's deadline;
+// otherwise the request goes the way of a batch of one (applyAlone).
+//
+// A caller that waited for Redis finds its stack gone cold, and every
+// cache line of it a decision writes costs a few nanoseconds; a Request
+// or a Decision passed or returned by value is copied through several.
+// So the request comes by pointer, is copied once, into the store's
+// call, and the fast path runs in this one frame.
+func (b *Breaker) applyOne(ctx context.Context, req *core.Request, mode Mode) (core.Decision, error) {
+	c, ok := b.fast()
+	if !ok || req.Limit.IsInf() || b.closed.Load() {
+		return b.applyAlone(ctx, req, mode)
+	}
+	if err := ctx.Err(); err != nil {
+		b.gone.Add(1)
+		return core.Decision{}, err
+	}
+	t, frozen := b.begin(c.start)
+	d, err := b.remote.Apply(b.inlineContext(ctx, t), *req)
+	if err != nil {
+		return b.failedOne(ctx, req, mode, c, t, err)
+	}
+	b.observe(t, c.start, frozen)
+	b.fastDone(c, answered, nil)
+	b.notes.flush()
+	return d, nil
+}
+
+// applyAlone is applyOne off the fast path: the request is a batch of
+// one, passed to the store by value, never in a slice (a slice handed to
+// an interface's method escapes to the heap).
+//
+//go:noinline
+func (b *Breaker) applyAlone(ctx context.Context, req *core.Request, mode Mode) (core.Decision, error) {
 	var one [1]core.Decision
-	err := b.apply(ctx, []core.Request{req}, one[:], mode, func(ctx context.Context) error {
+	err := b.apply(ctx, []core.Request{*req}, one[:], mode, func(ctx context.Context) error {
 		var err error
-		one[0], err = b.remote.Apply(ctx, req)
+		one[0], err = b.remote.Apply(ctx, *req)
 		return err
 	})
 	return one[0], err
@@ -373,7 +404,7 @@ func (b *Breaker) ApplyAll(ctx context.Context, reqs []core.Request, out []core.
 // applyAll is ApplyAll, answering by mode.
 func (b *Breaker) applyAll(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode) error {
 	if len(reqs) == 1 && len(out) == 1 {
-		d, err := b.applyOne(ctx, reqs[0], mode)
+		d, err := b.applyOne(ctx, &reqs[0], mode)
 		if err == nil {
 			out[0] = d
 		}
@@ -507,24 +538,43 @@ func (b *Breaker) fast() (fastCall, bool) {
 	return c, b.steady(c.start)
 }
 
-// callFast is call on the fast path: a success is counted in the tally
-// if gobreaker counted no failure meanwhile, and reported to gobreaker
-// otherwise, which then counts it after the failure, as it would have;
-// anything else is reported to gobreaker.
+// callFast is call on the fast path (see fastDone).
 func (b *Breaker) callFast(ctx context.Context, reqs []core.Request, out []core.Decision, mode Mode, inline func(context.Context) error, c fastCall) error {
 	if err := ctx.Err(); err != nil {
 		b.gone.Add(1)
 		return err
 	}
 	o, err := b.ask(ctx, reqs, out, inline, c.start)
+	b.fastDone(c, o, err)
+	_, err = b.settle(o, err, reqs, out, mode)
+	return err
+}
+
+// failedOne judges the error of a call that applyOne made on the fast
+// path, counts it, and answers by mode if the store did not decide.
+//
+//go:noinline
+func (b *Breaker) failedOne(ctx context.Context, req *core.Request, mode Mode, c fastCall, t *tick, err error) (core.Decision, error) {
+	o, err := b.judge(ctx, t, err)
+	b.fastDone(c, o, err)
+	var one [1]core.Decision
+	_, err = b.settle(o, err, []core.Request{*req}, one[:], mode)
+	b.notes.flush()
+	return one[0], err
+}
+
+// fastDone counts the outcome o of a call on the fast path begun as c: a
+// success in the tally if gobreaker counted no failure meanwhile;
+// anything else, and a success during which gobreaker counted a failure,
+// is reported to gobreaker, which then counts it after the failure, as
+// it would have.
+func (b *Breaker) fastDone(c fastCall, o outcome, err error) {
 	switch {
 	case o == answered && b.outcomes.Load() == c.outcomes:
 		b.tally.add(c.gen, c.start)
 	case b.gen.Load() == c.gen: // else gobreaker would not count it either
 		b.cb.Execute(func() (struct{}, error) { return struct{}{}, o.report(err) })
 	}
-	_, err = b.settle(o, err, reqs, out, mode)
-	return err
 }
 
 // settle counts the outcome of a call and, when the store did not
@@ -552,21 +602,38 @@ func (b *Breaker) settle(o outcome, err error, reqs []core.Request, out []core.D
 // caller's, if sooner), inline while the store is steady and detached
 // otherwise (see steady), and judges its answer.
 func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decision, inline func(context.Context) error, start int64) (outcome, error) {
-	b.calls.Add(1)
-	b.meter.awake(start)
-	frozen := b.meter.frozen()
-	t := b.deadlines.at(start)
+	t, frozen := b.begin(start)
 	var err error
 	if b.steady(start) {
-		err = b.callInline(ctx, t, inline)
+		err = inline(b.inlineContext(ctx, t))
 	} else {
 		err = b.callDetached(ctx, reqs, out, t)
 	}
-	if err == nil {
-		// On the wall clock, the process's stalls included: see deadlines.
-		b.deadlines.observe(b.now() - start - (b.meter.frozen() - frozen))
-		return answered, nil
+	if err != nil {
+		return b.judge(ctx, t, err)
 	}
+	b.observe(t, start, frozen)
+	return answered, nil
+}
+
+// begin counts a call to the store that begins at start, and returns its
+// tick and the time the process had been frozen by then (see observe).
+func (b *Breaker) begin(start int64) (*tick, int64) {
+	b.calls.Add(1)
+	b.meter.awake(start)
+	return b.deadlines.at(start), b.meter.frozen()
+}
+
+// observe counts the latency of a call of tick t that began at start and
+// was answered, when the process had been frozen for frozen: on the wall
+// clock, the process's stalls included (see deadlines).
+func (b *Breaker) observe(t *tick, start, frozen int64) {
+	b.deadlines.observe(b.now() - start - (b.meter.frozen() - frozen))
+}
+
+// judge returns the outcome of a call of tick t that failed with err,
+// and the error its caller gets.
+func (b *Breaker) judge(ctx context.Context, t *tick, err error) (outcome, error) {
 	// A client may report a timeout as soon as the deadline passes, before
 	// the context's cancellation has reached it: go by the deadline too.
 	late := t.expired()
@@ -685,13 +752,13 @@ func (b *Breaker) unsteady() {
 	b.steadyAfter.Store(b.now() + int64(b.cfg.window))
 }
 
-// callInline runs inline under a context that ends at the tick's
-// deadline, or the caller's if that is sooner.
-func (b *Breaker) callInline(ctx context.Context, t *tick, inline func(context.Context) error) error {
+// inlineContext returns the context of a call that runs inline: one
+// that ends at the tick's deadline, or the caller's if that is sooner.
+func (b *Breaker) inlineContext(ctx context.Context, t *tick) context.Context {
 	if d, ok := ctx.Deadline(); ok && !d.After(t.earliest) {
-		return inline(ctx)
+		return ctx
 	}
-	return inline(&callContext{Context: ctx, tick: t})
+	return &callContext{Context: ctx, tick: t}
 }
 
 // callGrace is how many per-call deadlines a detached call may run after
@@ -1033,7 +1100,7 @@ type View struct {
 
 // Apply is [Breaker.Apply], answering by the view's mode.
 func (v *View) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	return v.b.applyOne(ctx, req, v.mode)
+	return v.b.applyOne(ctx, &req, v.mode)
 }
 
 // ApplyAll is [Breaker.ApplyAll], answering by the view's mode.
