@@ -625,10 +625,13 @@ func (b *Breaker) begin(start int64) (*tick, int64) {
 }
 
 // observe counts the latency of a call of tick t that began at start and
-// was answered, when the process had been frozen for frozen: on the wall
-// clock, the process's stalls included (see deadlines).
+// was answered, when the process had been frozen for frozen, if the call
+// is timed (see minTimed): on the wall clock, the process's stalls
+// included (see deadlines).
 func (b *Breaker) observe(t *tick, start, frozen int64) {
-	b.deadlines.observe(b.now() - start - (b.meter.frozen() - frozen))
+	if b.deadlines.timed() {
+		b.deadlines.observe(b.now() - start - (b.meter.frozen() - frozen))
+	}
 }
 
 // judge returns the outcome of a call of tick t that failed with err,

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"math/bits"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 )
@@ -13,12 +14,13 @@ import (
 //
 // The per-call deadline adapts to the latency the store shows while it
 // answers: three times the 99.9th percentile of the time answered calls
-// took, recently, kept between the floor ([WithTimeout]) and the ceiling
-// ([WithMaxTimeout]). A host that gets busy slows every reply a little,
-// its own process's and Redis's alike, and the deadline follows; a store
-// that stops answering adds no answered calls, so the deadline stays
-// where healthy replies put it, and the trip rule, which counts in
-// deadlines, opens the circuit as soon as ever.
+// took (a sample of them, at a high rate: see minTimed), recently, kept
+// between the floor ([WithTimeout]) and the ceiling ([WithMaxTimeout]).
+// A host that gets busy slows every reply a little, its own process's
+// and Redis's alike, and the deadline follows; a store that stops
+// answering adds no answered calls, so the deadline stays where healthy
+// replies put it, and the trip rule, which counts in deadlines, opens
+// the circuit as soon as ever.
 //
 // The deadline runs on the process clock, and the latencies it adapts to
 // are taken on the wall clock less the freezes: the stalls the meter saw
@@ -59,15 +61,26 @@ type deadlines struct {
 	timeout        atomic.Int64 // the per-call deadline now, ns
 	warmUntil      atomic.Int64 // the process clock until which calls get the ceiling
 	cur            atomic.Pointer[tick]
+	every          atomic.Uint64             // one answered call in every is timed, a power of two (see timed)
 	_              [cacheLine]byte           // lat, which calls write, apart from what they read
-	lat            [latBuckets]atomic.Uint64 // answered calls' latencies (see latBucket)
+	lat            [latBuckets]atomic.Uint64 // timed calls' latencies (see latBucket)
 	adapts         int                       // adapt's calls, counted by the meter's goroutine
+	calls          uint64                    // the calls made by adapt's latest call, for the rate
 }
 
 // cacheLine is the size of a processor's cache line, or more: fields
 // that every call writes are kept this far from those that every call
 // only reads (false sharing).
 const cacheLine = 64
+
+// Timing a call takes a reading of the clock when it is answered, which
+// costs as much as the rest of a call's work in the breaker. At a high
+// rate of calls a sample serves as well: one in every answered calls,
+// picked at random, is timed, so that at least minTimed calls are timed
+// between two calls of adapt, and every call at a rate below it. The
+// sample's quantile is the calls'; a stall that makes many calls late
+// makes their sample late alike.
+const minTimed = 64
 
 // Adapting the deadline: the meter's goroutine calls adapt every
 // adaptBeats readings (10 ms), which halves the counts every decayAdapts
@@ -95,6 +108,7 @@ type tick struct {
 func newDeadlines(floor, ceiling time.Duration) *deadlines {
 	d := &deadlines{floor: int64(floor), ceiling: int64(ceiling)}
 	d.timeout.Store(int64(floor))
+	d.every.Store(1)
 	return d
 }
 
@@ -127,12 +141,23 @@ func (d *deadlines) stop() {
 	}
 }
 
+// timed reports whether an answered call is to be timed (see minTimed).
+func (d *deadlines) timed() bool {
+	n := d.every.Load()
+	return n <= 1 || rand.Uint64()&(n-1) == 0
+}
+
 // observe counts an answered call that took took of the process's time.
 func (d *deadlines) observe(took int64) { d.lat[latBucket(took)].Add(1) }
 
-// adapt sets the per-call deadline from the latencies observed; the
+// adapt sets the per-call deadline from the latencies observed, and how
+// many calls are timed from the calls made since its last call; the
 // meter's goroutine calls it every adaptBeats readings.
 func (d *deadlines) adapt() {
+	calls := d.m.activity.Load()
+	n := (calls - d.calls) / minTimed // the most calls one timed may stand for
+	d.every.Store(max(1, uint64(1)<<bits.Len64(n)>>1))
+	d.calls = calls
 	var counts [latBuckets]uint64
 	var total uint64
 	for i := range d.lat {

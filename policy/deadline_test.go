@@ -248,3 +248,55 @@ func TestInlineCallerDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestTimedSample checks which answered calls are timed for the deadline
+// to adapt to: every one while few calls are made, and a sample of them,
+// at least minTimed between two adaptations, when many are.
+func TestTimedSample(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fake{}
+		f.set(nil, false)
+		b := newBreaker(t, f)
+		time.Sleep(DefaultWindow) // past the cold start, whose calls are not timed
+		timed := func() uint64 {
+			var n uint64
+			for i := range b.deadlines.lat {
+				n += b.deadlines.lat[i].Load()
+			}
+			return n
+		}
+		// run makes n calls in each of the next beats of the meter, and
+		// returns how many of the calls made after two adaptations (the
+		// first may have counted the calls before) were timed, and how
+		// many calls that was.
+		run := func(n int) (got, of uint64) {
+			for beat := range 4 * adaptBeats {
+				if beat == 2*adaptBeats {
+					got, of = timed(), 0
+				}
+				for range n {
+					if _, err := b.Apply(context.Background(), req("k")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				of += uint64(n)
+				time.Sleep(meterBeat)
+			}
+			return timed() - got, of
+		}
+		// The counts halve every decayAdapts adaptations: fewer than that
+		// pass here.
+		if got, of := run(4); got != of {
+			t.Errorf("%d calls a beat: %d of %d calls timed, want every one", 4, got, of)
+		}
+		const many = 2000 // calls a beat
+		got, of := run(many)
+		if low, high := uint64(2*minTimed)*3/4, of/16; got < low || got > high {
+			t.Errorf("%d calls a beat: %d of %d calls timed, want %d to %d: a sample, of about %d an adaptation", many, got, of, low, high, minTimed)
+		}
+		if got, of := run(4); got != of {
+			t.Errorf("%d calls a beat, after %d: %d of %d calls timed, want every one", 4, many, got, of)
+		}
+	})
+}
