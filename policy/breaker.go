@@ -135,7 +135,8 @@ func (f *countedFailure) Error() string {
 // While the store is steady, each call runs on the caller's goroutine,
 // under a context that carries the caller's values and ends at the
 // per-call deadline: a client honouring its context returns by then, and
-// the call costs one allocation and no timer; while nothing fails, no
+// the call costs a share of an allocation (its context comes from a
+// slab) and no timer; while nothing fails, no
 // lock either: gobreaker counts only the calls that may change the
 // circuit's state, and the breaker the successes of the others, which
 // the trip rule weighs alike (fast.go). The caller's cancellation
@@ -761,7 +762,7 @@ func (b *Breaker) inlineContext(ctx context.Context, t *tick) context.Context {
 	if d, ok := ctx.Deadline(); ok && !d.After(t.earliest) {
 		return ctx
 	}
-	return &callContext{Context: ctx, tick: t}
+	return newCallContext(ctx, t)
 }
 
 // callGrace is how many per-call deadlines a detached call may run after

@@ -446,6 +446,22 @@ func TestFastPath(t *testing.T) {
 	})
 }
 
+// TestFastPathAllocs checks that a decision on the fast path allocates
+// no more than its share of a slab of calls' contexts (see
+// newCallContext): a context each would be one allocation a decision.
+// Under the race detector the pool drops a slab now and then, so that a
+// slab serves four calls on average. (Not parallel: AllocsPerRun counts
+// every goroutine's allocations.)
+func TestFastPathAllocs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := settled(newBreaker(t, &fake{}))
+		ctx, r := context.Background(), req("k")
+		if n := testing.AllocsPerRun(1000, func() { b.Apply(ctx, r) }); n > 0.5 {
+			t.Errorf("a decision on the fast path costs %v allocations, want at most 0.5", n)
+		}
+	})
+}
+
 // TestHalfOpenProbes checks that the half-open circuit lets only its
 // probes through, while they are under way.
 func TestHalfOpenProbes(t *testing.T) {

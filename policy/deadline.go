@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/bits"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -52,9 +53,9 @@ import (
 // from the runtime's heap, more than the rest of the breaker. Calls that
 // start within one tick (a sixteenth of the deadline) instead share one
 // that ends once the process has run for the deadline after the tick
-// began, and each inline call wraps it with the caller's values, one
-// allocation. Each call thus has at least fifteen sixteenths of the
-// deadline of the process's time.
+// began, and each inline call wraps it with the caller's values, in a
+// context from a slab (newCallContext). Each call thus has at least
+// fifteen sixteenths of the deadline of the process's time.
 type deadlines struct {
 	floor, ceiling int64 // ns
 	m              *meter
@@ -229,6 +230,31 @@ type callContext struct {
 	context.Context // the caller's, for its values
 	tick            *tick
 }
+
+// newCallContext returns a call's context: the caller's ctx, under tick
+// t's deadline. Contexts are allocated callSlab at a time, from a pool
+// that keeps a slab for each processor: one allocation serves many
+// calls. Each context serves one call only, as a client may keep one
+// after the call returns; a slab is collected once none of its contexts
+// is held, and a slab not yet used up holds the callers' contexts it has
+// served until it is, or until the pool lets it go at a collection.
+func newCallContext(ctx context.Context, t *tick) *callContext {
+	s := callSlabs.Get().(*callSlab)
+	c := &s.ctxs[s.used]
+	c.Context, c.tick = ctx, t
+	if s.used++; s.used < len(s.ctxs) {
+		callSlabs.Put(s)
+	}
+	return c
+}
+
+// callSlab is callContexts allocated together (see newCallContext).
+type callSlab struct {
+	ctxs [32]callContext
+	used int
+}
+
+var callSlabs = sync.Pool{New: func() any { return new(callSlab) }}
 
 // Deadline reports none (see callContext).
 func (c *callContext) Deadline() (time.Time, bool) { return time.Time{}, false }
