@@ -229,9 +229,31 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	k := cacheKey{req.Key, req.Algorithm.Name()}
 	sh := s.shard(req.Key)
 	e, _ := sh.Get(k)
+	start, d, ok, err := s.local(ctx, &req, sh, k, e)
+	if ok {
+		return d, err
+	}
+	// The remote is asked here, not in a function of its own: a caller
+	// that waited for the remote finds its stack gone cold, and every
+	// frame it returns through costs it cache lines.
+	epoch := s.epoch.Load()
+	d, err = s.remote.Apply(ctx, req)
+	if err != nil {
+		return core.Decision{}, remoteFailed(err)
+	}
+	s.remember(&req, &d, d.Allowed, sh, k, e, start, epoch)
+	return d, nil
+}
+
+// local answers req, whose key has the entry e (nil if none), from the
+// cache if it can: an allotment's refund or spending, or a cached
+// denial. If it cannot (ok is false), it returns the local clock before
+// the remote is asked (0 for a request the cache cannot answer from a
+// denial, and one with an explicit Now: see remember).
+func (s *Store) local(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry) (start int64, d core.Decision, ok bool, err error) {
 	if req.Op == core.OpRefund && req.Now.IsZero() && e != nil {
-		if d, ok, err := e.refundAllotment(&req, s.now()); ok {
-			return d, err
+		if d, ok, err := e.refundAllotment(req, s.now()); ok {
+			return 0, d, true, err
 		}
 	}
 	if req.Op == core.OpRefund || req.Op == core.OpReserve || req.Op == core.OpAtMost {
@@ -239,28 +261,23 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 		// admitted with a delay where a plain request is denied; a
 		// partial admission admits what a cached denial of a larger cost
 		// says nothing of. All are for the remote alone.
-		return s.decideRemote(ctx, &req, sh, k, e, 0)
+		return 0, core.Decision{}, false, nil
 	}
 	if req.Now.IsZero() {
-		now := s.now()
-		if most := s.allotmentSize(&req); most > 0 {
-			if d, ok, err := s.spendAllotment(ctx, &req, sh, k, e, most, now); ok || err != nil {
-				return d, err
+		start = s.now()
+		if most := s.allotmentSize(req); most > 0 {
+			if d, ok, err := s.spendAllotment(ctx, req, sh, k, e, most, start); ok || err != nil {
+				return 0, d, true, err
 			}
 		}
-		if e != nil {
-			if d, ok := e.cachedDenial(&req, now); ok {
-				return answered(&req, d)
-			}
-		}
-		return s.decideRemote(ctx, &req, sh, k, e, now)
 	}
 	if e != nil {
-		if d, ok := e.cachedDenial(&req, 0); ok {
-			return answered(&req, d)
+		if d, ok := e.cachedDenial(req, start); ok {
+			d, err := answered(req, d)
+			return 0, d, true, err
 		}
 	}
-	return s.decideRemote(ctx, &req, sh, k, e, 0)
+	return start, core.Decision{}, false, nil
 }
 
 // ApplyAll decides reqs together. If a batch of charges meets a live
@@ -379,23 +396,17 @@ type slot struct {
 func (s *Store) callRemote(ctx context.Context, req *core.Request) (core.Decision, error) {
 	d, err := s.remote.Apply(ctx, *req)
 	if err != nil {
-		return core.Decision{}, fmt.Errorf("layered: remote: %w", err)
+		return core.Decision{}, remoteFailed(err)
 	}
 	return d, nil
 }
 
-// decideRemote decides req at the remote and updates the key's cached
-// denial with the answer (see remember). start is the local clock before
-// the call (unused for requests with an explicit Now).
-func (s *Store) decideRemote(ctx context.Context, req *core.Request, sh *lru.Cache[cacheKey, *entry], k cacheKey, e *entry, start int64) (core.Decision, error) {
-	epoch := s.epoch.Load()
-	d, err := s.callRemote(ctx, req)
-	if err != nil {
-		return d, err
-	}
-	s.remember(req, &d, d.Allowed, sh, k, e, start, epoch)
-	return d, nil
-}
+// remoteFailed wraps a failure of the remote. It is kept out of its
+// callers, whose frames stay small without it: a caller that waited for
+// the remote finds its stack gone cold, a cache line a few nanoseconds.
+//
+//go:noinline
+func remoteFailed(err error) error { return fmt.Errorf("layered: remote: %w", err) }
 
 // remember updates the key's cached denial with the remote's answer d to
 // req, sent at start on the local clock when the epoch was epoch; applied
