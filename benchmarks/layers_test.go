@@ -3,6 +3,8 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
@@ -20,7 +22,9 @@ import (
 //
 // On a machine whose two cores the benchmark shares with Redis, with
 // other work besides, these figures move by half from run to run;
-// BenchmarkLayerCost measures the layers' own CPU alone.
+// BenchmarkLayerCost measures the layers' own CPU alone, and
+// BenchmarkLayerRounds what they cost a caller that waits for its round
+// trip, without Redis.
 func BenchmarkLayers(b *testing.B) {
 	srv := redistest.Shared(b)
 	keys := workloads()["hot"]
@@ -89,5 +93,103 @@ func BenchmarkLayerCost(b *testing.B) {
 			b.ReportMetric(1e3*(processCPU(b)-before)/float64(b.N), "cpu-ns/op")
 		})
 		c.Close()
+	}
+}
+
+// BenchmarkLayerRounds measures what the layers of BenchmarkLayerCost add
+// to a decision whose caller waits for its round trip, as over Redis,
+// without Redis or a network: 64 goroutines decide one key through the
+// layers over a store whose callers queue their calls and wait for a
+// goroutine of its own to answer them, a round at a time, as a Redis
+// store's sender does. A caller that waited finds its stack gone cold (63
+// others decided meanwhile), so a layer costs more here than alone: every
+// cache line of the stack it writes on its way to the store and back.
+// cpu-ns/op is the process's CPU time per decision; -test.cpu=1 steadies
+// it (one processor: no thread spins waiting for work).
+func BenchmarkLayerRounds(b *testing.B) {
+	for n := range len(ChainLayers) + 1 {
+		top := "store"
+		if n > 0 {
+			top = ChainLayers[n-1]
+		}
+		open := func(string, string) (core.Store, func(), error) {
+			r := new(rounds)
+			return stores.Func(func(ctx context.Context, _ core.Request) (core.Decision, error) {
+				if err := r.wait(ctx); err != nil {
+					return core.Decision{}, err
+				}
+				return core.Decision{Allowed: true, Limit: 100, Remaining: 99}, nil
+			}), func() {}, nil
+		}
+		c, err := newStore("rounds", open, n, nil)("", redisLimit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("layers=%d-%s", n, top), func(b *testing.B) {
+			before := processCPU(b)
+			b.ReportAllocs()
+			b.ResetTimer()
+			t := drive(b.Context(), c, 64, func(int) string { return "hot" }, upTo(b.N))
+			b.StopTimer()
+			if t.err != nil {
+				b.Fatal(t.err)
+			}
+			b.ReportMetric(1e3*(processCPU(b)-before)/float64(b.N), "cpu-ns/op")
+		})
+		c.Close()
+	}
+}
+
+// rounds answers its callers a round at a time, as a Redis store's queue
+// does (stores/internal/redisengine): a caller queues its call and waits
+// until a sender, a goroutine that runs while calls are queued, has
+// answered its round, or until its context ends.
+type rounds struct {
+	mu      sync.Mutex
+	queue   []chan struct{}
+	sending bool
+}
+
+// waiting holds the callers' channels, each used again by a next call.
+var waiting = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// wait queues a call and waits for its round.
+func (r *rounds) wait(ctx context.Context) error {
+	ch := waiting.Get().(chan struct{})
+	r.mu.Lock()
+	r.queue = append(r.queue, ch)
+	if !r.sending {
+		r.sending = true
+		go r.send()
+	}
+	r.mu.Unlock()
+	select {
+	case <-ch:
+		waiting.Put(ch)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// send answers the queued calls, round after round, until none is left;
+// it yields after each round, so that the callers it answered join the
+// next, as the engine's sender does.
+func (r *rounds) send() {
+	var round []chan struct{}
+	for {
+		r.mu.Lock()
+		round, r.queue = r.queue, round[:0]
+		if len(round) == 0 {
+			r.sending = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		for i, ch := range round {
+			ch <- struct{}{}
+			round[i] = nil
+		}
+		runtime.Gosched()
 	}
 }
