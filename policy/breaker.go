@@ -368,7 +368,7 @@ func (b *Breaker) applyOne(ctx context.Context, req *core.Request, mode Mode) (c
 	if err != nil {
 		return b.failedOne(ctx, req, mode, c, t, err)
 	}
-	b.observe(t, c.start, frozen)
+	b.observe(c.start, frozen)
 	b.fastDone(c, answered, nil)
 	b.notes.flush()
 	return d, nil
@@ -613,7 +613,7 @@ func (b *Breaker) ask(ctx context.Context, reqs []core.Request, out []core.Decis
 	if err != nil {
 		return b.judge(ctx, t, err)
 	}
-	b.observe(t, start, frozen)
+	b.observe(start, frozen)
 	return answered, nil
 }
 
@@ -625,11 +625,11 @@ func (b *Breaker) begin(start int64) (*tick, int64) {
 	return b.deadlines.at(start), b.meter.frozen()
 }
 
-// observe counts the latency of a call of tick t that began at start and
-// was answered, when the process had been frozen for frozen, if the call
+// observe counts the latency of a call that began at start and was
+// answered, when the process had been frozen for frozen, if the call
 // is timed (see minTimed): on the wall clock, the process's stalls
 // included (see deadlines).
-func (b *Breaker) observe(t *tick, start, frozen int64) {
+func (b *Breaker) observe(start, frozen int64) {
 	if b.deadlines.timed() {
 		b.deadlines.observe(b.now() - start - (b.meter.frozen() - frozen))
 	}
