@@ -39,8 +39,13 @@ const (
 	busyRate       = 20000 // decisions a second, offered whatever the answers' speed
 	busyKeys       = 2000
 	busyGoroutines = 64
-	busyPhase      = 3 * time.Second
-	busyMaxShare   = 0.001 // of the decisions, answered by the mode
+	// A phase is long enough for its bound to tell one stall from none:
+	// a stall that times out one round of the 64 callers together is
+	// 0.053 % of a 6 s phase, and was 0.107 % of a 3 s one, whose bound
+	// (60 decisions) then allowed no stall at all; on this machine one
+	// such round came in about half the runs, old code and new.
+	busyPhase    = 6 * time.Second
+	busyMaxShare = 0.001 // of the decisions, answered by the mode
 )
 
 // freezeEnv names the environment variable that makes the test binary a

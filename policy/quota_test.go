@@ -110,12 +110,12 @@ func TestCPUQuota(t *testing.T) {
 	}
 }
 
-// quotaPhase is how long the load runs under the quota: twice a
+// quotaPhase is how long the load runs under the quota: as long as a
 // busy-host phase, since a throttled period now and then times out one
 // round of the 64 callers together (the thread that reads the replies
 // waits for a core after the period, which the deadline counts), 0.08 %
 // of a 3 s phase's decisions.
-const quotaPhase = 2 * busyPhase
+const quotaPhase = 6 * time.Second
 
 // quotaPeriod is the CFS period of TestCPUQuota's cgroup, the kernel's
 // and the container runtimes' default.
