@@ -30,7 +30,10 @@ import (
 // container whose CPU quota is spent), and four CPU-burning processes
 // beside it. Redis stays healthy throughout, so the mode may answer at
 // most a tenth of a percent of the decisions, and the circuit must never
-// open.
+// open. The burners slow Redis too, which shares the two cores: its
+// thread waits for one up to half of any 100 ms (the test logs how long,
+// from the kernel's run delay: see schedWatch), and the adapted deadline
+// follows that latency.
 //
 // It is built without the race detector, which would make the load
 // itself more than the machine can run; make test runs it so.
@@ -136,6 +139,7 @@ type tally struct {
 	decisions, byMode, errors, late atomic.Int64
 	firstErr                        atomic.Pointer[error]
 	wall, proc                      histogram
+	modeAt                          modeTimes
 }
 
 // histogram counts durations in buckets of 250 µs up to 100 ms. A span
@@ -217,6 +221,7 @@ func openLoop(stores []core.Store, b *Breaker, cur *atomic.Pointer[tally], stop 
 					c.firstErr.CompareAndSwap(nil, &err)
 				case d.Source == core.SourceFailOpen || d.Source == core.SourceFailClosed || d.Source == core.SourceDegraded:
 					c.byMode.Add(1)
+					c.modeAt.add(time.Now())
 				}
 			}
 		})
@@ -270,13 +275,16 @@ func TestBusyHost(t *testing.T) {
 				log = append(log, c)
 				changeLog.Unlock()
 			})
+			watch := startSchedWatch(srv.PID())
+			defer watch.close()
 			var cur atomic.Pointer[tally]
 			phases := []struct {
 				name    string
 				disturb func(*testing.T) func()
 			}{
+				// The first decisions of a new chain, then 6 s of an
+				// idle host's steady state.
 				{"cold start", nil},
-				{"idle", nil},
 				{"frozen 30 ms of 230 ms", startFreezer},
 				{"four CPU burners", func(t *testing.T) func() { return startBurners(t, 4) }},
 			}
@@ -294,12 +302,17 @@ func TestBusyHost(t *testing.T) {
 					end = p.disturb(t)
 				}
 				before := changes.Load()
+				began := time.Now()
 				cur.Store(results[i])
 				time.Sleep(busyPhase)
 				if end != nil {
 					end()
 				}
-				t.Logf("%s: %v; deadline %v; circuit changes %d; %+v", p.name, results[i], b.timeoutNow(), changes.Load()-before, b.Stats())
+				r, s, _ := watch.waited(began, time.Now())
+				most, _ := watch.worst(began, time.Now(), 100*time.Millisecond)
+				t.Logf("%s: %v; deadline %v; circuit changes %d; %+v; waited for a core: redis-server %v (at most %v in 100 ms), this process %v%s",
+					p.name, results[i], b.timeoutNow(), changes.Load()-before, b.Stats(), r.Round(time.Millisecond), most.Round(100*time.Microsecond), s.Round(time.Millisecond),
+					results[i].modeAt.explain(watch, began, 150*time.Millisecond))
 			}
 			close(stop)
 			wg.Wait()
