@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,7 +47,9 @@ import (
 // TestBasicTLSConfig, TestBasicAuthConfigWithRedisCluster,
 // TestBasicAuthConfigWithRedisSentinel, TestBasicConfig_ExtraTags,
 // TestBasicReloadConfig and TestShareThreshold (the memcached, xDS and
-// gRPC TLS tests are not replayed: sluice-serve has none of them).
+// gRPC TLS tests are not replayed: sluice-serve has none of them). The
+// variants of each Redis server run in order, those of different servers
+// side by side.
 func TestPeerIntegration(t *testing.T) {
 	if _, err := SluiceBinary(); err != nil {
 		t.Skipf("sluice-serve does not build: %v", err)
@@ -143,7 +146,8 @@ func TestPeerIntegration(t *testing.T) {
 	// The expectations of one variant of testBasicBaseConfig, without and
 	// with a local cache, for the count of those not replayed.
 	var perVariant [2]int
-	for _, v := range variants {
+	var reloadN int
+	variant1 := func(t *testing.T, v variant) {
 		t.Run(v.test+"/"+v.name, func(t *testing.T) {
 			n := inOneMinute(t, tl, func(tl *tally) {
 				if v.r != nil {
@@ -154,33 +158,67 @@ func TestPeerIntegration(t *testing.T) {
 				s := startSluiceEnv(t, root, v.env)
 				basicBaseConfig(tl, s, v.stop, v.localCache)
 			})
+			tl.mu.Lock()
 			perVariant[b2i(v.localCache)] = n
+			tl.mu.Unlock()
 		})
 	}
-	t.Run("TestBasicConfig_ExtraTags", func(t *testing.T) {
-		tl := tl.sub(t)
-		defer tl.commit()
-		s := startSluiceEnv(t, root, redisEnv(plain.Addr(), "EXTRA_TAGS", "foo:bar,a:b"))
-		extraTags(tl, s)
-	})
-	var reloadN int
-	for _, watchRoot := range []string{"true", "false"} {
-		t.Run("TestBasicReloadConfig/ReloadWatchRoot="+watchRoot, func(t *testing.T) {
-			tl := tl.sub(t)
-			defer tl.commit()
-			s := startSluiceEnv(t, root, redisEnv(plain.Addr(), "RUNTIME_WATCH_ROOT", watchRoot))
-			configReload(tl, s)
-			reloadN = tl.count()
-		})
+	// The variants of each Redis server run in the peer's order, one after
+	// another; those of different servers side by side (they wait on
+	// their servers and sluice-serve far more than they compute). The
+	// plain server's group ends with the peer's tests that follow the
+	// variants.
+	serverNames := map[string]string{plain.Addr(): "plain", auth.Addr(): "auth", tlsRedis.TLSAddr(): "tls",
+		tlsClientRedis.TLSAddr(): "tls-client-cert", clusterURL: "cluster", sentinelURL: "sentinel"}
+	var groups [][]variant
+	group := map[string]int{}
+	for _, v := range variants {
+		url := v.env["REDIS_URL"]
+		i, ok := group[url]
+		if !ok {
+			i = len(groups)
+			group[url] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], v)
 	}
-	t.Run("TestShareThreshold", func(t *testing.T) {
-		inOneMinute(t, tl, func(tl *tally) {
-			if _, err := plain.Do("FLUSHALL"); err != nil {
-				t.Fatal(err)
-			}
-			s := startSluiceEnv(t, root, redisEnv(plain.Addr()))
-			shareThreshold(tl, s)
-		})
+	t.Run("servers", func(t *testing.T) {
+		for _, g := range groups {
+			url := g[0].env["REDIS_URL"]
+			t.Run(serverNames[url], func(t *testing.T) {
+				t.Parallel()
+				for _, v := range g {
+					variant1(t, v)
+				}
+				if url != plain.Addr() {
+					return
+				}
+				t.Run("TestBasicConfig_ExtraTags", func(t *testing.T) {
+					tl := tl.sub(t)
+					defer tl.commit()
+					s := startSluiceEnv(t, root, redisEnv(plain.Addr(), "EXTRA_TAGS", "foo:bar,a:b"))
+					extraTags(tl, s)
+				})
+				for _, watchRoot := range []string{"true", "false"} {
+					t.Run("TestBasicReloadConfig/ReloadWatchRoot="+watchRoot, func(t *testing.T) {
+						tl := tl.sub(t)
+						defer tl.commit()
+						s := startSluiceEnv(t, root, redisEnv(plain.Addr(), "RUNTIME_WATCH_ROOT", watchRoot))
+						configReload(tl, s)
+						reloadN = tl.count()
+					})
+				}
+				t.Run("TestShareThreshold", func(t *testing.T) {
+					inOneMinute(t, tl, func(tl *tally) {
+						if _, err := plain.Do("FLUSHALL"); err != nil {
+							t.Fatal(err)
+						}
+						s := startSluiceEnv(t, root, redisEnv(plain.Addr()))
+						shareThreshold(tl, s)
+					})
+				})
+			})
+		}
 	})
 	if t.Failed() {
 		return
@@ -219,6 +257,7 @@ type tally struct {
 	design         map[string]int // reason → count
 	errs           []string       // a sub tally's failures, reported by commit
 	root           *tally
+	mu             sync.Mutex // a root's: its sub tallies commit side by side
 }
 
 // sub returns a tally for subtest t whose counts and failures go to tl's
@@ -235,6 +274,8 @@ func (tl *tally) sub(t *testing.T) *tally {
 // failures.
 func (tl *tally) commit() {
 	r := tl.root
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.passed += tl.passed
 	r.failed += tl.failed
 	for reason, n := range tl.design {
