@@ -194,9 +194,7 @@ type Breaker struct {
 	state       atomic.Uint32              // State, as of the last change
 	openUntil   atomic.Int64               // ns after base at which an open circuit lets probes through
 	closedAt    atomic.Int64               // the process clock when the circuit last closed, or NewBreaker ran
-	runStart    int64                      // the process clock at the current run of failures' first; under gobreaker's lock
-	runLapsed   bool                       // a call of the current run timed out; under gobreaker's lock
-	lapsed      bool                       // the outcome gobreaker is counting timed out; under gobreaker's lock
+	run         failureRun                 // the current run of failures, on the process clock; under gobreaker's lock
 	cause       error                      // the store's error in the last failure gobreaker counted; under its lock
 	failedAt    atomic.Int64               // the process clock when the latest failure happened (its deadline's end, for a timeout)
 	steadyAfter atomic.Int64               // ns after base from which calls may run inline (see steady)
@@ -265,6 +263,7 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 	b.deadlines.warmUntil.Store(b.meter.at(0) + int64(cfg.window/10))
 	b.notes.fn = cfg.onChange
 	b.tally = newSuccessTally(cfg.window, cfg.window/10)
+	b.run.tenth = max(int64(cfg.window/10), 1)
 	b.gen.Store(&generation{})
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
@@ -277,28 +276,29 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 		// while the circuit is closed: the trip conditions of WithTrip.
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			now := b.procNow()
-			if c.ConsecutiveFailures <= 1 {
-				// A success ended the last run; this failure begins one,
-				// at the instant it failed, or a concurrent one did.
-				b.runStart = min(now, b.failedAt.Load())
-				b.runLapsed = false
+			if now-b.closedAt.Load() < settle {
+				return false
 			}
-			b.runLapsed = b.runLapsed || b.lapsed
-			if now-b.closedAt.Load() < settle || c.TotalFailures < minFailures {
+			if b.run.inWindow(now) >= minFailures && now-b.run.start >= runSpan*b.runDeadline() {
+				return true
+			}
+			if c.TotalFailures < minFailures {
 				return false
 			}
 			c.TotalSuccesses += b.tally.sum(b.gen.Load(), b.now())
-			return c.ConsecutiveFailures >= minFailures && now-b.runStart >= runSpan*b.runDeadline() ||
-				float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
+			return float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
 		},
 		OnStateChange: b.onStateChange,
 		IsExcluded:    func(err error) bool { return err == errExcluded },
 		// Called, under gobreaker's lock, for each outcome it counts.
 		IsSuccessful: func(err error) bool {
 			f, _ := err.(*countedFailure)
-			b.lapsed = f != nil && f.lapsed
 			if f != nil {
 				b.cause = f.err
+				// At the instant it failed, or a concurrent one did.
+				b.run.fail(min(b.procNow(), b.failedAt.Load()), f.lapsed)
+			} else if err == nil {
+				b.run.end()
 			}
 			o := b.outcomes.Load()
 			if err != nil {
@@ -323,6 +323,7 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 		b.openUntil.Store(int64(at.Sub(b.base) + b.cfg.openTimeout))
 	}
 	b.state.Store(uint32(s))
+	b.run.end() // gobreaker's counts start again too
 	if s == Closed {
 		closed := b.meter.at(int64(at.Sub(b.base)))
 		b.closedAt.Store(closed)
@@ -683,7 +684,7 @@ func (b *Breaker) judge(ctx context.Context, t *tick, err error) (outcome, error
 // a killed Redis is cut off within 100 ms however high the latency had
 // raised the deadline.
 func (b *Breaker) runDeadline() int64 {
-	if b.runLapsed {
+	if b.run.lapsed {
 		return b.deadlines.timeout.Load()
 	}
 	return b.deadlines.floor

@@ -219,7 +219,9 @@ func WithProbes(n int) BreakerOption {
 //     completed in it with a success or a failure, or
 //   - the last minFailures calls or more failed with no success between
 //     them, the first of them at least four per-call deadlines before the
-//     last: the store has answered nothing for that long. The deadline is
+//     last: the store has answered nothing for that long. This rule's
+//     window and deadlines run on the breaker's process clock, which
+//     leaves out the time the process was not running. The deadline is
 //     the one adapted to the store's latency if a call of the run timed
 //     out, and its floor ([WithTimeout]; 32 ms by default) if every call
 //     failed with the store's own error (a refused connection, an OOM or
