@@ -23,8 +23,11 @@ type failureRun struct {
 	of     [10]int64
 }
 
-// fail adds a failure at the instant at, which timed out if lapsed.
+// fail adds a failure at the instant at, which timed out if lapsed. An
+// instant read as the meter records a stall may fall a little before the
+// clock's origin: it counts as the origin.
 func (r *failureRun) fail(at int64, lapsed bool) {
+	at = max(at, 0)
 	if r.n == 0 {
 		r.start, r.lapsed = at, false
 	}
@@ -53,7 +56,7 @@ func (r *failureRun) inWindow(now int64) uint32 {
 	if r.n == 0 || now-r.start <= r.tenth*int64(len(r.counts)) {
 		return r.n
 	}
-	i := now / r.tenth
+	i := max(now, 0) / r.tenth
 	var n uint32
 	for k, c := range r.counts {
 		if age := i - r.of[k]; age >= 0 && age < int64(len(r.counts)) {

@@ -47,6 +47,15 @@ func TestFailureRun(t *testing.T) {
 		t.Errorf("five failures 10 ms apart after a sparse run: %d in the window, want 5 to 8", got)
 	}
 
+	// Instants a little before the clock's origin, as a reading taken
+	// while the meter records a stall can be, count as the origin.
+	r = newRun()
+	r.fail(-3*ms, true)
+	r.fail(-1, false)
+	if got := r.inWindow(-ms); got != 2 || r.start != 0 {
+		t.Errorf("failures before the origin: %d in the window, start %d; want 2, 0", got, r.start)
+	}
+
 	// A success ends the run; the next failure begins one.
 	r.end()
 	at += 10 * ms
