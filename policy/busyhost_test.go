@@ -309,7 +309,7 @@ func TestBusyHost(t *testing.T) {
 					end()
 				}
 				r, s, _ := watch.waited(began, time.Now())
-				most, _ := watch.worst(began, time.Now(), 100*time.Millisecond)
+				most := watch.worst(began, time.Now(), 100*time.Millisecond)
 				t.Logf("%s: %v; deadline %v; circuit changes %d; %+v; waited for a core: redis-server %v (at most %v in 100 ms), this process %v%s",
 					p.name, results[i], b.timeoutNow(), changes.Load()-before, b.Stats(), r.Round(time.Millisecond), most.Round(100*time.Microsecond), s.Round(time.Millisecond),
 					results[i].modeAt.explain(watch, began, 150*time.Millisecond))

@@ -128,12 +128,11 @@ func (w *schedWatch) waited(from, to time.Time) (redis, self time.Duration, ok b
 }
 
 // worst returns the longest redis-server waited for a core within any
-// window of span between from and to, and when that window ended.
-func (w *schedWatch) worst(from, to time.Time, span time.Duration) (time.Duration, time.Time) {
+// window of span between from and to.
+func (w *schedWatch) worst(from, to time.Time, span time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var most time.Duration
-	var at time.Time
 	j := 0
 	for i := range w.log {
 		s := w.log[i]
@@ -144,10 +143,10 @@ func (w *schedWatch) worst(from, to time.Time, span time.Duration) (time.Duratio
 			j++
 		}
 		if d := s.redis - w.log[j].redis; d > most {
-			most, at = d, s.at
+			most = d
 		}
 	}
-	return most, at
+	return most
 }
 
 // modeTimes keeps when decisions were answered by the mode, the first
