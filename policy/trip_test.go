@@ -127,14 +127,16 @@ func TestStallDoesNotTrip(t *testing.T) {
 			// process clock, so the stall lasts as long on it: on a
 			// loaded machine, longer on the wall clock.
 			var deadline time.Duration // the breaker's per-call deadline as the stall began
+			var wall time.Duration     // how long the stall lasted on the wall clock
 			stall := func(n time.Duration) {
 				deadline = b.timeoutNow()
-				p0 := b.procNow()
+				p0, w0, dials := b.procNow(), time.Now(), proxy.Accepted()
 				proxy.Blackhole()
 				for time.Duration(b.procNow()-p0) < n*deadline {
 					time.Sleep(time.Millisecond)
 				}
-				t.Logf("at the stall's end: %+v", b.Counts())
+				wall = time.Since(w0)
+				t.Logf("at the stall's end, %v on the wall clock (deadline %v), %d new connections: %+v", wall.Round(time.Millisecond), deadline, proxy.Accepted()-dials, b.Counts())
 				proxy.Pass()
 			}
 			// A stall that catches no call in flight proves nothing (the
@@ -143,12 +145,13 @@ func TestStallDoesNotTrip(t *testing.T) {
 			var after Stats
 			for try := 0; ; try++ {
 				canary := redisfaults.StartCanary()
+				dials := proxy.Accepted()
 				stall(2)
 				time.Sleep(300 * time.Millisecond)
 				stalled := canary.Stop()
 				after = b.Stats()
 				if s := b.State(); s != Closed || after.Changes != before.Changes {
-					t.Fatalf("a stall of two deadlines changed the circuit: %v, %d changes (%+v); the process stalled for %v at most", s, after.Changes-before.Changes, after, stalled)
+					t.Fatalf("a stall of two deadlines (%v on the wall clock) changed the circuit: %v, %d changes (%+v); the process stalled for %v at most; the client opened %d connections since the stall began", wall, s, after.Changes-before.Changes, after, stalled, proxy.Accepted()-dials)
 				}
 				if after.Failures != before.Failures {
 					break
@@ -157,7 +160,7 @@ func TestStallDoesNotTrip(t *testing.T) {
 					t.Fatalf("no call failed during three stalls of two deadlines: the test proves nothing (%+v)", after)
 				}
 			}
-			t.Logf("a stall of %v (two deadlines) failed %d calls; the circuit stayed closed", deadline+2*DefaultTimeout, after.Failures-before.Failures)
+			t.Logf("a stall of %v (two deadlines) failed %d calls; the circuit stayed closed", 2*deadline, after.Failures-before.Failures)
 			// The circuit may have opened, and moved on to half-open,
 			// before the stall ends (it lasts longer on the wall clock
 			// than on the breaker's on a loaded machine): any change

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -38,6 +39,8 @@ type Proxy struct {
 	changed   chan struct{} // closed and replaced when blackhole changes
 	conns     map[net.Conn]struct{}
 	closed    bool
+
+	accepted atomic.Int64 // connections accepted so far
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -79,6 +82,10 @@ func newProxy(target string) (*Proxy, error) {
 	}
 	return nil, errors.New("redistest: proxy found no free port")
 }
+
+// Accepted returns how many connections the proxy has accepted: a client
+// that closed its connections and dialled again shows here.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
 // Addr returns the address clients dial, "127.0.0.1:PORT".
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
@@ -171,6 +178,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return // closed
 		}
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go p.serve(c)
 	}
