@@ -255,6 +255,13 @@ func TestLatency(t *testing.T) {
 // TestDownAtStart makes the client, the store and the breaker while Redis
 // is down: nothing fails or waits, and the first decision is the mode's;
 // once Redis is up, decisions come from it.
+//
+// The first decision must come within the deadline. A loaded
+// machine can hold the caller back longer, and a canary does not always
+// see it (a goroutine may wait for a thread while the canary runs), so a
+// late first decision is tried again, on a new client, store and
+// breaker, up to three times: a design that waits for the dial waits
+// every time, a stall passes.
 func TestDownAtStart(t *testing.T) {
 	t.Parallel()
 	for _, cl := range clients {
@@ -264,32 +271,41 @@ func TestDownAtStart(t *testing.T) {
 			if err := srv.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			start := time.Now()
-			remote := cl.store(t, srv.Addr(), nil)
-			b := newBreaker(t, remote)
-			if took := time.Since(start); took > time.Second {
-				t.Errorf("making the client, store and breaker took %v while Redis was down", took)
-			}
+			var b *Breaker
 			for _, mode := range []Mode{FailOpen, FailClosed, Degrade} {
-				v, err := b.WithMode(mode)
-				if err != nil {
-					t.Fatal(err)
+				for try := 1; ; try++ {
+					start := time.Now()
+					remote := cl.store(t, srv.Addr(), nil)
+					b = newBreaker(t, remote)
+					if took := time.Since(start); took > time.Second {
+						t.Errorf("making the client, store and breaker took %v while Redis was down", took)
+					}
+					v, err := b.WithMode(mode)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c := redisfaults.StartCanary()
+					start = time.Now()
+					d, err := v.Apply(context.Background(), loadReq("first-"+mode.String()))
+					took := time.Since(start)
+					stalled := c.Stop()
+					want := map[Mode]core.Source{FailOpen: core.SourceFailOpen, FailClosed: core.SourceFailClosed, Degrade: core.SourceDegraded}[mode]
+					if err != nil || d.Source != want || d.Allowed == (mode == FailClosed) {
+						t.Errorf("%v: first decision = %+v, %v; want the mode's", mode, d, err)
+					}
+					t.Logf("%v: first decision %+v in %v", mode, d, took.Round(time.Microsecond))
+					// Within the deadline, unless the process stalled
+					// meanwhile by as much as the decision was late.
+					over := took - DefaultTimeout
+					if over <= 0 || stalled >= over {
+						break
+					}
+					if try == 3 {
+						t.Errorf("%v: the first decision took over the deadline %v in 3 tries of 3, the last %v (the canary stalled %v meanwhile)", mode, DefaultTimeout, took, stalled)
+						break
+					}
+					t.Logf("%v: the first decision took %v, over the deadline %v (the canary stalled %v meanwhile): trying again on a new client", mode, took, DefaultTimeout, stalled)
 				}
-				c := redisfaults.StartCanary()
-				start := time.Now()
-				d, err := v.Apply(context.Background(), loadReq("first-"+mode.String()))
-				took := time.Since(start)
-				stalled := c.Stop()
-				want := map[Mode]core.Source{FailOpen: core.SourceFailOpen, FailClosed: core.SourceFailClosed, Degrade: core.SourceDegraded}[mode]
-				if err != nil || d.Source != want || d.Allowed == (mode == FailClosed) {
-					t.Errorf("%v: first decision = %+v, %v; want the mode's", mode, d, err)
-				}
-				// within the deadline, unless the process stalled
-				// meanwhile by as much as the decision was late.
-				if over := took - DefaultTimeout; over > 0 && stalled < over {
-					t.Errorf("%v: first decision took %v, over the deadline %v (the canary stalled %v meanwhile)", mode, took, DefaultTimeout, stalled)
-				}
-				t.Logf("%v: first decision %+v in %v", mode, d, took.Round(time.Microsecond))
 			}
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
