@@ -85,12 +85,12 @@ func TestFastTrip(t *testing.T) {
 
 // TestStallDoesNotTrip stalls the network to the server (a proxy that
 // holds every byte, then delivers them) for twice the per-call deadline,
-// on the breaker's clock, under 256 goroutines: the calls in flight fail
-// together, then the server answers again. The circuit must stay closed:
-// the failures come within a deadline or two of one another, and
-// successes follow. A stall of ten deadlines, by contrast, must open it. (CLIENT PAUSE would not
-// do: the server ends a pause only at its next cron tick, up to 100 ms
-// late.)
+// on the breaker's clock, and at most briefStall on the wall clock, under
+// 256 goroutines: the calls in flight fail together, then the server
+// answers again. The circuit must stay closed: the failures come within a
+// deadline or two of one another, and successes follow. A stall of ten
+// deadlines, by contrast, must open it. (CLIENT PAUSE would not do: the
+// server ends a pause only at its next cron tick, up to 100 ms late.)
 func TestStallDoesNotTrip(t *testing.T) {
 	t.Parallel()
 	for _, cl := range clients {
@@ -128,15 +128,18 @@ func TestStallDoesNotTrip(t *testing.T) {
 			// loaded machine, longer on the wall clock.
 			var deadline time.Duration // the breaker's per-call deadline as the stall began
 			var wall time.Duration     // how long the stall lasted on the wall clock
-			stall := func(n time.Duration) {
+			// stall holds the network for n deadlines on the breaker's
+			// clock, and if most > 0 for at most most on the wall clock.
+			stall := func(n, most time.Duration) {
 				deadline = b.timeoutNow()
 				p0, w0, dials := b.procNow(), time.Now(), proxy.Accepted()
 				proxy.Blackhole()
-				for time.Duration(b.procNow()-p0) < n*deadline {
+				for time.Duration(b.procNow()-p0) < n*deadline && (most == 0 || time.Since(w0) < most) {
 					time.Sleep(time.Millisecond)
 				}
 				wall = time.Since(w0)
-				t.Logf("at the stall's end, %v on the wall clock (deadline %v), %d new connections: %+v", wall.Round(time.Millisecond), deadline, proxy.Accepted()-dials, b.Counts())
+				t.Logf("at the stall's end, %v on the breaker's clock and %v on the wall clock (deadline %v), %d new connections: %+v",
+					time.Duration(b.procNow()-p0).Round(time.Millisecond), wall.Round(time.Millisecond), deadline, proxy.Accepted()-dials, b.Counts())
 				proxy.Pass()
 			}
 			// A stall that catches no call in flight proves nothing (the
@@ -146,7 +149,7 @@ func TestStallDoesNotTrip(t *testing.T) {
 			for try := 0; ; try++ {
 				canary := redisfaults.StartCanary()
 				dials := proxy.Accepted()
-				stall(2)
+				stall(2, briefStall)
 				time.Sleep(300 * time.Millisecond)
 				stalled := canary.Stop()
 				after = b.Stats()
@@ -165,13 +168,24 @@ func TestStallDoesNotTrip(t *testing.T) {
 			// before the stall ends (it lasts longer on the wall clock
 			// than on the breaker's on a loaded machine): any change
 			// from closed is to open.
-			stall(10)
+			stall(10, 0)
 			if _, ok := waitState(b, Open, time.Second); !ok && b.Stats().Changes == after.Changes {
 				t.Errorf("a stall of ten deadlines did not open the circuit (%+v)", b.Stats())
 			}
 		})
 	}
 }
+
+// briefStall is the longest, on the wall clock, that TestStallDoesNotTrip
+// holds the network for its stall of two deadlines: below the clients'
+// read timeouts (500 ms in redisstore.ClientOptions and
+// rueidisstore.ClientOption), after which the client itself gives up on
+// its connections and dials again, and a stall is an outage. On a
+// loaded machine the breaker's clock can run at a quarter of the wall
+// clock (two deadlines of 100 ms took 720 ms of wall), and the stall then
+// ends before two deadlines on it: a shorter stall, which must not open
+// the circuit either.
+const briefStall = 400 * time.Millisecond
 
 // hammerPause is the pause between one goroutine's calls per goroutine
 // calling (see hammer).
