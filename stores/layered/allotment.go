@@ -26,20 +26,25 @@ type allotment struct {
 	take    core.Decision // the remote's answer to the take
 	size    int64         // the next take, adapted to what the key spends
 
-	// A denied take: until waitUntil (local ns) the key waits for the
-	// remote to hold a whole allotment, which it will at waitRetry. Only a
-	// request under waitLimit waits; the zero Limit, which no request
-	// has, clears the wait (a local clock may read below zero, before
-	// the store was made, so no instant can).
-	waitLimit         core.Limit
-	waitAt, waitUntil int64
-	waitRetry         int64
-	waitD             core.Decision
+	// wait is the key's wait after a denied take; nil while there is
+	// none.
+	wait *allotmentWait
 
 	// refill is non-nil while one caller takes an allotment; it is closed
 	// when the take returns. Other callers wait for it rather than send
 	// takes of their own.
 	refill chan struct{}
+}
+
+// allotmentWait is a key's wait after a denied take: until until (local
+// ns), a request under limit waits for the remote to hold a whole
+// allotment, which it will at retry; d is the take's answer, at at. Most
+// keys never wait, so it is kept apart from their allotments, whose size
+// it nearly doubled. Guarded by its entry's mu.
+type allotmentWait struct {
+	limit            core.Limit
+	at, until, retry int64
+	d                core.Decision
 }
 
 // Allotter is implemented by algorithms whose capacity the store may take
@@ -178,7 +183,8 @@ func (l *allotment) holds(req *core.Request, now int64) bool {
 // waiting reports whether a request under req's limit waits, at now, for
 // the remote to hold a whole allotment.
 func (l *allotment) waiting(req *core.Request, now int64) bool {
-	return now < l.waitUntil && l.waitLimit == req.Limit
+	w := l.wait
+	return w != nil && now < w.until && w.limit == req.Limit
 }
 
 // refundAllotment gives a refund back to the key's live allotment, under
@@ -227,11 +233,12 @@ func (l *allotment) decision(now, left int64) core.Decision {
 // and the request will pass once the wait is over (if nothing else is
 // charged).
 func (l *allotment) waitDecision(now int64) core.Decision {
-	d := l.waitD
+	w := l.wait
+	d := w.d
 	d.Remaining = 0
-	d.RetryAfter = ceilMicros(l.waitRetry - now)
-	d.ResetAfter = max(d.ResetAfter-time.Duration(now-l.waitAt), d.RetryAfter)
-	d.At = later(d.At, now-l.waitAt)
+	d.RetryAfter = ceilMicros(w.retry - now)
+	d.ResetAfter = max(d.ResetAfter-time.Duration(now-w.at), d.RetryAfter)
+	d.At = later(d.At, now-w.at)
 	d.Level = core.Level{} // the key's level has moved since: unknown
 	d.Source = core.SourceCache
 	return d
@@ -313,7 +320,7 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 			// Never spend a window's tokens in the next window.
 			l.expires = min(start+s.winTTL, start+int64(d.ResetAfter))
 		}
-		l.waitLimit = core.Limit{}
+		l.wait = nil
 		dec := l.decision(start, l.left)
 		dec.Healed = d.Healed
 		e.mu.Unlock()
@@ -330,13 +337,14 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 		e.mu.Unlock()
 		return s.take(ctx, req, e, l, d.Remaining, s.now(), ch, false, ahead)
 	}
+	var w *allotmentWait
 	if valid {
-		l.waitLimit, l.waitAt, l.waitD = req.Limit, start, d
-		l.waitRetry = start + int64(d.RetryAfter)
-		l.waitUntil = l.waitRetry
+		w = &allotmentWait{limit: req.Limit, at: start, retry: start + int64(d.RetryAfter), d: d}
+		w.until = w.retry
 		if s.maxDeny > 0 {
-			l.waitUntil = start + min(int64(d.RetryAfter), s.maxDeny)
+			w.until = start + min(int64(d.RetryAfter), s.maxDeny)
 		}
+		l.wait = w
 	}
 	e.mu.Unlock()
 	if ahead {
@@ -355,11 +363,11 @@ func (s *Store) take(ctx context.Context, req *core.Request, e *entry, l *allotm
 		u, r := req.Limit.Units()
 		later := core.CeilDiv(req.Cost*u, r) * int64(time.Microsecond)
 		e.mu.Lock()
-		if l.waitAt == start && l.waitLimit == req.Limit {
-			l.waitRetry += later
-			l.waitUntil = l.waitRetry
+		if w != nil && l.wait == w { // the wait this take set, still in force
+			w.retry += later
+			w.until = w.retry
 			if s.maxDeny > 0 {
-				l.waitUntil = min(l.waitUntil, start+s.maxDeny)
+				w.until = min(w.until, start+s.maxDeny)
 			}
 		}
 		e.mu.Unlock()

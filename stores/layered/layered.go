@@ -454,7 +454,7 @@ func (s *Store) remember(req *core.Request, d *core.Decision, applied bool, sh *
 			e.deny.Store(nil)
 			e.mu.Lock()
 			if e.allotment != nil {
-				e.allotment.waitLimit = core.Limit{}
+				e.allotment.wait = nil
 			}
 			e.mu.Unlock()
 		}
