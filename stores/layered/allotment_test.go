@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/layered"
 )
 
@@ -86,6 +87,50 @@ func TestAllotment(t *testing.T) {
 				{time.Second, 1, true, 9, core.SourceAllotment, 1}, // lapsed: an allotment of max(1, cost)
 			})
 		})
+	}
+}
+
+// TestAllotmentWaitExtended: when a smaller take is denied because
+// another instance spent meanwhile, the key waits for a whole allotment,
+// and a request the remote still holds enough for is decided there; its
+// cost puts the whole allotment that much further off, so the wait grows
+// by the time the remote takes to refill it.
+func TestAllotmentWaitExtended(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	mem := newMem(t, c)
+	// A token every 100ms, 10 at most.
+	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+	spend := func(n int64) {
+		t.Helper()
+		other := req
+		other.Cost = n
+		if d, err := mem.Apply(context.Background(), other); err != nil || !d.Allowed {
+			t.Fatalf("another instance spending %d: %s, %v", n, describe(d), err)
+		}
+	}
+	var calls atomic.Int64
+	remote := stores.Func(func(ctx context.Context, r core.Request) (core.Decision, error) {
+		if calls.Add(1) == 2 {
+			spend(1) // between the denied take of 4 and the take of the 2 left
+		}
+		return mem.Apply(ctx, r)
+	})
+	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(4)})
+	spend(8) // the remote holds 2
+	d, err := s.Apply(context.Background(), req)
+	if err != nil || !d.Allowed || d.Source != core.SourceStore || calls.Load() != 3 {
+		t.Fatalf("first request: %s, %v after %d remote calls; want admitted by the remote after a take of 4 and one of 2, both denied", describe(d), err, calls.Load())
+	}
+	// The denied take of 2 found 1: a whole allotment of 2 was one token
+	// off. The request took that token, so it is two tokens off.
+	d, err = s.Apply(context.Background(), req)
+	if err != nil || d.Allowed || d.Source != core.SourceCache || d.RetryAfter != 200*time.Millisecond || calls.Load() != 3 {
+		t.Errorf("while waiting: %s, %v after %d remote calls; want denied from the cache, to retry after 200ms", describe(d), err, calls.Load())
+	}
+	c.Advance(200 * time.Millisecond)
+	if d, err := s.Apply(context.Background(), req); err != nil || !d.Allowed || d.Source != core.SourceAllotment {
+		t.Errorf("after the wait: %s, %v; want admitted from an allotment", describe(d), err)
 	}
 }
 
