@@ -1,50 +1,38 @@
 package loadgen
 
 import (
+	"encoding/binary"
 	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/encoding"
-	protocodec "google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// codec is the gRPC codec of one [Run]: protobuf's, but a request of a
-// prebuilt workload is encoded once, before the run, and its bytes sent
-// again each time it is sent, since a workload sends the same requests
-// over and over. (Encoding other requests on first use, kept in a map,
-// saved nothing measurable: a run's fresh users are each sent a few
-// times at most.) Encoding is a
-// cost of the load generator's that it shares with every server it
-// drives, on the same cores: doing it once leaves more of the machine to
-// the server measured, whichever it is.
+// codec encodes the requests of one [Run] as gRPC messages (protobuf,
+// after gRPC's 5-byte prefix). A request of a prebuilt workload is
+// encoded once, before the run, and its bytes sent again each time it is
+// sent, since a workload sends the same requests over and over.
+// (Encoding other requests on first use, kept in a map, saved nothing
+// measurable: a run's fresh users are each sent a few times at most.)
+// Encoding is a cost of the load generator's that it shares with every
+// server it drives, on the same cores: doing it once leaves more of the
+// machine to the server measured, whichever it is.
 type codec struct {
-	proto encoding.CodecV2
 	// prebuilt holds the requests encoded before the run; written only
 	// before the first call, it is read without a lock.
-	prebuilt map[*rlsv3.RateLimitRequest]mem.BufferSlice
+	prebuilt map[*rlsv3.RateLimitRequest][]byte
 }
 
 // newCodec returns a codec with nothing encoded yet.
 func newCodec() *codec {
-	return &codec{proto: encoding.GetCodecV2(protocodec.Name), prebuilt: map[*rlsv3.RateLimitRequest]mem.BufferSlice{}}
+	return &codec{prebuilt: map[*rlsv3.RateLimitRequest][]byte{}}
 }
 
-// Name is the content subtype the codec serves, protobuf's.
-func (c *codec) Name() string { return protocodec.Name }
-
-// Marshal returns a prebuilt request's bytes as encoded before the run,
-// and encodes anything else. The bytes are never freed to a pool:
-// gRPC frees what Marshal returns once sent, which for a heap slice does
-// nothing.
-func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
-	req, ok := v.(*rlsv3.RateLimitRequest)
-	if !ok {
-		return c.proto.Marshal(v)
-	}
+// message returns req as a gRPC message: as encoded before the run if it
+// was prebuilt, else encoded now. The bytes must not be modified.
+func (c *codec) message(req *rlsv3.RateLimitRequest) ([]byte, error) {
 	if b, ok := c.prebuilt[req]; ok {
 		return b, nil
 	}
@@ -63,26 +51,16 @@ func (c *codec) encode(reqs []*rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// marshal encodes req.
-func marshal(req *rlsv3.RateLimitRequest) (mem.BufferSlice, error) {
-	data, err := proto.Marshal(req)
+// marshal encodes req as a gRPC message: a 0 (not compressed), the
+// protobuf encoding's length in 4 bytes, big-endian, and the encoding.
+func marshal(req *rlsv3.RateLimitRequest) ([]byte, error) {
+	b := make([]byte, 5, 5+proto.Size(req))
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, req)
 	if err != nil {
 		return nil, err
 	}
-	return mem.BufferSlice{mem.SliceBuffer(data)}, nil
-}
-
-// Unmarshal decodes a worker's [reply] itself, and anything else with
-// protobuf.
-func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
-	r, ok := v.(*reply)
-	if !ok {
-		return c.proto.Unmarshal(data, v)
-	}
-	if len(data) == 1 {
-		return r.unmarshal(data[0].ReadOnlyData())
-	}
-	return r.unmarshal(data.Materialize())
+	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
+	return b, nil
 }
 
 // reply is a worker's response, decoded into the same messages from one

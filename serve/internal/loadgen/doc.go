@@ -3,9 +3,9 @@
 // a fixed number of callers can, and measures what it answered and how
 // fast.
 //
-// [Run] keeps [Config.Streams] RPCs in flight over a few gRPC connections
-// (a closed loop: each worker sends its next request when the previous
-// one is answered), first for a warmup and then for the measured
+// [Run] keeps [Config.Streams] RPCs in flight over a few HTTP/2
+// connections (a closed loop: each worker sends its next request when the
+// previous one is answered), first for a warmup and then for the measured
 // duration, and returns a [Result]: the answers by overall code, the
 // failed RPCs, decisions per second and latency percentiles from a
 // log-linear histogram that each worker fills without allocating. What a
@@ -14,6 +14,12 @@
 // [SampleConfig] is a configuration in envoyproxy/ratelimit's YAML format
 // that limits its keys. Every goroutine Run starts has ended when it
 // returns.
+//
+// It speaks gRPC with a client of its own, plaintext and unary only,
+// rather than grpc-go's: the load generator shares the cores of the
+// servers it measures, and grpc-go's client cost it about 18 µs of CPU a
+// call against sluice-serve, this one about 6, since it keeps no
+// goroutine per call and gathers the calls of a moment into one write.
 //
 // The package is the measuring apparatus of sluice-serve's comparison
 // with envoyproxy/ratelimit (serve/compare) and of the rlsload command,

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Defaults of [Config]'s fields.
@@ -45,9 +44,9 @@ type Config struct {
 	// Envoy's callers would be). The default is 64.
 	Streams int
 
-	// Conns is the number of gRPC connections the workers share, worker
-	// w using connection w%Conns. The default is 4, or Streams if that is
-	// fewer. One HTTP/2 connection carries every stream through one
+	// Conns is the number of HTTP/2 connections the workers share,
+	// worker w using connection w%Conns. The default is 4, or Streams if
+	// that is fewer. One connection carries its streams through one
 	// socket and one writer goroutine on each side, which can become the
 	// bottleneck before the server does; Envoy itself opens a connection
 	// per worker thread, so a few connections is what a rate-limit
@@ -235,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
-	conns, err := dial(ctx, cfg, c)
+	conns, err := dialAll(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -264,7 +263,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for w := range cfg.Streams {
 		stats[w] = new(workerStats)
 		conn := conns[w%len(conns)]
-		wg.Go(func() { work(runCtx, cfg, w, conn, g, stats[w]) })
+		wg.Go(func() { work(runCtx, cfg, c, w, conn, g, stats[w]) })
 	}
 	done := make(chan struct{})
 	go func() {
@@ -354,46 +353,35 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-// dial opens cfg.Conns connections, whose calls use c, and waits until
-// each is ready.
-func dial(ctx context.Context, cfg Config, c *codec) ([]*grpc.ClientConn, error) {
+// dialAll opens cfg.Conns connections to cfg.Addr, each ready for
+// calls, within cfg.ConnectTimeout.
+func dialAll(ctx context.Context, cfg Config) ([]*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	conns := make([]*grpc.ClientConn, 0, cfg.Conns)
-	fail := func(err error) ([]*grpc.ClientConn, error) {
-		for _, c := range conns {
-			c.Close()
+	conns := make([]*conn, 0, cfg.Conns)
+	for i := range cfg.Conns {
+		// Worker w uses connection w%Conns.
+		streams := cfg.Streams / cfg.Conns
+		if i < cfg.Streams%cfg.Conns {
+			streams++
 		}
-		return nil, err
-	}
-	for range cfg.Conns {
-		conn, err := grpc.NewClient(cfg.Addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(c)))
+		c, err := dial(ctx, cfg.Addr, streams)
 		if err != nil {
-			return fail(fmt.Errorf("loadgen: %s: %w", cfg.Addr, err))
-		}
-		conns = append(conns, conn)
-		conn.Connect()
-	}
-	for _, conn := range conns {
-		for {
-			s := conn.GetState()
-			if s == connectivity.Ready {
-				break
+			for _, c := range conns {
+				c.Close()
 			}
-			if !conn.WaitForStateChange(ctx, s) {
-				return fail(fmt.Errorf("loadgen: %s not ready within %v (state %v): %w", cfg.Addr, cfg.ConnectTimeout, s, ctx.Err()))
-			}
+			return nil, fmt.Errorf("loadgen: %s not ready within %v: %w", cfg.Addr, cfg.ConnectTimeout, err)
 		}
+		conns = append(conns, c)
 	}
 	return conns, nil
 }
 
 // work is one worker's loop: send, wait, record, until the phase is stop
 // or ctx is done. Its answers are decoded into one reply, reused.
-func work(ctx context.Context, cfg Config, w int, conn *grpc.ClientConn, g *gate, st *workerStats) {
+func work(ctx context.Context, cfg Config, codec *codec, w int, conn *conn, g *gate, st *workerStats) {
 	r := new(reply)
+	cl := newCall()
 	for i := 0; ; i++ {
 		p := g.phase.Load()
 		if p == phaseDrain {
@@ -407,7 +395,7 @@ func work(ctx context.Context, cfg Config, w int, conn *grpc.ClientConn, g *gate
 		}
 		req := cfg.Requests(w, i)
 		t0 := time.Now()
-		err := conn.Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, r)
+		err := roundTrip(ctx, codec, conn, cl, req, r)
 		lat := time.Since(t0)
 		resp := &r.msg
 		if p == phaseMeasure {
@@ -417,6 +405,22 @@ func work(ctx context.Context, cfg Config, w int, conn *grpc.ClientConn, g *gate
 			cfg.Observe(w, i, resp)
 		}
 	}
+}
+
+// roundTrip sends req on conn, with cl, and decodes the answer into r.
+func roundTrip(ctx context.Context, codec *codec, conn *conn, cl *call, req *rlsv3.RateLimitRequest, r *reply) error {
+	msg, err := codec.message(req)
+	if err != nil {
+		return status.Errorf(codes.Internal, "loadgen: encoding the request: %v", err)
+	}
+	b, err := conn.invoke(ctx, msg, cl)
+	if err != nil {
+		return err
+	}
+	if err := r.unmarshal(b); err != nil {
+		return status.Errorf(codes.Internal, "loadgen: decoding the response: %v", err)
+	}
+	return nil
 }
 
 // count records one measured RPC.

@@ -46,15 +46,15 @@ func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return f.decide(req)
 }
 
-// startFake serves f on a free port of 127.0.0.1 until the test ends and
-// returns its address.
-func startFake(t *testing.T, f *fakeRLS) string {
+// startFake serves f, with opts, on a free port of 127.0.0.1 until the
+// test ends and returns its address.
+func startFake(t *testing.T, f *fakeRLS, opts ...grpc.ServerOption) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(srv, f)
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Serve(ln) })
