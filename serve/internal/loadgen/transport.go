@@ -29,8 +29,9 @@ const (
 	recvStreamWindow = 1 << 20
 	// The HTTP/2 defaults a server's SETTINGS may change (RFC 9113,
 	// section 6.5.2).
-	initialWindow   = 65535
-	initialMaxFrame = 16384
+	initialWindow      = 65535
+	initialMaxFrame    = 16384
+	initialHeaderTable = 4096
 	// maxStreamID is the last stream a client may open (its IDs are odd
 	// and 31 bits long): a connection carries 2^30 calls.
 	maxStreamID = 1<<31 - 1
@@ -54,16 +55,18 @@ const (
 // carried the 2^30 calls HTTP/2 allows it (about 20 hours at 15,000
 // calls a second).
 type conn struct {
-	nc      net.Conn
-	fr      *http2.Framer // written under wmu; read by the reader alone
-	headers []byte        // a call's request headers, HPACK-encoded without state
-	done    chan struct{} // closed when the reader and the writer have returned
+	nc   net.Conn
+	fr   *http2.Framer // written under wmu; read by the reader alone
+	done chan struct{} // closed when the reader and the writer have returned
 
 	wmu sync.Mutex // guards what follows, the writing side
 	// pending holds the frames written and not yet sent; the framer's
 	// writes append to it, and the writer takes it when it is not empty.
 	pending []byte
 	flush   sync.Cond // signalled when pending fills or broken is set
+	// headers is the next call's request headers, HPACK-encoded: the
+	// first call's, and then later's (see requestHeaders).
+	headers, later []byte
 	// nextID is the next stream's ID: streams must be opened in the
 	// order of their IDs, so it is taken under wmu, as the frames are
 	// written.
@@ -137,7 +140,6 @@ func dial(ctx context.Context, addr string, streams int) (*conn, error) {
 	c.fr.SetReuseFrames()
 	c.dec = hpack.NewDecoder(4096, c.emit)
 	c.dec.SetMaxStringLength(16 << 10)
-	c.headers = requestHeaders(addr)
 
 	fail := func(err error) (*conn, error) {
 		nc.Close()
@@ -163,6 +165,11 @@ func dial(ctx context.Context, addr string, streams int) (*conn, error) {
 		return fail(fmt.Errorf("not an HTTP/2 server: its first frame is %v, not SETTINGS", f.Header().Type))
 	}
 	c.settings(sf)
+	table, ok := sf.Value(http2.SettingHeaderTableSize)
+	if !ok {
+		table = initialHeaderTable
+	}
+	c.headers, c.later = requestHeaders(addr, table)
 	if _, err := nc.Write(c.pending); err != nil {
 		return fail(err)
 	}
@@ -195,12 +202,14 @@ func (w pendingWriter) Write(b []byte) (int, error) {
 }
 
 // requestHeaders returns a ShouldRateLimit call's request headers for
-// authority addr, as an HPACK block every call can send: its fields are
-// never indexed, so the block leaves the server's decoder as it found it.
-func requestHeaders(addr string) []byte {
-	var b bytes.Buffer
-	enc := hpack.NewEncoder(&b)
-	for _, f := range [][2]string{
+// authority addr as HPACK blocks: the first call's, which adds the fields
+// to the server's table, and every later call's, which names each by its
+// index there, as Envoy's calls do after their first; so the server
+// decodes no string after a connection's first call. If the server's
+// table (of table bytes) is smaller than HPACK's default, both blocks
+// hold the fields as literals, never indexed.
+func requestHeaders(addr string, table uint32) (first, later []byte) {
+	fields := [][2]string{
 		{":method", "POST"},
 		{":scheme", "http"},
 		{":path", "/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit"},
@@ -208,10 +217,17 @@ func requestHeaders(addr string) []byte {
 		{"content-type", "application/grpc"},
 		{"te", "trailers"},
 		{"user-agent", "sluice-loadgen"},
-	} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
 	}
-	return b.Bytes()
+	block := func(enc *hpack.Encoder, b *bytes.Buffer) []byte {
+		b.Reset()
+		for _, f := range fields {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: table < initialHeaderTable})
+		}
+		return bytes.Clone(b.Bytes())
+	}
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	return block(enc, &b), block(enc, &b)
 }
 
 // settings applies the server's settings and acknowledges them.
@@ -294,6 +310,7 @@ func (c *conn) send(msg []byte, cl *call) error {
 	c.sendWindow -= len(msg)
 	// The framer's writes append to pending, and cannot fail.
 	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: cl.id, BlockFragment: c.headers, EndHeaders: true})
+	c.headers = c.later
 	for rest := msg; ; {
 		n := min(len(rest), c.maxFrame)
 		c.fr.WriteData(cl.id, n == len(rest), rest[:n])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -172,5 +174,37 @@ func TestTransportServerStops(t *testing.T) {
 	}
 	if errors.Is(res.FirstError, context.Canceled) {
 		t.Errorf("the calls were cancelled by the grace period, not failed by the stop")
+	}
+}
+
+// TestRequestHeaders decodes the request headers of a connection's first
+// calls as a server whose table holds table bytes would: each call's
+// fields must be the same, and later calls' must take a few bytes where
+// the server's table holds them.
+func TestRequestHeaders(t *testing.T) {
+	for _, table := range []uint32{4096, 65536, 0, 100} {
+		first, later := requestHeaders("127.0.0.1:8081", table)
+		dec := hpack.NewDecoder(table, nil)
+		var want []hpack.HeaderField
+		for i, block := range [][]byte{first, later, later, later} {
+			got, err := dec.DecodeFull(block)
+			if err != nil {
+				t.Fatalf("table %d, call %d: %v", table, i, err)
+			}
+			for j := range got {
+				got[j].Sensitive = false
+			}
+			if i == 0 {
+				want = got
+				if len(want) != 7 || want[2] != (hpack.HeaderField{Name: ":path", Value: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}) {
+					t.Fatalf("table %d: the first call's headers are %v", table, want)
+				}
+			} else if !slices.Equal(got, want) {
+				t.Errorf("table %d, call %d: headers %v, want %v", table, i, got, want)
+			}
+		}
+		if indexed := len(later) <= len(want); indexed != (table >= 4096) {
+			t.Errorf("table %d: later calls' headers take %d bytes", table, len(later))
+		}
 	}
 }
