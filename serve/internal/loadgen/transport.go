@@ -114,8 +114,9 @@ type headerBlock struct {
 }
 
 // dial connects to addr, exchanges HTTP/2 settings with the server, and
-// starts the connection's reader. ctx bounds the connecting and the
-// exchange.
+// starts the connection's reader and writer. ctx bounds the connecting
+// and the exchange. streams is how many calls the connection will carry
+// at once, which the server must allow.
 func dial(ctx context.Context, addr string, streams int) (*conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
