@@ -126,8 +126,14 @@ func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, names 
 		t.Errorf("none of the %d sampled keys was held: the sample proves nothing", sample)
 	}
 
-	// Redis expires keys on its own: within the window and 2 s, DBSIZE
-	// must be back to within 1% of the peak.
+	// Every key expires within the window and 2 s of the flood (the TTLs
+	// above): by then DBSIZE must be back to within 1% of the peak. How
+	// soon Redis reclaims an expired key is its active expiry's, a few
+	// ms of CPU every 100 ms, which a loaded machine may not give it
+	// (make test once saw 1,463 keys left). So, if DBSIZE is not down by
+	// the deadline, a SCAN of the keyspace, which deletes each expired
+	// key it meets, leaves the keys not yet expired, which are then
+	// counted: a key that outlives its TTL, or has none, still fails.
 	deadline := start.Add(flooded + window + 2*time.Second)
 	left := size() - before
 	for left > peak/100 && time.Now().Before(deadline) {
@@ -135,6 +141,12 @@ func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, names 
 		left = size() - before
 	}
 	t.Logf("%d keys left %v after the flood (%.2f%% of the peak)", left, time.Since(start.Add(flooded)).Round(time.Millisecond), 100*float64(left)/float64(peak))
+	if left > peak/100 {
+		time.Sleep(time.Until(deadline))
+		reclaim(t, srv)
+		left = size() - before
+		t.Logf("after a SCAN reclaimed the expired keys, %d left (%.2f%% of the peak)", left, 100*float64(left)/float64(peak))
+	}
 	if left > peak/100 {
 		t.Errorf("%d of %d keys left the window and 2 s after the flood, want at most 1%%", left, peak)
 	}
@@ -146,5 +158,28 @@ func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, names 
 	t.Logf("a 1 MiB key was answered in %v: %v", time.Since(began), err)
 	if !errors.Is(err, core.ErrInvalidKey) {
 		t.Errorf("a 1 MiB key: %v, want core.ErrInvalidKey", err)
+	}
+}
+
+// reclaim scans srv's keyspace: SCAN deletes every expired key it meets,
+// so that DBSIZE then counts only the keys not yet expired.
+func reclaim(t testing.TB, srv *redistest.Server) {
+	t.Helper()
+	cursor := "0"
+	for {
+		r, err := srv.Do("SCAN", cursor, "COUNT", "1000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts, err := r.Array()
+		if err != nil || len(parts) != 2 {
+			t.Fatalf("SCAN: %v, %d parts: %v", r, len(parts), err)
+		}
+		if cursor, err = parts[0].String(); err != nil {
+			t.Fatalf("SCAN's cursor: %v", err)
+		}
+		if cursor == "0" {
+			return
+		}
 	}
 }
