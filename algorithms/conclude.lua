@@ -30,7 +30,7 @@ end
 -- The ten numbers are packed as little-endian doubles, all integers below
 -- 2^53 and so exact: one string costs Redis and the client less than an
 -- array of ten integers.
-local reply = struct.pack('<dddddddddd', (allowed and 1 or 0) + (healed and 2 or 0), limit, remaining, retry, reset, delay, now, units, per, admitted)
+local reply = packd('<dddddddddd', (allowed and 1 or 0) + (healed and 2 or 0), limit, remaining, retry, reset, delay, now, units, per, admitted)
 -- A written state's TTL runs from now to E, when it is forgotten, plus the
 -- margin. On the server's clock a store's expiry never changes a
 -- decision: from E on every script decides as for a missing key.
@@ -62,7 +62,7 @@ if dirty then
 		end
 		X = (floor(clock / 1000) - 1 + ttl) * 1000
 	end
-	value = struct.pack('<dddddd', T, A, B, C, E, X)
+	value = packd('<dddddd', T, A, B, C, E, X)
 	if tail then
 		value = value .. tail
 	end

@@ -12,7 +12,7 @@
 local slots = {} -- the live slots: {at, id}
 if state and now < E then
 	for i = 0, (#state - HEAD) / 16 - 1 do
-		local at, id = struct.unpack('<dd', state, HEAD + 16 * i + 1)
+		local at, id = unpackd('<dd', state, HEAD + 16 * i + 1)
 		-- A slot of sluice's is an expiry and a lease, integers below
 		-- 2^53; a state with any other is healed (see prelude.lua).
 		if at % 1 + id % 1 ~= 0 or at > MAXEXACT or at < -MAXEXACT or id > MAXEXACT or id < -MAXEXACT then
@@ -65,7 +65,7 @@ local function keep(drop, release, add, at)
 		if s[1] > e then
 			e = s[1]
 		end
-		parts[i] = struct.pack('<dd', s[1], s[2])
+		parts[i] = packd('<dd', s[1], s[2])
 	end
 	T, A, B, E, tail, dirty = now, #out, 0, e, table.concat(parts), true
 	return #out, e

@@ -33,7 +33,7 @@
 -- only 14 digits.
 
 local now, cost, op, rate, period, burst, u, r, maxdebt, lease =
-	struct.unpack('<dddddddddd', ARG, AT)
+	unpackd('<dddddddddd', ARG, AT)
 -- A partial admission (op 3, core.OpAtMost) is decided in two passes of
 -- the decision (scripts.go): the first, before take is known, a peek of
 -- cost 0, whose remaining is the most the key admits, with most the
@@ -95,7 +95,7 @@ elseif state then
 	if size ~= HEAD and (not ENTRIES or size < HEAD or (size - HEAD) % 16 ~= 0) then
 		state, healed = false, true
 	else
-		T, A, B, C, E, X = struct.unpack('<dddddd', state)
+		T, A, B, C, E, X = unpackd('<dddddd', state)
 		-- x % 1 is in [0, 1) for a finite x, 0 for an integer, and NaN
 		-- for an infinity or NaN, so the sum is 0 only if all six
 		-- are integers.

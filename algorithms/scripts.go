@@ -108,8 +108,11 @@ func multi() *Script {
 -- request, the index of its algorithm; ARGV[3] one byte a request, 1
 -- where a group begins and 0 for a request in the group of the one
 -- before. The reply is each decision's packed reply, one after another.
+-- KEYS and ARGV's three strings are held in locals: a global is looked up
+-- by name at each use, and every request reads them.
+local KEYS, ARGS, ALGS, GROUPS = KEYS, ARGV[1], ARGV[2], ARGV[3]
 local n = #KEYS
-local size = #ARGV[1] / n
+local size = #ARGS / n
 local out, nout = {}, 0 -- the replies, nout of them
 -- The writes, their TTLs (none for a key that keeps its own, see
 -- conclude.lua), their keys in turn.
@@ -147,7 +150,7 @@ local lstate, lalg, larg, lreply, lallowed
 local g = 1
 while g <= n do
 local h = g -- the group is requests g to h
-while h < n and string.byte(ARGV[3], h + 1) == 0 do
+while h < n and byte(GROUPS, h + 1) == 0 do
 	h = h + 1
 end
 local all = true
@@ -161,8 +164,8 @@ local nw, nu = 0, 0
 local take, fits
 for pass = 1, 2 do
 for i = g, h do
-local KEY, ARG, AT = KEYS[i], ARGV[1], size * (i - 1) + 1
-local alg = string.byte(ARGV[2], i)
+local KEY, ARG, AT = KEYS[i], ARGS, size * (i - 1) + 1
+local alg = byte(ALGS, i)
 local arg -- the request's bytes, where its state is the last decision's
 if lstate ~= nil and alg == lalg and not take then
 	-- The state the decision reads (see prelude.lua).
@@ -171,7 +174,7 @@ if lstate ~= nil and alg == lalg and not take then
 		seen = READ[KEY]
 	end
 	if seen == lstate then
-		arg = string.sub(ARG, AT, AT + size - 1)
+		arg = sub(ARG, AT, AT + size - 1)
 	end
 end
 if arg and arg == larg then
@@ -200,7 +203,7 @@ else
 			seen = READ[KEY]
 		end
 		if seen ~= nil then
-			lstate, lalg, larg, lreply, lallowed = seen, alg, arg or string.sub(ARG, AT, AT + size - 1), reply, allowed
+			lstate, lalg, larg, lreply, lallowed = seen, alg, arg or sub(ARG, AT, AT + size - 1), reply, allowed
 		end
 	end
 end

@@ -27,6 +27,10 @@ local SLACK = 1000
 --   ceil(a / b)           is core.CeilDiv(a, b) for a > 0;
 --   max(ceil(a / b), 0)   is core.CeilDiv(a, b) for any a (0 for a <= 0).
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+-- The functions every decision calls, held in locals too: a global's name
+-- is looked up in a table at each use, and a library's function in two.
+-- The formats are little-endian doubles ('<d...'), the only ones used.
+local packd, unpackd, byte, sub, type = struct.pack, struct.unpack, string.byte, string.sub, type
 
 -- clock is the server's clock in µs, read once a script, so that every
 -- decision of a script has the same instant.

@@ -15,10 +15,10 @@ if state then
 	n = (#state - HEAD) / 16
 end
 local function at(i) -- entries are numbered from 0
-	return (struct.unpack('<d', state, HEAD + 16 * i + 1))
+	return (unpackd('<d', state, HEAD + 16 * i + 1))
 end
 local function charged(i)
-	return (struct.unpack('<d', state, HEAD + 16 * i + 9))
+	return (unpackd('<d', state, HEAD + 16 * i + 9))
 end
 -- Check the oldest and newest entries, the ones every decision may read,
 -- in O(1): an entry of sluice's is an instant and a positive cost, both
@@ -57,9 +57,9 @@ if refund then
 			end
 		end
 		if live > 0 then
-			tail = string.sub(state, HEAD + 16 * first + 1, HEAD + 16 * (last + 1))
+			tail = sub(state, HEAD + 16 * first + 1, HEAD + 16 * (last + 1))
 			if rest then
-				tail = string.sub(tail, 1, -17) .. struct.pack('<dd', at(last), rest)
+				tail = sub(tail, 1, -17) .. packd('<dd', at(last), rest)
 			end
 			newest = at(last)
 			T, A, B, E = now, live, 0, newest + period
@@ -85,11 +85,11 @@ elseif peek then
 	live, newest = live + cost, now
 else
 	if n > first and at(n - 1) == now then
-		tail = string.sub(state, HEAD + 16 * first + 1, -17) .. struct.pack('<dd', now, charged(n - 1) + cost)
+		tail = sub(state, HEAD + 16 * first + 1, -17) .. packd('<dd', now, charged(n - 1) + cost)
 	elseif n > first then
-		tail = string.sub(state, HEAD + 16 * first + 1) .. struct.pack('<dd', now, cost)
+		tail = sub(state, HEAD + 16 * first + 1) .. packd('<dd', now, cost)
 	else
-		tail = struct.pack('<dd', now, cost)
+		tail = packd('<dd', now, cost)
 	end
 	live, newest = live + cost, now
 	T, A, B, E, dirty = now, live, 0, now + period, true

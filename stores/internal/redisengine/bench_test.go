@@ -1,0 +1,125 @@
+package redisengine_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/redistest"
+	"github.com/sluicehq/sluice/stores/internal/redisengine"
+)
+
+// BenchmarkMultiScript measures what Redis spends on a decision of
+// algorithms.MultiScript with nothing else running on it: one connection
+// sends calls of 40 token-bucket decisions (a group each, as the stores
+// merge concurrent callers) one after another, on one hot key or on
+// distinct keys drawn from 10,000 users. It reports, per decision,
+// script-µs (INFO commandstats' time within the script) and server-µs
+// (Redis's CPU time, reading and writing the commands besides). A change
+// to the scripts is measured by running this before and after,
+// alternately:
+//
+//	go test -run '^$' -bench BenchmarkMultiScript -count 6 ./stores/internal/redisengine
+func BenchmarkMultiScript(b *testing.B) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	script := algorithms.MultiScript()
+	if err := client.ScriptLoad(ctx, script.Source()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	const (
+		batch = 40
+		users = 10_000
+		calls = users / batch // distinct calls, each user once across them
+	)
+	limit := core.PerSecond(20_000).WithBurst(100)
+	alg := redisengine.Alg(algorithms.MultiIndex(algorithms.TokenBucket))
+	for _, workload := range []string{"hot", "users"} {
+		// The calls' keys and arguments, made before the timer starts.
+		type call struct {
+			keys []string
+			args [3]string
+		}
+		made := make([]call, calls)
+		for c := range made {
+			var m redisengine.Merge
+			keys := make([]string, batch)
+			for i := range keys {
+				key := "hot"
+				if workload == "users" {
+					key = "user:" + strconv.Itoa((c*batch+i)*7919%users) // 7919 is prime to 10,000
+				}
+				req := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+				keys[i] = redisengine.Key("bench:", key, algorithms.TokenBucket.Name())
+				m.Add(string(redisengine.AppendArgs(nil, &req)), alg)
+			}
+			packed, algs, groups := m.Args()
+			made[c] = call{keys, [3]string{packed, algs, groups}}
+		}
+		b.Run(workload, func(b *testing.B) {
+			send := func(c call) {
+				if err := client.EvalSha(ctx, script.Hash(), c.keys, c.args[0], c.args[1], c.args[2]).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, c := range made { // every key written once: the steady state
+				send(c)
+			}
+			if err := client.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			_, scriptBefore, cpuBefore := scriptStats(b, client)
+			n := 0
+			for b.Loop() {
+				send(made[n%calls])
+				n++
+			}
+			b.StopTimer()
+			got, script, cpu := scriptStats(b, client)
+			if got != float64(n) {
+				b.Fatalf("INFO commandstats counts %.0f calls of EVALSHA, want %d", got, n)
+			}
+			decisions := float64(n * batch)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/decisions, "ns/decision")
+			b.ReportMetric((script-scriptBefore)/decisions, "script-µs/decision")
+			b.ReportMetric((cpu-cpuBefore)/decisions, "server-µs/decision")
+		})
+	}
+}
+
+// scriptStats reads INFO: the calls of EVALSHA, the µs Redis spent within
+// them, and its CPU time in µs.
+func scriptStats(b *testing.B, client *redis.Client) (calls, script, cpu float64) {
+	b.Helper()
+	info, err := client.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		switch name {
+		case "cmdstat_evalsha":
+			for field := range strings.SplitSeq(value, ",") {
+				k, v, _ := strings.Cut(field, "=")
+				f, _ := strconv.ParseFloat(v, 64)
+				switch k {
+				case "calls":
+					calls = f
+				case "usec":
+					script = f
+				}
+			}
+		case "used_cpu_sys", "used_cpu_user":
+			f, _ := strconv.ParseFloat(value, 64)
+			cpu += f * 1e6
+		}
+	}
+	return calls, script, cpu
+}
