@@ -310,25 +310,51 @@ func group(n int) string {
 	return string(appendGroup(nil, n))
 }
 
-// Together prepares requests to be decided in one call of
-// algorithms.MultiScript: the keys of the requests that need the store,
-// their packed requests one after another, one byte per request naming its
-// algorithm, and the requests' positions in reqs; it writes the decisions
-// of requests under [core.Inf] to out. ok is false, and out untouched,
-// when the requests cannot be decided in one call: an algorithm has no
-// twin in the script, or, on a Redis Cluster (cluster set), the keys are
-// not one user key (and so not one slot). The requests must have passed
-// [stores.ValidateAll].
-func together(prefix string, reqs []core.Request, out []core.Decision, cluster bool) (keys []string, packed, algs string, at []int, ok bool) {
-	// The keys share one buffer: a string of it is never written again,
-	// also when the buffer grows (append copies, leaving it as it was).
+// batch is what a stack's call of algorithms.MultiScript is made of
+// (see [Call.together]). A call keeps it when it is freed, its slices
+// emptied, so that the next stack's call on it allocates nothing.
+type batch struct {
+	keys []string // the requests' Redis keys, strings of kb
+	kb   []byte   // the keys' bytes
+	args []byte   // the packed requests, one after another
+	algs []byte   // a byte a request: its algorithm's MultiIndex
+	at   []int    // the requests' positions in the stack
+}
+
+// maxKept bounds the bytes of a batch a freed call keeps: a call that
+// carried a larger stack lets its buffers go.
+const maxKept = 16 << 10
+
+// reset empties b for the next stack, or drops buffers beyond maxKept.
+func (b *batch) reset() {
+	if cap(b.kb)+cap(b.args) > maxKept {
+		*b = batch{}
+		return
+	}
+	clear(b.keys) // the strings of a call answered
+	b.keys, b.kb, b.args, b.algs, b.at = b.keys[:0], b.kb[:0], b.args[:0], b.algs[:0], b.at[:0]
+}
+
+// together prepares reqs to be decided in one call of
+// algorithms.MultiScript, c: the keys of the requests that need the
+// store, their packed requests one after another, one byte per request
+// naming its algorithm, and the requests' positions in reqs (c.batch.at);
+// it writes the decisions of requests under [core.Inf] to out. It
+// reports false, out untouched, when the requests cannot be decided in
+// one call: an algorithm has no twin in the script, or, on a Redis
+// Cluster (cluster set), the keys are not one user key (and so not one
+// slot). The requests must have passed [stores.ValidateAll]; c must be
+// empty, or freed, and its strings are its batch's bytes, not written
+// again until c has been answered.
+func (c *Call) together(prefix string, reqs []core.Request, out []core.Decision, cluster bool) bool {
+	b := &c.batch
 	size := 0
 	for i := range reqs {
-		size += len(prefix) + len(reqs[i].Key) + len(reqs[i].Algorithm.Name()) + 8
+		size += len(prefix) + 3*len(reqs[i].Key) + len(reqs[i].Algorithm.Name()) + 4 // escaped at worst
 	}
-	kb := make([]byte, 0, size)
-	keys, at = make([]string, 0, len(reqs)), make([]int, 0, len(reqs))
-	p, a := make([]byte, 0, len(reqs)*ArgsLen), make([]byte, 0, len(reqs))
+	// Grown once here: a key's string is of the buffer it was appended to.
+	b.kb = slices.Grow(b.kb, size)
+	b.args = slices.Grow(b.args, len(reqs)*ArgsLen)
 	for i := range reqs {
 		r := &reqs[i]
 		if r.Limit.IsInf() {
@@ -336,22 +362,28 @@ func together(prefix string, reqs []core.Request, out []core.Decision, cluster b
 		}
 		idx := algorithms.MultiIndex(r.Algorithm)
 		if idx == 0 || cluster && r.Key != reqs[0].Key {
-			return nil, "", "", nil, false
+			return false
 		}
-		start := len(kb)
-		kb = AppendKey(kb, prefix, r.Key, r.Algorithm.Name())
-		keys = append(keys, unsafe.String(&kb[start], len(kb)-start))
-		p = AppendArgs(p, r)
-		a = append(a, byte(idx))
-		at = append(at, i)
+		start := len(b.kb)
+		b.kb = AppendKey(b.kb, prefix, r.Key, r.Algorithm.Name())
+		b.keys = append(b.keys, unsafe.String(&b.kb[start], len(b.kb)-start))
+		b.args = AppendArgs(b.args, r)
+		b.algs = append(b.algs, byte(idx))
+		b.at = append(b.at, i)
 	}
 	for i := range reqs {
 		if reqs[i].Limit.IsInf() {
 			out[i] = reqs[i].Answer(core.Unlimited())
 		}
 	}
-	// p and a are this call's, never written again.
-	return keys, unsafe.String(unsafe.SliceData(p), len(p)), unsafe.String(unsafe.SliceData(a), len(a)), at, true
+	if len(b.at) == 0 {
+		return true
+	}
+	c.Keys, c.script = b.keys, algorithms.MultiScript()
+	c.algs = unsafe.String(unsafe.SliceData(b.algs), len(b.algs))
+	c.args = [3]string{unsafe.String(unsafe.SliceData(b.args), len(b.args)), c.algs, group(len(b.keys))}
+	c.Args = c.args[:]
+	return true
 }
 
 // Place checks the reply of algorithms.MultiScript, one packed reply a

@@ -134,6 +134,7 @@ type Call struct {
 	key     [1]string
 	args    [3]string
 	buf     [192]byte
+	batch   batch // a stack's keys and requests (see together)
 }
 
 // size returns the number of requests the call decides.
@@ -205,8 +206,10 @@ var calls = sync.Pool{New: func() any { return new(Call) }}
 // free hands c, answered, to the next decision.
 func (c *Call) free() {
 	done := c.entry.done // the channel, empty, serves the next caller
+	b := c.batch
+	b.reset()
 	*c = Call{}
-	c.entry.done = done
+	c.entry.done, c.batch = done, b
 	calls.Put(c)
 }
 
@@ -247,23 +250,24 @@ func (e *Engine) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 	if e.closed.Load() {
 		return core.ErrClosed
 	}
-	keys, packed, algs, at, ok := together(e.prefix, reqs, out, e.cluster)
-	switch {
-	case !ok:
-		return stores.ApplyInTurn(ctx, validated{e}, reqs, out)
-	case len(at) == 0:
+	c := calls.Get().(*Call)
+	ok := c.together(e.prefix, reqs, out, e.cluster)
+	if !ok || len(c.batch.at) == 0 {
+		c.free()
+		if !ok {
+			return stores.ApplyInTurn(ctx, validated{e}, reqs, out)
+		}
 		return nil
 	}
-	c := &Call{Keys: keys, script: algorithms.MultiScript(), algs: algs}
-	c.args = [3]string{packed, algs, group(len(keys))}
-	c.Args = c.args[:]
 	err := e.do(ctx, c)
 	if err == nil {
-		err = Place(c.Reply, at, out)
+		err = Place(c.Reply, c.batch.at, out)
 	}
 	if err != nil {
+		// As in apply: the call may still be in a round, or in the client.
 		return fmt.Errorf("%s: multi: %w", e.name, err)
 	}
+	c.free()
 	return nil
 }
 
