@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -38,6 +39,7 @@ type Stack struct {
 	queue  int64       // each rule's queue bound for reservations; 0: none (WithQueue)
 	at     time.Time   // the instant to decide at, if fixed (At)
 	fixed  bool
+	held   *sync.Pool // of *[]core.Request, apply's requests; the stack's copies (At) share it
 }
 
 // NewStack returns a stack of rules over store. It fails with
@@ -50,7 +52,7 @@ func NewStack(store Store, rules ...Rule) (*Stack, error) {
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: a stack needs at least one rule", ErrInvalidRequest)
 	}
-	s := &Stack{store: store, rules: append([]Rule(nil), rules...)}
+	s := &Stack{store: store, rules: append([]Rule(nil), rules...), held: new(sync.Pool)}
 	for i, r := range s.rules {
 		if err := validRuleName(r.Name); err != nil {
 			return nil, fmt.Errorf("rule %d: %w", i, err)
@@ -202,7 +204,7 @@ func (s *Stack) Reset(ctx context.Context, keys ...string) error {
 // Every rule's algorithm must reserve ([core.Reserver]); otherwise ReserveN
 // fails with [ErrUnsupported] naming the rule.
 func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait time.Duration) (*Reservation, error) {
-	reqs, err := s.requests(keys, n, core.OpReserve)
+	reqs, err := s.requests(nil, keys, n, core.OpReserve)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +268,7 @@ func (s *Stack) WaitN(ctx context.Context, keys []string, n int64) (Verdict, err
 // to release, and AcquireN is AllowN with a lease whose Release does
 // nothing.
 func (s *Stack) AcquireN(ctx context.Context, keys []string, n int64) (*Lease, error) {
-	reqs, err := s.requests(keys, n, core.OpCharge)
+	reqs, err := s.requests(nil, keys, n, core.OpCharge)
 	if err != nil {
 		return nil, err
 	}
@@ -304,31 +306,47 @@ func (s *Stack) rule(reqs []core.Request, err error) error {
 }
 
 // apply decides the stack's requests for keys, cost n and op in one
-// store call.
+// store call. The requests are made in a slice the stack reuses once the
+// store has returned, which keeps neither slice it is given (see
+// core.Store's ApplyAll): a decision allocates only its Verdict's Rules.
 func (s *Stack) apply(ctx context.Context, keys []string, n int64, op core.Op) (Verdict, error) {
-	reqs, err := s.requests(keys, n, op)
-	if err != nil {
-		return Verdict{}, err
+	held, _ := s.held.Get().(*[]core.Request)
+	if held == nil {
+		held = new([]core.Request)
 	}
-	v, err := apply(ctx, s.store, reqs)
-	return v, s.rule(reqs, err)
+	reqs, err := s.requests(*held, keys, n, op)
+	if err == nil {
+		var v Verdict
+		v, err = apply(ctx, s.store, reqs)
+		err = s.rule(reqs, err)
+		clear(reqs) // their keys are the caller's
+		*held = reqs
+		s.held.Put(held)
+		return v, err
+	}
+	s.held.Put(held)
+	return Verdict{}, err
 }
 
 // requests returns the stack's requests for keys, cost n and op, as the
-// store will validate them.
-func (s *Stack) requests(keys []string, n int64, op core.Op) ([]core.Request, error) {
+// store will validate them, in dst if it has room.
+func (s *Stack) requests(dst []core.Request, keys []string, n int64, op core.Op) ([]core.Request, error) {
 	if err := s.checkKeys(keys); err != nil {
 		return nil, err
 	}
 	if s.fixed && s.at.IsZero() {
 		return nil, errZeroInstant
 	}
-	reqs := make([]core.Request, len(s.rules))
+	reqs := dst[:0]
+	if cap(reqs) < len(s.rules) {
+		reqs = make([]core.Request, 0, len(s.rules))
+	}
 	for i, r := range s.rules {
-		reqs[i] = core.Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op, Now: s.at}
+		req := core.Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op, Now: s.at}
 		if core.Leases(r.Algorithm) && op == core.OpCharge {
-			reqs[i].Lease = rand.Int64N(core.MaxUnits) + 1
+			req.Lease = rand.Int64N(core.MaxUnits) + 1
 		}
+		reqs = append(reqs, req)
 	}
 	return reqs, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
+	"github.com/sluicehq/sluice/stores/memstore"
 )
 
 // inTurn is a store that decides batches in turn, as a store that cannot
@@ -411,5 +412,29 @@ func TestAllowAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "hot") }); n != 0 {
 		t.Errorf("Limiter.Allow on memstore: %v allocations, want 0", n)
+	}
+}
+
+// TestStackAllowAllocatesItsRules checks a stack's decision on the memory
+// store: it allocates its Verdict's Rules, which the caller keeps, and
+// nothing else (the requests are the stack's to reuse).
+func TestStackAllowAllocatesItsRules(t *testing.T) {
+	s, err := memstore.New(memstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := sluice.NewStack(s,
+		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000)},
+		sluice.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10_000)},
+		sluice.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(100_000)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	keys := []string{"alice", "acme", "all"}
+	if n := testing.AllocsPerRun(1000, func() { st.Allow(ctx, keys...) }); n != 1 {
+		t.Errorf("Stack.Allow of 3 rules on memstore: %v allocations, want 1 (the Verdict's Rules)", n)
 	}
 }

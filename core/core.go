@@ -589,7 +589,9 @@ type Store interface {
 	// out (as long as reqs): if every request is admitted, all take
 	// effect; if any is denied, none does, and out holds what each would
 	// have got. It rejects what stores.ValidateAll rejects before
-	// touching any state. A store that decides a batch in one atomic step
+	// touching any state. It keeps neither slice once it returns (a call
+	// it leaves running works on copies), so that a caller may reuse
+	// them. A store that decides a batch in one atomic step
 	// says so in its documentation; one that cannot calls
 	// stores.ApplyInTurn, which charges in turn and refunds, by name
 	// (package [github.com/sluicehq/sluice/stores]).
