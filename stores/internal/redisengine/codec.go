@@ -310,29 +310,32 @@ func group(n int) string {
 	return string(appendGroup(nil, n))
 }
 
-// batch is what a stack's call of algorithms.MultiScript is made of
-// (see [Call.together]). A call keeps it when it is freed, its slices
-// emptied, so that the next stack's call on it allocates nothing.
+// batch is what a call of algorithms.MultiScript is made of: a stack's
+// (see [Call.together]) or the merged calls of a round (see
+// [Call.build]). A call keeps it when it is freed, its slices emptied, so
+// that the next call on it allocates nothing.
 type batch struct {
-	keys []string // the requests' Redis keys, strings of kb
-	kb   []byte   // the keys' bytes
-	args []byte   // the packed requests, one after another
-	algs []byte   // a byte a request: its algorithm's MultiIndex
-	at   []int    // the requests' positions in the stack
+	keys    []string // the requests' Redis keys, strings of kb (a merged call's: of its calls')
+	kb      []byte   // the keys' bytes
+	merge   Merge    // the packed requests and their algorithms (a merged call's groups too)
+	at      []int    // a stack's requests' positions in the stack
+	members []*Call  // a merged call's calls
 }
 
 // maxKept bounds the bytes of a batch a freed call keeps: a call that
 // carried a larger stack lets its buffers go.
 const maxKept = 16 << 10
 
-// reset empties b for the next stack, or drops buffers beyond maxKept.
+// reset empties b for the next call, or drops buffers beyond maxKept.
 func (b *batch) reset() {
-	if cap(b.kb)+cap(b.args) > maxKept {
+	if cap(b.kb)+cap(b.merge.packed) > maxKept {
 		*b = batch{}
 		return
 	}
 	clear(b.keys) // the strings of a call answered
-	b.keys, b.kb, b.args, b.algs, b.at = b.keys[:0], b.kb[:0], b.args[:0], b.algs[:0], b.at[:0]
+	clear(b.members)
+	b.keys, b.kb, b.at, b.members = b.keys[:0], b.kb[:0], b.at[:0], b.members[:0]
+	b.merge = Merge{b.merge.packed[:0], b.merge.algs[:0], b.merge.groups[:0]}
 }
 
 // together prepares reqs to be decided in one call of
@@ -354,7 +357,8 @@ func (c *Call) together(prefix string, reqs []core.Request, out []core.Decision,
 	}
 	// Grown once here: a key's string is of the buffer it was appended to.
 	b.kb = slices.Grow(b.kb, size)
-	b.args = slices.Grow(b.args, len(reqs)*ArgsLen)
+	m := &b.merge
+	m.packed = slices.Grow(m.packed, len(reqs)*ArgsLen)
 	for i := range reqs {
 		r := &reqs[i]
 		if r.Limit.IsInf() {
@@ -367,8 +371,8 @@ func (c *Call) together(prefix string, reqs []core.Request, out []core.Decision,
 		start := len(b.kb)
 		b.kb = AppendKey(b.kb, prefix, r.Key, r.Algorithm.Name())
 		b.keys = append(b.keys, unsafe.String(&b.kb[start], len(b.kb)-start))
-		b.args = AppendArgs(b.args, r)
-		b.algs = append(b.algs, byte(idx))
+		m.packed = AppendArgs(m.packed, r)
+		m.algs = append(m.algs, byte(idx))
 		b.at = append(b.at, i)
 	}
 	for i := range reqs {
@@ -379,9 +383,12 @@ func (c *Call) together(prefix string, reqs []core.Request, out []core.Decision,
 	if len(b.at) == 0 {
 		return true
 	}
-	c.Keys, c.script = b.keys, algorithms.MultiScript()
-	c.algs = unsafe.String(unsafe.SliceData(b.algs), len(b.algs))
-	c.args = [3]string{unsafe.String(unsafe.SliceData(b.args), len(b.args)), c.algs, group(len(b.keys))}
+	// One group: the strings of the merge's bytes, not written again
+	// until the call has been answered.
+	m.groups = appendGroup(m.groups, len(m.algs))
+	packed, algs, groups := m.Args()
+	c.Keys, c.script, c.algs = b.keys, algorithms.MultiScript(), algs
+	c.args = [3]string{packed, algs, groups}
 	c.Args = c.args[:]
 	return true
 }

@@ -125,21 +125,20 @@ type Call struct {
 	// Err is the call's error, set by Exec.
 	Err error
 
-	entry   Entry              // the call's place in the queue
-	one     [1]*Call           // the call alone, as a round
-	script  *algorithms.Script // the script, in Redis's form
-	algs    string             // each request's algorithms.MultiIndex, a byte each; "": not to Merge
-	members []*Call            // a merged call's calls
-	n       int                // a merged call's requests
-	key     [1]string
-	args    [3]string
-	buf     [192]byte
-	batch   batch // a stack's keys and requests (see together)
+	entry  Entry              // the call's place in the queue
+	one    [1]*Call           // the call alone, as a round
+	script *algorithms.Script // the script, in Redis's form
+	algs   string             // each request's algorithms.MultiIndex, a byte each; "": not to Merge
+	n      int                // a merged call's requests
+	key    [1]string
+	args   [3]string
+	buf    [192]byte
+	batch  batch // a stack's keys and requests (see together)
 }
 
 // size returns the number of requests the call decides.
 func (c *Call) size() int {
-	if c.members != nil {
+	if len(c.batch.members) > 0 {
 		return c.n
 	}
 	return len(c.Keys)
@@ -335,49 +334,66 @@ func (e *Engine) send(round []*Entry) {
 		c.one[0] = nil
 		return
 	}
-	calls := make([]*Call, 0, len(round))
+	held := rounds.Get().(*[]*Call)
+	sent := (*held)[:0]
 	var run *Call
 	for _, qe := range round {
 		c := qe.Item.(*Call)
 		if !e.merge || c.algs == "" || c.size() > maxMerge {
-			calls = append(calls, c)
+			sent = append(sent, c)
 			continue
 		}
 		if run == nil || run.n+c.size() > maxMerge {
-			run = &Call{script: algorithms.MultiScript()}
-			calls = append(calls, run)
+			run = calls.Get().(*Call)
+			run.script = algorithms.MultiScript()
+			sent = append(sent, run)
 		}
-		run.members = append(run.members, c)
+		run.batch.members = append(run.batch.members, c)
 		run.n += c.size()
 	}
-	for i, c := range calls {
+	// A run of one call goes as that call; the runs, which are the
+	// engine's, are kept after the calls sent, to be freed.
+	n := len(sent)
+	for i, c := range sent[:n] {
 		switch {
-		case len(c.members) == 1:
-			calls[i] = c.members[0]
-		case c.members != nil:
+		case len(c.batch.members) == 1:
+			sent[i] = c.batch.members[0]
+			sent = append(sent, c)
+		case len(c.batch.members) > 1:
 			c.build()
+			sent = append(sent, c)
 		}
 	}
-	e.exec(ctx, calls)
-	for _, c := range calls {
-		if c.members != nil {
+	e.exec(ctx, sent[:n])
+	for _, c := range sent[n:] {
+		if len(c.batch.members) > 1 {
 			c.split()
 		}
+		if c.Err == nil { // else the client may hold it still
+			c.free()
+		}
 	}
+	clear(sent)
+	*held = sent[:0]
+	rounds.Put(held)
 }
 
-// build fills in the merged call's keys and arguments: its calls' keys,
-// and their requests and algorithms one after another, a group a call.
+// rounds holds the slices of calls that send makes for a round, for the
+// next round.
+var rounds = sync.Pool{New: func() any { return new([]*Call) }}
+
+// build fills in the merged call's keys and arguments, in its batch: its
+// calls' keys, and their requests and algorithms one after another, a
+// group a call.
 func (m *Call) build() {
-	m.Keys = make([]string, 0, m.n)
-	var args Merge
-	args.Grow(m.n)
-	for _, c := range m.members {
-		m.Keys = append(m.Keys, c.Keys...)
-		args.Add(c.Args[0], c.algs)
+	b := &m.batch
+	b.merge.Grow(m.n)
+	for _, c := range b.members {
+		b.keys = append(b.keys, c.Keys...)
+		b.merge.Add(c.Args[0], c.algs)
 	}
-	packed, algs, groups := args.Args()
-	m.args = [3]string{packed, algs, groups}
+	packed, algs, groups := b.merge.Args()
+	m.Keys, m.args = b.keys, [3]string{packed, algs, groups}
 	m.Args = m.args[:]
 }
 
@@ -388,7 +404,7 @@ func (m *Call) split() {
 	if err == nil {
 		err = check(reply, m.n)
 	}
-	for _, c := range m.members {
+	for _, c := range m.batch.members {
 		if err != nil {
 			c.Err = err
 			continue
