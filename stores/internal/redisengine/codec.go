@@ -323,7 +323,8 @@ type batch struct {
 }
 
 // maxKept bounds the bytes of a batch a freed call keeps: a call that
-// carried a larger stack lets its buffers go.
+// carried a larger one (a stack of many rules, or of long keys) lets its
+// buffers go.
 const maxKept = 16 << 10
 
 // reset empties b for the next call, or drops buffers beyond maxKept.

@@ -133,7 +133,7 @@ type Call struct {
 	key    [1]string
 	args   [3]string
 	buf    [192]byte
-	batch  batch // a stack's keys and requests (see together)
+	batch  batch // a stack's or a merged call's keys and requests, kept when freed
 }
 
 // size returns the number of requests the call decides.
