@@ -314,18 +314,16 @@ func (s *Stack) apply(ctx context.Context, keys []string, n int64, op core.Op) (
 	if held == nil {
 		held = new([]core.Request)
 	}
+	defer s.held.Put(held)
 	reqs, err := s.requests(*held, keys, n, op)
-	if err == nil {
-		var v Verdict
-		v, err = apply(ctx, s.store, reqs)
-		err = s.rule(reqs, err)
-		clear(reqs) // their keys are the caller's
-		*held = reqs
-		s.held.Put(held)
-		return v, err
+	if err != nil {
+		return Verdict{}, err
 	}
-	s.held.Put(held)
-	return Verdict{}, err
+	*held = reqs
+	v, err := apply(ctx, s.store, reqs)
+	err = s.rule(reqs, err)
+	clear(reqs) // their keys are the caller's
+	return v, err
 }
 
 // requests returns the stack's requests for keys, cost n and op, as the
