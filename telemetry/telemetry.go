@@ -304,10 +304,15 @@ func isMajorVersion(s string) bool {
 }
 
 // stopwatch times a decision for the duration histogram, when on.
+// It reads the monotonic clock alone, once at each end: time.Now reads
+// the wall clock too, which a duration does not need.
 type stopwatch struct {
 	on    bool
-	start time.Time
+	start time.Duration // since clockBase
 }
+
+// clockBase is the instant stopwatches count from.
+var clockBase = time.Now()
 
 // seconds returns the time since the stopwatch started, or 0 if it is
 // off.
@@ -315,7 +320,7 @@ func (w stopwatch) seconds() float64 {
 	if !w.on {
 		return 0
 	}
-	return time.Since(w.start).Seconds()
+	return (time.Since(clockBase) - w.start).Seconds()
 }
 
 // begin starts a decision's span, if it is traced (span is nil if not),
@@ -327,7 +332,7 @@ func (s *Store) begin(ctx context.Context) (context.Context, trace.Span, stopwat
 	}
 	var w stopwatch
 	if s.duration.Enabled(ctx) {
-		w = stopwatch{on: true, start: time.Now()}
+		w = stopwatch{on: true, start: time.Since(clockBase)}
 	}
 	return ctx, span, w
 }
