@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/internal/redisengine"
 )
@@ -75,14 +76,14 @@ func BenchmarkMultiScript(b *testing.B) {
 			if err := client.ConfigResetStat(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}
-			_, scriptBefore, cpuBefore := scriptStats(b, client)
+			_, scriptBefore, cpuBefore := scriptStats(b, srv)
 			n := 0
 			for b.Loop() {
 				send(made[n%calls])
 				n++
 			}
 			b.StopTimer()
-			got, script, cpu := scriptStats(b, client)
+			got, script, cpu := scriptStats(b, srv)
 			if got != float64(n) {
 				b.Fatalf("INFO commandstats counts %.0f calls of EVALSHA, want %d", got, n)
 			}
@@ -94,30 +95,20 @@ func BenchmarkMultiScript(b *testing.B) {
 	}
 }
 
-// scriptStats reads INFO: the calls of EVALSHA, the µs Redis spent within
-// them, and its CPU time in µs.
-func scriptStats(b *testing.B, client *redis.Client) (calls, script, cpu float64) {
+// scriptStats reads srv's INFO: the calls of EVALSHA, the µs Redis spent
+// within them, and its CPU time in µs.
+func scriptStats(b *testing.B, srv *redistest.Server) (calls, script, cpu float64) {
 	b.Helper()
-	info, err := client.Info(context.Background(), "commandstats", "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\r\n") {
-		name, value, _ := strings.Cut(line, ":")
-		switch name {
-		case "cmdstat_evalsha":
-			for field := range strings.SplitSeq(value, ",") {
-				k, v, _ := strings.Cut(field, "=")
-				f, _ := strconv.ParseFloat(v, 64)
-				switch k {
-				case "calls":
-					calls = f
-				case "usec":
-					script = f
-				}
+	commands := redisfaults.Info(b, srv, "commandstats")
+	calls = float64(redisfaults.InfoCount(commands, "cmdstat_evalsha", "calls"))
+	script = float64(redisfaults.InfoCount(commands, "cmdstat_evalsha", "usec"))
+	for line := range strings.Lines(redisfaults.Info(b, srv, "cpu")) {
+		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			f, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %s: %v", line, err)
 			}
-		case "used_cpu_sys", "used_cpu_user":
-			f, _ := strconv.ParseFloat(value, 64)
 			cpu += f * 1e6
 		}
 	}
