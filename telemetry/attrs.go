@@ -161,26 +161,31 @@ const maxErrorTypes = 16
 // otherAlgorithm names, in metrics, the algorithms beyond [maxAlgorithms].
 const otherAlgorithm = "_OTHER"
 
-// measure holds a metric attribute set as the options both kinds of
-// instrument take, made once so that recording allocates nothing.
+// measure holds a metric attribute set as the options each kind of
+// instrument takes, made once so that recording allocates nothing.
 type measure struct {
 	add []metric.AddOption
 	rec []metric.RecordOption
+	obs []metric.ObserveOption
 }
 
 func newMeasure(kvs ...attribute.KeyValue) measure {
 	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	return measure{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+	return measure{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}, obs: []metric.ObserveOption{o}}
 }
 
 // algEntry holds the metric attribute sets of one algorithm, made when
 // the decorator first sees it.
 type algEntry struct {
-	name     string
-	attrs    []attribute.KeyValue           // the decorator's, and the algorithm
-	decided  [2][numSources][numOps]measure // [allowed][source][operation]
-	failed   [numOps]measure                // [operation]
-	plain    measure                        // the decorator's attributes and the algorithm: near_limit, healed
+	name    string
+	attrs   []attribute.KeyValue           // the decorator's, and the algorithm
+	decided [2][numSources][numOps]measure // [allowed][source][operation]
+	failed  [numOps]measure                // [operation]
+	// The decisions counted under decided's and failed's sets, which
+	// ratelimit.decisions reports at each collection (see Store.record).
+	decidedN [2][numSources][numOps]atomic.Int64
+	failedN  [numOps]atomic.Int64
+	plain    measure // the decorator's attributes and the algorithm: near_limit, healed
 	errMu    sync.Mutex
 	errs     map[string]measure // by error.type; at most maxErrorTypes
 	errOther measure
@@ -192,12 +197,46 @@ type policyName struct {
 	name  string
 }
 
+// observe reports the decisions the entry has counted to o, as inst's
+// points: one for each attribute set that has counted any.
+func (a *algEntry) observe(o metric.Observer, inst metric.Int64Observable) {
+	for allowed := range a.decidedN {
+		for src := range a.decidedN[allowed] {
+			for op := range a.decidedN[allowed][src] {
+				if n := a.decidedN[allowed][src][op].Load(); n > 0 {
+					o.ObserveInt64(inst, n, a.decided[allowed][src][op].obs...)
+				}
+			}
+		}
+	}
+	for op := range a.failedN {
+		if n := a.failedN[op].Load(); n > 0 {
+			o.ObserveInt64(inst, n, a.failed[op].obs...)
+		}
+	}
+}
+
 // entries is the copy-on-write list of a decorator's algorithm entries.
 type entries struct {
 	mu    sync.Mutex // held to add one
 	list  atomic.Pointer[[]*algEntry]
 	other *algEntry // for names beyond maxAlgorithms, made with the list's last
 	base  []attribute.KeyValue
+}
+
+// each calls f with every entry made so far.
+func (e *entries) each(f func(*algEntry)) {
+	e.mu.Lock()
+	other := e.other
+	e.mu.Unlock()
+	if p := e.list.Load(); p != nil {
+		for _, a := range *p {
+			f(a)
+		}
+	}
+	if other != nil {
+		f(other)
+	}
 }
 
 // get returns the entry of the algorithm named name, making it if needed.

@@ -105,13 +105,17 @@ type Store struct {
 	breaker   Breaker
 
 	// Metrics.
-	decisions metric.Int64Counter
-	duration  metric.Float64Histogram
-	errs      metric.Int64Counter
-	near      metric.Int64Counter
-	healed    metric.Int64Counter
-	reg       metric.Registration // the breaker's callback, or nil
-	algs      entries
+	decisions  metric.Int64ObservableCounter
+	noCounting bool                 // nothing would report the decisions counted
+	globalMP   metric.MeterProvider // the global default provider, while no SDK is installed
+	metered    atomic.Bool          // globalMP has been replaced: count from now on
+	counts     metric.Registration  // ratelimit.decisions' callback, or nil
+	duration   metric.Float64Histogram
+	errs       metric.Int64Counter
+	near       metric.Int64Counter
+	healed     metric.Int64Counter
+	reg        metric.Registration // the breaker's callback, or nil
+	algs       entries
 }
 
 var _ core.Store = (*Store)(nil)
@@ -122,8 +126,10 @@ var _ core.Store = (*Store)(nil)
 // the meter provider refuses are reported to otel.Handle and replaced by
 // no-op ones, as the OpenTelemetry contrib packages do.
 //
-// If a store of the chain implements [Breaker], New registers the
-// breaker's observable instruments; Close unregisters them.
+// New registers the callback that reports ratelimit.decisions (an
+// observable counter, see docs/telemetry.md) and, if a store of the chain
+// implements [Breaker], the breaker's observable instruments; Close
+// unregisters them, and a closed decorator's counts leave the export.
 func New(inner core.Store, opts ...Option) (*Store, error) {
 	if inner == nil {
 		return nil, fmt.Errorf("telemetry: %w", core.ErrNoStore)
@@ -158,7 +164,7 @@ func New(inner core.Store, opts ...Option) (*Store, error) {
 	switch {
 	case isNoopTracerProvider(tp):
 		s.noTracing = true
-	case isGlobalDefault(tp):
+	case isGlobalDefault(tp, "tracerProvider"):
 		s.globalTP = tp
 	}
 	s.tracer = tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL))
@@ -167,6 +173,12 @@ func New(inner core.Store, opts ...Option) (*Store, error) {
 	mp := cfg.mp
 	if mp == nil {
 		mp = otel.GetMeterProvider()
+	}
+	switch {
+	case isNoopMeterProvider(mp):
+		s.noCounting = true
+	case isGlobalDefault(mp, "meterProvider"):
+		s.globalMP = mp
 	}
 	meter := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(semconv.SchemaURL))
 	s.instruments(meter)
@@ -180,15 +192,29 @@ func New(inner core.Store, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// instruments makes the decorator's synchronous instruments.
+// instruments makes the decorator's instruments, and registers the
+// callback that reports the decisions it counts.
+//
+// ratelimit.decisions is an observable counter: the decorator counts each
+// decision in an atomic counter of its attribute set, and the callback
+// reports the totals at each collection. A synchronous counter would
+// pass the SDK's attribute handling on every decision, which cost as
+// much as the rest of a decision on memstore (see docs/telemetry.md).
 func (s *Store) instruments(meter metric.Meter) {
 	var err error
-	s.decisions, err = meter.Int64Counter("ratelimit.decisions",
+	s.decisions, err = meter.Int64ObservableCounter("ratelimit.decisions",
 		metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limit decisions, by result (allowed, denied, error) and source."))
 	if err != nil || s.decisions == nil {
 		handle(err)
-		s.decisions = metricnoop.Int64Counter{}
+		s.decisions, s.noCounting = metricnoop.Int64ObservableCounter{}, true
+	}
+	if !s.noCounting {
+		s.counts, err = meter.RegisterCallback(s.observeDecisions, s.decisions)
+		if err != nil || s.counts == nil {
+			handle(err)
+			s.counts, s.noCounting = nil, true
+		}
 	}
 	s.duration, err = meter.Float64Histogram("ratelimit.decision.duration",
 		metric.WithUnit("s"),
@@ -221,6 +247,29 @@ func (s *Store) instruments(meter metric.Meter) {
 	}
 }
 
+// observeDecisions reports the decisions counted so far, by attribute
+// set, as ratelimit.decisions' points.
+func (s *Store) observeDecisions(_ context.Context, o metric.Observer) error {
+	s.algs.each(func(a *algEntry) { a.observe(o, s.decisions) })
+	return nil
+}
+
+// counting reports whether decisions are counted: not when the meter
+// provider records nothing, nor while the global provider is still the
+// default one (which would report nothing).
+func (s *Store) counting() bool {
+	switch {
+	case s.noCounting:
+		return false
+	case s.globalMP != nil && !s.metered.Load():
+		if otel.GetMeterProvider() == s.globalMP {
+			return false
+		}
+		s.metered.Store(true)
+	}
+	return true
+}
+
 func handle(err error) {
 	if err != nil {
 		otel.Handle(err)
@@ -236,15 +285,26 @@ func isNoopTracerProvider(tp trace.TracerProvider) bool {
 	return false
 }
 
-// isGlobalDefault reports the provider otel.GetTracerProvider returns
-// until an SDK is installed: it hands out tracers that start
-// non-recording spans (which cost two allocations) until then, and
-// forward to the SDK's tracers after.
-func isGlobalDefault(tp trace.TracerProvider) bool {
-	t := reflect.TypeOf(tp)
+// isNoopMeterProvider reports a provider whose instruments never record.
+func isNoopMeterProvider(mp metric.MeterProvider) bool {
+	switch mp.(type) {
+	case metricnoop.MeterProvider, *metricnoop.MeterProvider:
+		return true
+	}
+	return false
+}
+
+// isGlobalDefault reports the provider otel.GetTracerProvider or
+// otel.GetMeterProvider returns until an SDK is installed, whose type in
+// OpenTelemetry's internal/global package is named name: it hands out
+// tracers that start non-recording spans (which cost two allocations)
+// and instruments that record nothing until then, and forwards to the
+// SDK's after.
+func isGlobalDefault(provider any, name string) bool {
+	t := reflect.TypeOf(provider)
 	return t.Kind() == reflect.Pointer &&
 		t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" &&
-		t.Elem().Name() == "tracerProvider"
+		t.Elem().Name() == name
 }
 
 // tracing reports whether a span should be started for a call under
@@ -348,7 +408,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	traced, timed := span != nil, clock.on
 	d, err := s.inner.Apply(ctx, req)
 	elapsed := clock.seconds()
-	counted := s.decisions.Enabled(ctx)
+	counted := s.counting()
 	near := err == nil && s.isNear(&req, d)
 	if !traced && !timed && !counted && !near && !d.Healed && err == nil {
 		return d, nil
@@ -385,7 +445,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	traced, timed := span != nil, clock.on
 	err := s.inner.ApplyAll(ctx, reqs, out)
 	elapsed := clock.seconds()
-	counted := s.decisions.Enabled(ctx)
+	counted := s.counting()
 	if err != nil {
 		var req core.Request
 		if len(reqs) > 0 {
@@ -498,20 +558,23 @@ func (s *Store) record(ctx context.Context, span trace.Span, req *core.Request, 
 		return a
 	}
 	op := operation(req)
-	var m measure
+	var m *measure
+	var n *atomic.Int64 // the count of m's decisions
 	if err != nil {
 		if counted || timed {
-			m = entry().failed[op]
+			a := entry()
+			m, n = &a.failed[op], &a.failedN[op]
 		}
 	} else if counted || timed {
 		allowed := 0
 		if d.Allowed {
 			allowed = 1
 		}
-		m = entry().decided[allowed][sourceIndex(d.Source)][op]
+		a, src := entry(), sourceIndex(d.Source)
+		m, n = &a.decided[allowed][src][op], &a.decidedN[allowed][src][op]
 	}
 	if counted {
-		s.decisions.Add(ctx, 1, m.add...)
+		n.Add(1)
 	}
 	if timed {
 		s.duration.Record(ctx, elapsed, m.rec...)
@@ -709,8 +772,11 @@ func (s *Store) Close() error {
 		return nil
 	}
 	var errs []error
-	if s.reg != nil {
-		if err := s.reg.Unregister(); err != nil {
+	for _, reg := range []metric.Registration{s.counts, s.reg} {
+		if reg == nil {
+			continue
+		}
+		if err := reg.Unregister(); err != nil {
 			errs = append(errs, fmt.Errorf("telemetry: unregister: %w", err))
 		}
 	}
