@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,7 +24,13 @@ import (
 // script-µs (INFO commandstats' time within the script) and server-µs
 // (Redis's CPU time, reading and writing the commands besides). A change
 // to the scripts is measured by running this before and after,
-// alternately:
+// alternately.
+//
+// users-floor is what no script that decides on a key's state can save:
+// the same calls on the same keys (state-sized values written with a
+// TTL), to a script that only reads each key and writes a constant in
+// its place with SET ... KEEPTTL, as a decision that charges does.
+// users less users-floor is what deciding costs in Lua.
 //
 //	go test -run '^$' -bench BenchmarkMultiScript -count 6 ./stores/internal/redisengine
 func BenchmarkMultiScript(b *testing.B) {
@@ -31,9 +38,11 @@ func BenchmarkMultiScript(b *testing.B) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer client.Close()
 	ctx := context.Background()
-	script := algorithms.MultiScript()
-	if err := client.ScriptLoad(ctx, script.Source()).Err(); err != nil {
-		b.Fatal(err)
+	script, floor := algorithms.MultiScript(), algorithms.NewScript(floorScript)
+	for _, s := range []*algorithms.Script{script, floor} {
+		if err := client.ScriptLoad(ctx, s.Source()).Err(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	const (
 		batch = 40
@@ -42,7 +51,7 @@ func BenchmarkMultiScript(b *testing.B) {
 	)
 	limit := core.PerSecond(20_000).WithBurst(100)
 	alg := redisengine.Alg(algorithms.MultiIndex(algorithms.TokenBucket))
-	for _, workload := range []string{"hot", "users"} {
+	for _, workload := range []string{"hot", "users", "users-floor"} {
 		// The calls' keys and arguments, made before the timer starts.
 		type call struct {
 			keys []string
@@ -54,7 +63,7 @@ func BenchmarkMultiScript(b *testing.B) {
 			keys := make([]string, batch)
 			for i := range keys {
 				key := "hot"
-				if workload == "users" {
+				if workload != "hot" {
 					key = "user:" + strconv.Itoa((c*batch+i)*7919%users) // 7919 is prime to 10,000
 				}
 				req := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
@@ -65,8 +74,17 @@ func BenchmarkMultiScript(b *testing.B) {
 			made[c] = call{keys, [3]string{packed, algs, groups}}
 		}
 		b.Run(workload, func(b *testing.B) {
+			sha := script.Hash()
+			if workload == "users-floor" {
+				sha = floor.Hash()
+				for _, c := range made { // the keys as sluice leaves them
+					for _, k := range c.keys {
+						client.Set(ctx, k, floorValue, time.Minute)
+					}
+				}
+			}
 			send := func(c call) {
-				if err := client.EvalSha(ctx, script.Hash(), c.keys, c.args[0], c.args[1], c.args[2]).Err(); err != nil {
+				if err := client.EvalSha(ctx, sha, c.keys, c.args[0], c.args[1], c.args[2]).Err(); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -94,6 +112,24 @@ func BenchmarkMultiScript(b *testing.B) {
 		})
 	}
 }
+
+// floorScript reads each of its keys and writes a state's worth of bytes
+// (48, six packed numbers) in its place, keeping the key's TTL: the
+// commands a merged call's decisions make on distinct keys that they
+// charge, and nothing else. It replies with its first argument, as a
+// merged call replies with one string.
+const floorScript = `
+local state = string.sub(ARGV[1], 1, 48)
+for i = 1, #KEYS do
+	redis.call('GET', KEYS[i])
+	redis.call('SET', KEYS[i], state, 'KEEPTTL')
+end
+return ARGV[1]
+`
+
+// floorValue is what users-floor's keys hold before it runs: a state's
+// length.
+var floorValue = strings.Repeat("s", 48)
 
 // scriptStats reads srv's INFO: the calls of EVALSHA, the µs Redis spent
 // within them, and its CPU time in µs.
