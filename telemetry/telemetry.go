@@ -95,27 +95,23 @@ type Store struct {
 	// Tracing.
 	tracer    trace.Tracer
 	startOpts []trace.SpanStartOption
-	noTracing bool                 // the provider never records
-	roots     bool                 // WithRootSpans: offer every decision to the sampler
-	globalTP  trace.TracerProvider // the global default provider, while no SDK is installed
-	global    atomic.Bool          // globalTP has been replaced: trace from now on
+	spans     gate // whether the tracer provider records
+	roots     bool // WithRootSpans: offer every decision to the sampler
 	keys      keyMode
 	hashes    sync.Pool // of hash.Hash under the key secret
 	base      []attribute.KeyValue
 	breaker   Breaker
 
 	// Metrics.
-	decisions  metric.Int64ObservableCounter
-	noCounting bool                 // nothing would report the decisions counted
-	globalMP   metric.MeterProvider // the global default provider, while no SDK is installed
-	metered    atomic.Bool          // globalMP has been replaced: count from now on
-	counts     metric.Registration  // ratelimit.decisions' callback, or nil
-	duration   metric.Float64Histogram
-	errs       metric.Int64Counter
-	near       metric.Int64Counter
-	healed     metric.Int64Counter
-	reg        metric.Registration // the breaker's callback, or nil
-	algs       entries
+	decisions metric.Int64ObservableCounter
+	counting  gate                // whether the decisions counted would be reported
+	counts    metric.Registration // ratelimit.decisions' callback, or nil
+	duration  metric.Float64Histogram
+	errs      metric.Int64Counter
+	near      metric.Int64Counter
+	healed    metric.Int64Counter
+	reg       metric.Registration // the breaker's callback, or nil
+	algs      entries
 }
 
 var _ core.Store = (*Store)(nil)
@@ -163,9 +159,9 @@ func New(inner core.Store, opts ...Option) (*Store, error) {
 	}
 	switch {
 	case isNoopTracerProvider(tp):
-		s.noTracing = true
+		s.spans.off = true
 	case isGlobalDefault(tp, "tracerProvider"):
-		s.globalTP = tp
+		s.spans.await(tp, func() any { return otel.GetTracerProvider() })
 	}
 	s.tracer = tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(semconv.SchemaURL))
 	s.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
@@ -176,9 +172,9 @@ func New(inner core.Store, opts ...Option) (*Store, error) {
 	}
 	switch {
 	case isNoopMeterProvider(mp):
-		s.noCounting = true
+		s.counting.off = true
 	case isGlobalDefault(mp, "meterProvider"):
-		s.globalMP = mp
+		s.counting.await(mp, func() any { return otel.GetMeterProvider() })
 	}
 	meter := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(semconv.SchemaURL))
 	s.instruments(meter)
@@ -207,13 +203,13 @@ func (s *Store) instruments(meter metric.Meter) {
 		metric.WithDescription("Rate-limit decisions, by result (allowed, denied, error) and source."))
 	if err != nil || s.decisions == nil {
 		handle(err)
-		s.decisions, s.noCounting = metricnoop.Int64ObservableCounter{}, true
+		s.decisions, s.counting.off = metricnoop.Int64ObservableCounter{}, true
 	}
-	if !s.noCounting {
+	if !s.counting.off {
 		s.counts, err = meter.RegisterCallback(s.observeDecisions, s.decisions)
 		if err != nil || s.counts == nil {
 			handle(err)
-			s.counts, s.noCounting = nil, true
+			s.counts, s.counting.off = nil, true
 		}
 	}
 	s.duration, err = meter.Float64Histogram("ratelimit.decision.duration",
@@ -254,18 +250,30 @@ func (s *Store) observeDecisions(_ context.Context, o metric.Observer) error {
 	return nil
 }
 
-// counting reports whether decisions are counted: not when the meter
-// provider records nothing, nor while the global provider is still the
-// default one (which would report nothing).
-func (s *Store) counting() bool {
+// gate says whether a provider records: never a no-op one, nor the
+// global default one (otel.GetTracerProvider's, otel.GetMeterProvider's)
+// until an SDK has been installed in its place, which a decorator made
+// before cannot see otherwise; the zero gate is open.
+type gate struct {
+	off      bool
+	global   any        // the global default provider, until replaced
+	current  func() any // the global provider now
+	replaced atomic.Bool
+}
+
+// await keeps the gate shut while current returns global.
+func (g *gate) await(global any, current func() any) { g.global, g.current = global, current }
+
+// on reports whether the provider records.
+func (g *gate) on() bool {
 	switch {
-	case s.noCounting:
+	case g.off:
 		return false
-	case s.globalMP != nil && !s.metered.Load():
-		if otel.GetMeterProvider() == s.globalMP {
+	case g.global != nil && !g.replaced.Load():
+		if g.current() == g.global {
 			return false
 		}
-		s.metered.Store(true)
+		g.replaced.Store(true)
 	}
 	return true
 }
@@ -313,14 +321,8 @@ func isGlobalDefault(provider any, name string) bool {
 // unless [WithRootSpans] was given, only under a span that is sampled or
 // records (see docs/telemetry.md, "Which decisions have a span").
 func (s *Store) tracing(ctx context.Context) bool {
-	switch {
-	case s.noTracing:
+	if !s.spans.on() {
 		return false
-	case s.globalTP != nil && !s.global.Load():
-		if otel.GetTracerProvider() == s.globalTP {
-			return false
-		}
-		s.global.Store(true)
 	}
 	if s.roots {
 		return true
@@ -408,7 +410,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	traced, timed := span != nil, clock.on
 	d, err := s.inner.Apply(ctx, req)
 	elapsed := clock.seconds()
-	counted := s.counting()
+	counted := s.counting.on()
 	near := err == nil && s.isNear(&req, d)
 	if !traced && !timed && !counted && !near && !d.Healed && err == nil {
 		return d, nil
@@ -445,7 +447,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	traced, timed := span != nil, clock.on
 	err := s.inner.ApplyAll(ctx, reqs, out)
 	elapsed := clock.seconds()
-	counted := s.counting()
+	counted := s.counting.on()
 	if err != nil {
 		var req core.Request
 		if len(reqs) > 0 {
