@@ -2,6 +2,8 @@ package telemetry_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -80,5 +82,58 @@ func TestDecisionsOfClosedDecorators(t *testing.T) {
 	}
 	if got := allowed(t, h.collect(t), "shared"); got != 0 {
 		t.Errorf("after both Close: %v decisions, want none reported", got)
+	}
+}
+
+// TestDecisionsCollectedWhileCounting collects ratelimit.decisions again
+// and again while goroutines decide under new algorithm names, for the
+// race detector (make test runs it with -race), and checks that every
+// decision is reported once they are done.
+func TestDecisionsCollectedWhileCounting(t *testing.T) {
+	h := newProviders(t)
+	h.wrap(t, newMem(t), telemetry.WithName("busy"))
+	const goroutines, per = 4, 300
+	stop := make(chan struct{})
+	collected := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				collected <- n
+				return
+			default:
+				var rm metricdata.ResourceMetrics
+				if err := h.reader.Collect(context.Background(), &rm); err != nil {
+					t.Error(err)
+				}
+				n++
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range per {
+				alg := core.Named(algorithms.TokenBucket, fmt.Sprintf("rule-%d", (g*per+i)%20))
+				req := core.Request{Key: fmt.Sprintf("user:%d", i), Algorithm: alg, Limit: core.PerSecond(1e6), Cost: 1}
+				if _, err := h.store.Apply(context.Background(), req); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	if n := <-collected; n == 0 {
+		t.Log("no collection overlapped the decisions") // the final one below still checks the counts
+	}
+	var total float64
+	for _, p := range points(t, h.collect(t)["ratelimit.decisions"]) {
+		total += p.value
+	}
+	if total != goroutines*per {
+		t.Errorf("ratelimit.decisions sums to %v, want %d", total, goroutines*per)
 	}
 }
