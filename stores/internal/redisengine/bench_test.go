@@ -28,8 +28,9 @@ import (
 //
 // users-floor is what no script that decides on a key's state can save:
 // the same calls on the same keys (state-sized values written with a
-// TTL), to a script that only reads each key and writes a constant in
-// its place with SET ... KEEPTTL, as a decision that charges does.
+// TTL), to a script that only reads each key and writes 48 bytes (a
+// state's length) in its place with SET ... KEEPTTL, as a decision that
+// charges does.
 // users less users-floor is what deciding costs in Lua.
 //
 //	go test -run '^$' -bench BenchmarkMultiScript -count 6 ./stores/internal/redisengine
