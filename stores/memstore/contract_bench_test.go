@@ -28,10 +28,9 @@ import (
 // running the algorithm. apply less apply-reused is the part of the
 // contract that is the caller's: the copy of a request whose fields were
 // just stored a word at a time, which waits for those stores to reach
-// the cache (see docs/benchmarks.md). Beside ns/op each reports cpu-ns/op, the
-// process's CPU time per decision, which other processes on a shared
-// machine move far less than the wall clock. docs/benchmarks.md explains
-// how to read them.
+// the cache. Beside ns/op each reports cpu-ns/op, the process's CPU time
+// per decision, which other processes on a shared machine move far less
+// than the wall clock. docs/benchmarks.md explains how to read them.
 //
 //	go test -run '^$' -bench BenchmarkContract -count 6 ./stores/memstore
 func BenchmarkContract(b *testing.B) {
