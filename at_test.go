@@ -292,9 +292,9 @@ func TestApplyInTurnAtMost(t *testing.T) {
 	a := core.Named(algorithms.TokenBucket, "a")
 	b := core.Named(algorithms.SlidingWindowCounter, "b")
 	reqs := []core.Request{
-		{Key: "k", Algorithm: a, Limit: core.PerSecond(5), Cost: 4, Op: core.OpAtMost, Now: t0},
-		{Key: "k", Algorithm: b, Limit: core.PerSecond(3), Cost: 9, Op: core.OpAtMost, Now: t0},
-		{Key: "k", Algorithm: algorithms.GCRA, Limit: core.Inf, Cost: 7, Op: core.OpAtMost, Now: t0},
+		{Key: "k", Cost: 4, Op: core.OpAtMost, Terms: &core.Terms{Algorithm: a, Limit: core.PerSecond(5), Now: t0}},
+		{Key: "k", Cost: 9, Op: core.OpAtMost, Terms: &core.Terms{Algorithm: b, Limit: core.PerSecond(3), Now: t0}},
+		{Key: "k", Cost: 7, Op: core.OpAtMost, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.Inf, Now: t0}},
 	}
 	out := make([]core.Decision, len(reqs))
 	ctx := context.Background()
@@ -314,7 +314,7 @@ func TestApplyInTurnAtMost(t *testing.T) {
 		}
 	}
 	// The denied batch charged nothing: the bucket has 2 left.
-	if d, err := c.Apply(ctx, core.Request{Key: "k", Algorithm: a, Limit: core.PerSecond(5), Op: core.OpPeek, Now: t0}); err != nil || d.Remaining != 2 {
+	if d, err := c.Apply(ctx, core.Request{Key: "k", Op: core.OpPeek, Terms: &core.Terms{Algorithm: a, Limit: core.PerSecond(5), Now: t0}}); err != nil || d.Remaining != 2 {
 		t.Errorf("the bucket after a denied batch = %+v, %v; want 2 left", d, err)
 	}
 }
@@ -350,7 +350,7 @@ func TestLevel(t *testing.T) {
 // decorator makes itself.
 func TestRequestAnswer(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	req := core.Request{Cost: 5, Op: core.OpAtMost, Now: t0.Add(999 * time.Nanosecond)}
+	req := core.Request{Cost: 5, Op: core.OpAtMost, Terms: &core.Terms{Now: t0.Add(999 * time.Nanosecond)}}
 	if d := req.Answer(core.Decision{Allowed: true}); d.At != t0 || d.Admitted != 5 {
 		t.Errorf("Answer(allowed) = %+v; want all 5 admitted at t0", d)
 	}

@@ -149,8 +149,8 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Lease, error) {
 // The limiter's algorithm must hold leases ([core.Leaser], such as
 // algorithms.Concurrency); otherwise AcquireN fails with [ErrUnsupported].
 func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Lease, error) {
-	if !core.Leases(l.base.Algorithm) {
-		return nil, fmt.Errorf("%w: algorithm %q holds no leases", ErrUnsupported, l.base.Algorithm.Name())
+	if !core.Leases(l.terms.Algorithm) {
+		return nil, fmt.Errorf("%w: algorithm %q holds no leases", ErrUnsupported, l.terms.Algorithm.Name())
 	}
 	req, err := l.request(key, n, core.OpCharge)
 	if err != nil {

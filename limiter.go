@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -22,17 +23,17 @@ import (
 // your own, for tests, replays and simulations.
 type Limiter struct {
 	store Store
-	base  core.Request // what every request carries: the algorithm and the limit
-	queue int64        // each key's queue bound for reservations; 0: none (WithQueue)
-	x     *extra       // what Following and At add; nil for a limiter NewLimiter made
+	terms *core.Terms // what every request carries: the algorithm, the limit and, for At, the instant
+	queue int64       // each key's queue bound for reservations; 0: none (WithQueue)
+	x     *extra      // what Following and At add; nil for a limiter NewLimiter made
 }
 
 // extra is what [Limiter.Following] and [Limiter.At] add to a limiter,
 // apart, so that a plain limiter's decision checks one pointer.
 type extra struct {
-	from  LimitSource // the limit at each call, if the limiter follows one (Following)
-	at    time.Time   // the instant to decide at, if fixed (At)
-	fixed bool
+	from  LimitSource                 // the limit at each call, if the limiter follows one (Following)
+	last  *atomic.Pointer[core.Terms] // the terms under from's latest limit
+	fixed bool                        // terms.Now is the instant to decide at (At)
 }
 
 // LimitSource gives a limit that may change from one call to the next,
@@ -62,14 +63,14 @@ func NewLimiter(store Store, alg Algorithm, limit Limit) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	return &Limiter{store: store, base: core.Request{Algorithm: alg, Limit: limit}}, nil
+	return &Limiter{store: store, terms: &core.Terms{Algorithm: alg, Limit: limit}}, nil
 }
 
 // Limit returns the limiter's limit: for a limiter that follows a
 // [LimitSource], the source's now.
 func (l *Limiter) Limit() Limit {
 	if l.x == nil || l.x.from == nil {
-		return l.base.Limit
+		return l.terms.Limit
 	}
 	return l.x.from.Limit()
 }
@@ -78,6 +79,7 @@ func (l *Limiter) Limit() Limit {
 // limit at that moment instead of its own: a limit that adapts, read
 // with no decorator in the way. A limit src gives that the algorithm
 // cannot decide under fails that call with the store's validation error.
+// A call allocates only when src's limit differs from the last call's.
 // It fails with an error wrapping [ErrInvalidLimit] for a nil src.
 func (l *Limiter) Following(src LimitSource) (*Limiter, error) {
 	if src == nil {
@@ -112,33 +114,46 @@ func (l *Limiter) Following(src LimitSource) (*Limiter, error) {
 func (l *Limiter) At(t time.Time) *Limiter {
 	f := *l
 	f.x = l.extra()
-	f.x.at, f.x.fixed = t, true
+	f.x.fixed = true
+	terms := *l.terms
+	terms.Now = t
+	f.terms = &terms
 	return &f
 }
 
-// extra returns a copy of l's extra, to be changed for a new limiter.
+// extra returns a copy of l's extra, to be changed for a new limiter,
+// with terms of its own to build under its source's limits.
 func (l *Limiter) extra() *extra {
-	if l.x == nil {
-		return new(extra)
+	x := extra{last: new(atomic.Pointer[core.Terms])}
+	if l.x != nil {
+		x.from, x.fixed = l.x.from, l.x.fixed
 	}
-	x := *l.x
 	return &x
+}
+
+// under returns terms like base's under limit: the terms last built, as
+// long as the source's limit stays the same, so that a limiter following
+// one allocates only when its limit changes.
+func (x *extra) under(base *core.Terms, limit Limit) *core.Terms {
+	if t := x.last.Load(); t != nil && t.Limit == limit {
+		return t
+	}
+	t := *base
+	t.Limit = limit
+	x.last.Store(&t)
+	return &t
 }
 
 // request returns l's request for key with cost n and operation op: under
 // l's limit at this call, at l's instant if it has one.
 func (l *Limiter) request(key string, n int64, op core.Op) (core.Request, error) {
-	req := l.base
-	req.Key, req.Cost, req.Op = key, n, op
+	req := core.Request{Key: key, Cost: n, Op: op, Terms: l.terms}
 	if x := l.x; x != nil {
-		if x.from != nil {
-			req.Limit = x.from.Limit()
+		if x.fixed && l.terms.Now.IsZero() {
+			return core.Request{}, errZeroInstant
 		}
-		if x.fixed {
-			if x.at.IsZero() {
-				return core.Request{}, errZeroInstant
-			}
-			req.Now = x.at
+		if x.from != nil {
+			req.Terms = x.under(l.terms, x.from.Limit())
 		}
 	}
 	return req, nil
@@ -158,7 +173,7 @@ func (l *Limiter) apply(ctx context.Context, key string, n int64, op core.Op) (D
 }
 
 // Algorithm returns the limiter's algorithm.
-func (l *Limiter) Algorithm() Algorithm { return l.base.Algorithm }
+func (l *Limiter) Algorithm() Algorithm { return l.terms.Algorithm }
 
 // Store returns the limiter's store.
 func (l *Limiter) Store() Store { return l.store }
@@ -176,13 +191,10 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, 
 	if l.x != nil {
 		return l.apply(ctx, key, n, core.OpCharge)
 	}
-	// A copy of the limiter's request with two fields set, rather than a
-	// request built field by field, and the decision received where
-	// AllowN returns it: a request passes by value, and loading one just
-	// stored a field at a time waits for the stores to reach the cache.
-	req := l.base
-	req.Key, req.Cost = key, n
-	d, err = l.store.Apply(ctx, req)
+	// The decision is received where AllowN returns it: copied from a
+	// variable of AllowN's, the copy would wait for the stores the call
+	// had just made to it to reach the cache.
+	d, err = l.store.Apply(ctx, core.Request{Key: key, Cost: n, Terms: l.terms})
 	return d, err
 }
 
@@ -220,5 +232,5 @@ func (l *Limiter) Level(ctx context.Context, key string) (Decision, error) {
 // Reset forgets key's state under the limiter's algorithm, as if it had
 // never been charged.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	return l.store.Reset(ctx, key, l.base.Algorithm)
+	return l.store.Reset(ctx, key, l.terms.Algorithm)
 }

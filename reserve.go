@@ -99,7 +99,7 @@ func reserve(ctx context.Context, store Store, reqs []core.Request) (*Reservatio
 // asRefunds turns reqs into the refunds that undo them, in place.
 func asRefunds(reqs []core.Request) []core.Request {
 	for i := range reqs {
-		reqs[i].Op, reqs[i].MaxWait, reqs[i].MaxQueue = core.OpRefund, 0, 0
+		reqs[i] = reqs[i].As(core.OpRefund)
 	}
 	return reqs
 }
@@ -123,6 +123,7 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 	if err != nil {
 		return nil, err
 	}
+	req = req.Clone()
 	req.MaxWait, req.MaxQueue = maxWait, l.queue
 	return reserve(ctx, l.store, []core.Request{req})
 }
@@ -172,7 +173,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 // ReserveN, Wait, WaitN) each key queues at most n units of cost for: a
 // reservation is admitted only if, after it, the key owes at most n
 // tokens, which with costs of 1 is at most n callers waiting, this one
-// included (see [core.Request.MaxQueue]). The n+1-th is refused at once, its
+// included (see [core.Terms.MaxQueue]). The n+1-th is refused at once, its
 // Wait failing with [ErrQueueFull]; a waiter that gives up is refunded,
 // and its place goes to the next caller. The queue is the key's debt in
 // the store, so the bound holds across every process sharing it. Use it
@@ -186,8 +187,8 @@ func (l *Limiter) WithQueue(n int64) (*Limiter, error) {
 	if err := checkQueue(n); err != nil {
 		return nil, err
 	}
-	if !l.Limit().IsInf() && !core.Reserves(l.base.Algorithm) {
-		return nil, fmt.Errorf("%w: algorithm %q cannot reserve, so it cannot queue", ErrUnsupported, l.base.Algorithm.Name())
+	if !l.Limit().IsInf() && !core.Reserves(l.terms.Algorithm) {
+		return nil, fmt.Errorf("%w: algorithm %q cannot reserve, so it cannot queue", ErrUnsupported, l.terms.Algorithm.Name())
 	}
 	q := *l
 	q.queue = n

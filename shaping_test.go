@@ -43,7 +43,7 @@ func TestQueueBadInput(t *testing.T) {
 	if _, err := st.WithQueue(0); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("Stack.WithQueue(0) = %v; want ErrInvalidRequest", err)
 	}
-	req := core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerSecond(5), Cost: 1, MaxQueue: 3}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(5), MaxQueue: 3}}
 	if _, err := store.Apply(context.Background(), req); !errors.Is(err, core.ErrInvalidRequest) {
 		t.Errorf("a charge with MaxQueue = %v; want ErrInvalidRequest", err)
 	}

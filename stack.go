@@ -34,12 +34,11 @@ type Rule struct {
 type Stack struct {
 	store  Store
 	rules  []Rule
-	algs   []Algorithm // each rule's algorithm, named after the rule
-	leases bool        // a rule holds concurrency leases
-	queue  int64       // each rule's queue bound for reservations; 0: none (WithQueue)
-	at     time.Time   // the instant to decide at, if fixed (At)
-	fixed  bool
-	held   *sync.Pool // of *[]core.Request, apply's requests; the stack's copies (At) share it
+	terms  []core.Terms // each rule's: its algorithm named after it, its limit, the instant of At
+	leases bool         // a rule holds concurrency leases
+	queue  int64        // each rule's queue bound for reservations; 0: none (WithQueue)
+	fixed  bool         // the terms' Now is the instant to decide at (At)
+	held   *sync.Pool   // of *[]core.Request, apply's requests; the stack's copies (At) share it
 }
 
 // NewStack returns a stack of rules over store. It fails with
@@ -73,7 +72,7 @@ func NewStack(store Store, rules ...Rule) (*Stack, error) {
 				return nil, fmt.Errorf("rule %q: %w", r.Name, err)
 			}
 		}
-		s.algs = append(s.algs, core.Named(r.Algorithm, r.Name))
+		s.terms = append(s.terms, core.Terms{Algorithm: core.Named(r.Algorithm, r.Name), Limit: r.Limit})
 		s.leases = s.leases || core.Leases(r.Algorithm)
 	}
 	return s, nil
@@ -101,7 +100,11 @@ func validRuleName(name string) error {
 // fail with [ErrInvalidRequest]. s is unchanged; At allocates the copy.
 func (s *Stack) At(t time.Time) *Stack {
 	f := *s
-	f.at, f.fixed = t, true
+	f.terms = append([]core.Terms(nil), s.terms...)
+	for i := range f.terms {
+		f.terms[i].Now = t
+	}
+	f.fixed = true
 	return &f
 }
 
@@ -133,10 +136,10 @@ func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (Verdict, er
 		if err := s.checkKeys(keys); err != nil {
 			return Verdict{}, err
 		}
-		if s.fixed && s.at.IsZero() {
+		if s.fixed && s.terms[0].Now.IsZero() {
 			return Verdict{}, errZeroInstant
 		}
-		req := core.Request{Key: keys[0], Algorithm: s.algs[0], Limit: s.rules[0].Limit, Cost: n, Now: s.at}
+		req := core.Request{Key: keys[0], Cost: n, Terms: &s.terms[0]}
 		v, err := applyOne(ctx, s.store, req)
 		if err != nil {
 			return v, s.rule([]core.Request{req}, err)
@@ -189,8 +192,8 @@ func (s *Stack) Reset(ctx context.Context, keys ...string) error {
 		return err
 	}
 	var errs []error
-	for i, alg := range s.algs {
-		if err := s.store.Reset(ctx, keys[i], alg); err != nil {
+	for i := range s.terms {
+		if err := s.store.Reset(ctx, keys[i], s.terms[i].Algorithm); err != nil {
 			errs = append(errs, fmt.Errorf("rule %q: %w", s.rules[i].Name, err))
 		}
 	}
@@ -209,6 +212,7 @@ func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait ti
 		return nil, err
 	}
 	for i := range reqs {
+		reqs[i] = reqs[i].Clone()
 		reqs[i].MaxWait, reqs[i].MaxQueue = maxWait, s.queue
 	}
 	r, err := reserve(ctx, s.store, reqs)
@@ -218,7 +222,7 @@ func (s *Stack) ReserveN(ctx context.Context, keys []string, n int64, maxWait ti
 // WithQueue returns a stack like s whose reservations (ReserveN, Wait,
 // WaitN) queue at most n units of cost on each rule's key: a reservation
 // is admitted only if, after it, every rule's key owes at most n tokens
-// (see [Limiter.WithQueue] and [core.Request.MaxQueue]). It fails with an
+// (see [Limiter.WithQueue] and [core.Terms.MaxQueue]). It fails with an
 // error wrapping [ErrInvalidRequest] if n is not 1 to [core.MaxUnits], and
 // with [ErrUnsupported] naming a rule whose algorithm cannot reserve.
 func (s *Stack) WithQueue(n int64) (*Stack, error) {
@@ -332,7 +336,7 @@ func (s *Stack) requests(dst []core.Request, keys []string, n int64, op core.Op)
 	if err := s.checkKeys(keys); err != nil {
 		return nil, err
 	}
-	if s.fixed && s.at.IsZero() {
+	if s.fixed && s.terms[0].Now.IsZero() {
 		return nil, errZeroInstant
 	}
 	reqs := dst[:0]
@@ -340,7 +344,7 @@ func (s *Stack) requests(dst []core.Request, keys []string, n int64, op core.Op)
 		reqs = make([]core.Request, 0, len(s.rules))
 	}
 	for i, r := range s.rules {
-		req := core.Request{Key: keys[i], Algorithm: s.algs[i], Limit: r.Limit, Cost: n, Op: op, Now: s.at}
+		req := core.Request{Key: keys[i], Cost: n, Op: op, Terms: &s.terms[i]}
 		if core.Leases(r.Algorithm) && op == core.OpCharge {
 			req.Lease = rand.Int64N(core.MaxUnits) + 1
 		}

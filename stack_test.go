@@ -376,12 +376,12 @@ func TestStackAcquire(t *testing.T) {
 
 func TestApplyAllInvalid(t *testing.T) {
 	_, c := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1))
-	tb := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1}
+	tb := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}}
 	peek, other, twice, bad, waits := tb, tb, tb, tb, tb
 	peek.Op = core.OpPeek
 	other.Key = "other"
 	bad.Cost = -1
-	waits.MaxWait = time.Second
+	waits.Terms = &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), MaxWait: time.Second}
 	for _, store := range []core.Store{c, stores.Func(c.Apply), inTurn{c}} {
 		for _, tc := range []struct {
 			reqs []core.Request
@@ -406,12 +406,36 @@ func TestApplyAllInvalid(t *testing.T) {
 }
 
 // TestAllowAllocatesNothing checks the hot path: Limiter.Allow on the
-// memory store allocates nothing.
+// memory store allocates nothing, for a plain limiter, one at an instant
+// and one following a source whose limit holds (its terms are built
+// when the limit changes, and only then).
 func TestAllowAllocatesNothing(t *testing.T) {
 	lim, _ := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(1000))
+	src := &source{}
+	src.set(core.PerSecond(500))
+	following, err := lim.Following(src)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
-	if n := testing.AllocsPerRun(1000, func() { lim.Allow(ctx, "hot") }); n != 0 {
-		t.Errorf("Limiter.Allow on memstore: %v allocations, want 0", n)
+	for name, l := range map[string]*sluice.Limiter{
+		"plain":     lim,
+		"At":        lim.At(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
+		"Following": following,
+	} {
+		if n := testing.AllocsPerRun(1000, func() { l.Allow(ctx, "hot") }); n != 0 {
+			t.Errorf("%s Limiter.Allow on memstore: %v allocations, want 0", name, n)
+		}
+	}
+	limits := [2]core.Limit{core.PerSecond(600), core.PerSecond(700)}
+	turn := 0
+	changing := func() {
+		turn ^= 1
+		src.l.Store(&limits[turn])
+		following.Allow(ctx, "hot")
+	}
+	if n := testing.AllocsPerRun(1000, changing); n != 1 {
+		t.Errorf("Allow after each change of the source's limit: %v allocations, want 1 (its terms)", n)
 	}
 }
 

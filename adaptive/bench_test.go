@@ -107,7 +107,7 @@ var sinkLimit core.Limit
 func BenchmarkOverride(b *testing.B) {
 	ctrl, _ := adaptive.New(core.PerSecond(100), adaptive.AIMD())
 	limit := core.PerSecond(100)
-	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+	req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 	for _, c := range []struct {
 		name string
 		f    func(core.Request) core.Limit

@@ -79,7 +79,7 @@ type Controller struct {
 	store      core.Store
 	key        string
 	ttl        time.Duration // WithSharedTTL's, or 0
-	shared     core.Limit    // the SharedLimit request's limit
+	shared     core.Terms    // the SharedLimit request's terms
 	onChange   func(Change)
 
 	mu    sync.Mutex // serializes Update
@@ -367,11 +367,11 @@ func (c *Controller) sharedLimit() error {
 	if n > int64(core.MaxPeriod/time.Microsecond)/iv {
 		return fmt.Errorf("%w: WithSharedTTL: %d intervals of %v exceed %v", ErrInvalidConfig, n, c.interval, core.MaxPeriod)
 	}
-	c.shared = core.Per(n, time.Duration(n*iv)*time.Microsecond).WithBurst(1)
-	if err := c.shared.Validate(); err != nil {
+	c.shared = core.Terms{Algorithm: SharedLimit, Limit: core.Per(n, time.Duration(n*iv)*time.Microsecond).WithBurst(1)}
+	if err := c.shared.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: shared value: %w", ErrInvalidConfig, err)
 	}
-	return SharedLimit.Validate(c.shared)
+	return SharedLimit.Validate(c.shared.Limit)
 }
 
 // burstFor returns the burst of a limit of rate events per period.
@@ -505,7 +505,7 @@ func (c *Controller) bound(rate float64) float64 { return min(max(rate, c.min), 
 // store and returns the rate to take: the proposal if the store took it,
 // the fleet's value if one stands, the proposal if the store failed.
 func (c *Controller) agree(ctx context.Context, next float64, why Reason, propose bool) (float64, Reason, bool, error) {
-	req := core.Request{Key: c.key, Algorithm: SharedLimit, Limit: c.shared, Cost: int64(math.Round(next * 1000))}
+	req := core.Request{Key: c.key, Cost: int64(math.Round(next * 1000)), Terms: &c.shared}
 	if !propose {
 		req.Op = core.OpPeek
 	}

@@ -133,7 +133,7 @@ func TestReportInvalid(t *testing.T) {
 	if got := ctrl.Limit(); got != core.PerSecond(100) || changed != 0 {
 		t.Errorf("after invalid samples only: limit %v, %d changes; want 100 req/s, none", got, changed)
 	}
-	d, err := store.Apply(context.Background(), core.Request{Key: "k", Algorithm: adaptive.SharedLimit, Limit: core.Per(10, 10*time.Second).WithBurst(1), Cost: 1, Op: core.OpPeek})
+	d, err := store.Apply(context.Background(), core.Request{Key: "k", Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: adaptive.SharedLimit, Limit: core.Per(10, 10*time.Second).WithBurst(1)}})
 	if err != nil || d.Limit != 0 {
 		t.Errorf("the shared store holds %+v (%v) after invalid samples only; want nothing", d, err)
 	}
@@ -236,11 +236,11 @@ func TestOverride(t *testing.T) {
 	if allowed != 10 {
 		t.Errorf("allowed %d of 20 at one instant, want 10", allowed)
 	}
-	other := core.Request{Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerSecond(100)}
+	other := core.Request{Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerSecond(100)}}
 	if got := ctrl.Override(other); got != core.PerSecond(100) {
 		t.Errorf("Override(user rule) = %v, want its own 100 req/s", got)
 	}
-	mine := core.Request{Algorithm: core.Named(algorithms.TokenBucket, "downstream"), Limit: core.PerSecond(1)}
+	mine := core.Request{Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "downstream"), Limit: core.PerSecond(1)}}
 	if got := ctrl.Override(mine); got != ctrl.Limit() {
 		t.Errorf("Override(downstream rule) = %v, want %v", got, ctrl.Limit())
 	}

@@ -90,7 +90,7 @@ func TestSharedLimitParity(t *testing.T) {
 		default:
 			now += rng.Int64N(interval + 2)
 		}
-		req := core.Request{Key: "parity", Algorithm: adaptive.SharedLimit, Limit: limit, Cost: 1 + rng.Int64N(1_000_000), Now: time.UnixMicro(now)}
+		req := core.Request{Key: "parity", Cost: 1 + rng.Int64N(1_000_000), Terms: &core.Terms{Algorithm: adaptive.SharedLimit, Limit: limit, Now: time.UnixMicro(now)}}
 		switch rng.IntN(6) {
 		case 0:
 			req.Op = core.OpPeek
@@ -162,11 +162,11 @@ func TestSharedLimitUnreadable(t *testing.T) {
 		if err := c.set(); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		d, err := store.Apply(ctx, core.Request{Key: "unreadable", Algorithm: adaptive.SharedLimit, Limit: limit, Cost: 1, Op: core.OpPeek, Now: at})
+		d, err := store.Apply(ctx, core.Request{Key: "unreadable", Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: adaptive.SharedLimit, Limit: limit, Now: at}})
 		if err != nil || d != (core.Decision{At: at.UTC()}) {
 			t.Errorf("%s: read = %+v, %v; want no value", c.name, d, err)
 		}
-		d, err = store.Apply(ctx, core.Request{Key: "unreadable", Algorithm: adaptive.SharedLimit, Limit: limit, Cost: 123000, Now: at})
+		d, err = store.Apply(ctx, core.Request{Key: "unreadable", Cost: 123000, Terms: &core.Terms{Algorithm: adaptive.SharedLimit, Limit: limit, Now: at}})
 		want := core.Decision{Allowed: true, Limit: 123000, Remaining: 1, ResetAfter: 10 * time.Second, At: at.UTC()}
 		if err != nil || d != want {
 			t.Errorf("%s: proposal = %+v, %v; want %+v", c.name, d, err, want)
@@ -510,7 +510,7 @@ func TestSharedOutage(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("limit %d 5s after Redis came back, want the fleet's 90; stats %+v", ctrl.Limit().Rate(), ctrl.Stats())
 		}
-		if _, err := other.Apply(ctx, core.Request{Key: "outage", Algorithm: adaptive.SharedLimit, Limit: core.Per(10, time.Second).WithBurst(1), Cost: 90_000}); err != nil {
+		if _, err := other.Apply(ctx, core.Request{Key: "outage", Cost: 90_000, Terms: &core.Terms{Algorithm: adaptive.SharedLimit, Limit: core.Per(10, time.Second).WithBurst(1)}}); err != nil {
 			t.Logf("the other instance: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond) // the breaker's open timeout runs on the wall clock

@@ -31,7 +31,7 @@ func TestUnsatisfiable(t *testing.T) {
 		t.Run(tc.alg.Name(), func(t *testing.T) {
 			t.Parallel()
 			var used core.State
-			apply(tc.alg, &used, t0, core.Request{Limit: lim, Cost: 4})
+			apply(tc.alg, &used, t0, core.Request{Cost: 4, Terms: &core.Terms{Limit: lim}})
 			for _, c := range []struct {
 				name      string
 				s         core.State
@@ -45,7 +45,7 @@ func TestUnsatisfiable(t *testing.T) {
 					for _, peek := range []bool{false, true} {
 						s := clone(c.s)
 						st := step{at: 100 * time.Millisecond, cost: cost, peek: peek}
-						d := apply(tc.alg, &s, t0+st.at.Microseconds(), core.Request{Limit: lim, Cost: cost, Op: peekIf(peek)})
+						d := apply(tc.alg, &s, t0+st.at.Microseconds(), core.Request{Cost: cost, Op: peekIf(peek), Terms: &core.Terms{Limit: lim}})
 						// The level is whole here: the key's standing, exactly.
 						want := core.Decision{Limit: 10, Remaining: c.remaining, RetryAfter: core.RetryNever, ResetAfter: c.reset}
 						if got := d.Level.Tokens(); got != float64(c.remaining) {
@@ -66,7 +66,7 @@ func TestUnsatisfiable(t *testing.T) {
 			}
 			// A cost of exactly the capacity is satisfiable: it waits.
 			s := clone(used)
-			if d := apply(tc.alg, &s, t0, core.Request{Limit: lim, Cost: 10}); d.Allowed || d.Unsatisfiable() || d.RetryAfter <= 0 {
+			if d := apply(tc.alg, &s, t0, core.Request{Cost: 10, Terms: &core.Terms{Limit: lim}}); d.Allowed || d.Unsatisfiable() || d.RetryAfter <= 0 {
 				t.Errorf("used key: AllowN(t0, 10) = %+v, want a denial with a finite RetryAfter", d)
 			}
 		})
@@ -95,8 +95,8 @@ func TestZeroCost(t *testing.T) {
 			for i, c := range trace {
 				now := t0 + c.at.Microseconds()
 				before := clone(probed)
-				peek := apply(alg, &before, now, core.Request{Limit: lim, Cost: 0, Op: core.OpPeek})
-				zero := apply(alg, &probed, now, core.Request{Limit: lim, Cost: 0})
+				peek := apply(alg, &before, now, core.Request{Cost: 0, Op: core.OpPeek, Terms: &core.Terms{Limit: lim}})
+				zero := apply(alg, &probed, now, core.Request{Cost: 0, Terms: &core.Terms{Limit: lim}})
 				name := step{at: c.at}.name()
 				if !zero.Allowed || zero.RetryAfter != 0 {
 					t.Errorf("step %d: %s = %+v, want allowed", i, name, zero)
@@ -104,8 +104,8 @@ func TestZeroCost(t *testing.T) {
 				if zero != peek {
 					t.Errorf("step %d: %s = %+v, want what PeekN said: %+v", i, name, zero, peek)
 				}
-				got := apply(alg, &probed, now, core.Request{Limit: lim, Cost: c.cost})
-				want := apply(alg, &plain, now, core.Request{Limit: lim, Cost: c.cost})
+				got := apply(alg, &probed, now, core.Request{Cost: c.cost, Terms: &core.Terms{Limit: lim}})
+				want := apply(alg, &plain, now, core.Request{Cost: c.cost, Terms: &core.Terms{Limit: lim}})
 				if got != want {
 					t.Errorf("step %d: after %s, AllowN(%s, %d) = %+v, want as without it: %+v", i, name, offset(c.at), c.cost, got, want)
 				}
@@ -128,13 +128,13 @@ func TestZeroCostChangesNothing(t *testing.T) {
 		t.Run(alg.Name(), func(t *testing.T) {
 			t.Parallel()
 			var used core.State
-			apply(alg, &used, t0, core.Request{Limit: lim, Cost: 1})
+			apply(alg, &used, t0, core.Request{Cost: 1, Terms: &core.Terms{Limit: lim}})
 			for _, c := range []struct {
 				name string
 				s    core.State
 			}{{"fresh", core.State{}}, {"used", used}} {
 				s := clone(c.s)
-				d := apply(alg, &s, t0+10_000_000, core.Request{Limit: lim, Cost: 0})
+				d := apply(alg, &s, t0+10_000_000, core.Request{Cost: 0, Terms: &core.Terms{Limit: lim}})
 				if !d.Allowed {
 					t.Errorf("%s key: AllowN(t0+10s, 0) = false, want true", c.name)
 				}
@@ -142,8 +142,8 @@ func TestZeroCostChangesNothing(t *testing.T) {
 					t.Errorf("%s key: AllowN(t0+10s, 0) changed the state from %s to %s, want it unchanged", c.name, relState(c.s), relState(s))
 				}
 				without := clone(c.s)
-				got := apply(alg, &s, t0+500_000, core.Request{Limit: lim, Cost: 1})
-				want := apply(alg, &without, t0+500_000, core.Request{Limit: lim, Cost: 1})
+				got := apply(alg, &s, t0+500_000, core.Request{Cost: 1, Terms: &core.Terms{Limit: lim}})
+				want := apply(alg, &without, t0+500_000, core.Request{Cost: 1, Terms: &core.Terms{Limit: lim}})
 				if got != want {
 					t.Errorf("%s key: after AllowN(t0+10s, 0), AllowN(t0+500ms, 1) = %+v, want as without it: %+v", c.name, got, want)
 				}
@@ -173,7 +173,7 @@ func TestZeroCostAfterLimitLowered(t *testing.T) {
 			for i, h := range histories {
 				var s core.State
 				for _, c := range h.charges {
-					if d := apply(alg, &s, t0+c.at.Microseconds(), core.Request{Limit: ten, Cost: c.cost}); !d.Allowed {
+					if d := apply(alg, &s, t0+c.at.Microseconds(), core.Request{Cost: c.cost, Terms: &core.Terms{Limit: ten}}); !d.Allowed {
 						t.Fatalf("history %d: %s = false, want true", i, c.name())
 					}
 				}
@@ -181,7 +181,7 @@ func TestZeroCostAfterLimitLowered(t *testing.T) {
 				for _, peek := range []bool{false, true} {
 					before := clone(s)
 					st := step{at: last, peek: peek, lim: h.lower}
-					d := apply(alg, &s, t0+last.Microseconds(), core.Request{Limit: h.lower, Op: peekIf(peek)})
+					d := apply(alg, &s, t0+last.Microseconds(), core.Request{Op: peekIf(peek), Terms: &core.Terms{Limit: h.lower}})
 					if !d.Allowed || d.RetryAfter != 0 {
 						t.Errorf("history %d: %s = %+v, want allowed", i, st.name(), d)
 					}
@@ -215,12 +215,12 @@ func TestPeek(t *testing.T) {
 			for i, c := range trace {
 				now := t0 + c.at.Microseconds()
 				before := clone(s)
-				peeked := apply(alg, &s, now, core.Request{Limit: lim, Cost: c.cost, Op: core.OpPeek})
+				peeked := apply(alg, &s, now, core.Request{Cost: c.cost, Op: core.OpPeek, Terms: &core.Terms{Limit: lim}})
 				name := step{at: c.at, cost: c.cost, peek: true}.name()
 				if !sameState(s, before) {
 					t.Fatalf("step %d: %s changed the state from %s to %s", i, name, relState(before), relState(s))
 				}
-				charged := apply(alg, &s, now, core.Request{Limit: lim, Cost: c.cost})
+				charged := apply(alg, &s, now, core.Request{Cost: c.cost, Terms: &core.Terms{Limit: lim}})
 				if peeked != charged {
 					t.Errorf("step %d: %s = %+v, want what AllowN says: %+v", i, name, peeked, charged)
 				}
@@ -238,10 +238,10 @@ func TestDenialLeavesStateUnchanged(t *testing.T) {
 		t.Run(alg.Name(), func(t *testing.T) {
 			t.Parallel()
 			var s core.State
-			apply(alg, &s, t0+500_000, core.Request{Limit: lim, Cost: 8})
+			apply(alg, &s, t0+500_000, core.Request{Cost: 8, Terms: &core.Terms{Limit: lim}})
 			for _, cost := range []int64{4, 10} {
 				before := clone(s)
-				d := apply(alg, &s, t0+600_000, core.Request{Limit: lim, Cost: cost})
+				d := apply(alg, &s, t0+600_000, core.Request{Cost: cost, Terms: &core.Terms{Limit: lim}})
 				if d.Allowed {
 					t.Fatalf("AllowN(t0+600ms, %d) = true, want false", cost)
 				}
@@ -279,12 +279,12 @@ func TestHorizon(t *testing.T) {
 			capa := capacity(tc.alg, tc.lim)
 			for _, at := range []int64{t0, t0 + 59_999_999, t0 + 60_000_000} {
 				var s core.State
-				apply(tc.alg, &s, at, core.Request{Limit: tc.lim, Cost: capa})
+				apply(tc.alg, &s, at, core.Request{Cost: capa, Terms: &core.Terms{Limit: tc.lim}})
 				later := s.Last + h.Microseconds()
 				for _, cost := range []int64{1, capa} {
 					used, fresh := clone(s), core.State{}
-					got := apply(tc.alg, &used, later, core.Request{Limit: tc.lim, Cost: cost})
-					want := apply(tc.alg, &fresh, later, core.Request{Limit: tc.lim, Cost: cost})
+					got := apply(tc.alg, &used, later, core.Request{Cost: cost, Terms: &core.Terms{Limit: tc.lim}})
+					want := apply(tc.alg, &fresh, later, core.Request{Cost: cost, Terms: &core.Terms{Limit: tc.lim}})
 					if got != want {
 						t.Errorf("after AllowN(%s, %d), AllowN(+%v, %d) = %+v, want as on a fresh key: %+v", offset(time.Duration(at-t0)*time.Microsecond), capa, h, cost, got, want)
 					}

@@ -54,7 +54,7 @@ func TestTokenBucketGCRAAgree(t *testing.T) {
 				default:
 					cost = lim.Burst() + rng.Int64N(3)
 				}
-				req := core.Request{Limit: lim, Cost: cost, Op: peekIf(rng.IntN(8) == 0)}
+				req := core.Request{Cost: cost, Op: peekIf(rng.IntN(8) == 0), Terms: &core.Terms{Limit: lim}}
 				want := apply(algorithms.TokenBucket, &tb, now, req)
 				got := apply(algorithms.GCRA, &gc, now, req)
 				if got != want {
@@ -128,7 +128,7 @@ func TestExtremeLimits(t *testing.T) {
 					// Instants stay where Request.Validate lets them.
 					now = min(max(now+o.gap, 0), core.MaxUnits-1)
 					before := clone(s)
-					d := apply(alg, &s, now, core.Request{Limit: lim, Cost: o.cost, Op: peekIf(o.peek)})
+					d := apply(alg, &s, now, core.Request{Cost: o.cost, Op: peekIf(o.peek), Terms: &core.Terms{Limit: lim}})
 					if _, msg := checkCall(alg, before, s, now, o, d); msg != "" {
 						t.Fatalf("op %d: %s, state %s: %s", i, callName(o, now, before, d), relState(before), msg)
 					}

@@ -145,14 +145,14 @@ func checkCall(alg core.Algorithm, before, s core.State, now int64, o op, d core
 	// A partial admission charges what a decision of cost 0 reports as
 	// Remaining: the largest cost the algorithm admits at the instant.
 	fits := clone(before)
-	r := apply(alg, &fits, now, core.Request{Limit: lim, Op: core.OpPeek}).Remaining
+	r := apply(alg, &fits, now, core.Request{Op: core.OpPeek, Terms: &core.Terms{Limit: lim}}).Remaining
 	if r >= 1 {
-		if dd := apply(alg, &fits, now, core.Request{Limit: lim, Cost: r, Op: core.OpPeek}); !dd.Allowed {
+		if dd := apply(alg, &fits, now, core.Request{Cost: r, Op: core.OpPeek, Terms: &core.Terms{Limit: lim}}); !dd.Allowed {
 			return s, fmt.Sprintf("a cost of 0 reports Remaining %d, but a cost of %d is denied: %+v", r, r, dd)
 		}
 	}
 	if r < capa {
-		if dd := apply(alg, &fits, now, core.Request{Limit: lim, Cost: r + 1, Op: core.OpPeek}); dd.Allowed {
+		if dd := apply(alg, &fits, now, core.Request{Cost: r + 1, Op: core.OpPeek, Terms: &core.Terms{Limit: lim}}); dd.Allowed {
 			return s, fmt.Sprintf("a cost of 0 reports Remaining %d, but a cost of %d is admitted: %+v", r, r+1, dd)
 		}
 	}
@@ -177,7 +177,7 @@ func checkCall(alg core.Algorithm, before, s core.State, now int64, o op, d core
 	after := s
 	if o.peek {
 		after = clone(before)
-		if real := apply(alg, &after, now, core.Request{Limit: lim, Cost: o.cost}); real != d {
+		if real := apply(alg, &after, now, core.Request{Cost: o.cost, Terms: &core.Terms{Limit: lim}}); real != d {
 			return s, fmt.Sprintf("AllowN at the same instant = %+v, want what the peek said", real)
 		}
 	}
@@ -187,10 +187,10 @@ func checkCall(alg core.Algorithm, before, s core.State, now int64, o op, d core
 	if !d.Allowed && !d.Unsatisfiable() {
 		ra := d.RetryAfter.Microseconds()
 		early, onTime := clone(before), clone(before)
-		if dd := apply(alg, &early, eff+ra-1, core.Request{Limit: lim, Cost: o.cost}); dd.Allowed {
+		if dd := apply(alg, &early, eff+ra-1, core.Request{Cost: o.cost, Terms: &core.Terms{Limit: lim}}); dd.Allowed {
 			return s, fmt.Sprintf("retried %v later, a microsecond early, it passed: %+v", d.RetryAfter-time.Microsecond, dd)
 		}
-		if dd := apply(alg, &onTime, eff+ra, core.Request{Limit: lim, Cost: o.cost}); !dd.Allowed {
+		if dd := apply(alg, &onTime, eff+ra, core.Request{Cost: o.cost, Terms: &core.Terms{Limit: lim}}); !dd.Allowed {
 			return s, fmt.Sprintf("retried %v later it was denied: %+v", d.RetryAfter, dd)
 		}
 	}
@@ -199,13 +199,13 @@ func checkCall(alg core.Algorithm, before, s core.State, now int64, o op, d core
 	// admitting its whole capacity; a microsecond before, it does not.
 	rs := d.ResetAfter.Microseconds()
 	rested, fresh := clone(after), core.State{}
-	got := apply(alg, &rested, eff+rs, core.Request{Limit: lim, Cost: capa})
-	if want := apply(alg, &fresh, eff+rs, core.Request{Limit: lim, Cost: capa}); got != want || !got.Allowed {
+	got := apply(alg, &rested, eff+rs, core.Request{Cost: capa, Terms: &core.Terms{Limit: lim}})
+	if want := apply(alg, &fresh, eff+rs, core.Request{Cost: capa, Terms: &core.Terms{Limit: lim}}); got != want || !got.Allowed {
 		return s, fmt.Sprintf("after ResetAfter, AllowN(+%v, %d) = %+v, want as on a fresh key: %+v", d.ResetAfter, capa, got, want)
 	}
 	if rs > 0 {
 		early := clone(after)
-		if dd := apply(alg, &early, eff+rs-1, core.Request{Limit: lim, Cost: capa}); dd.Allowed {
+		if dd := apply(alg, &early, eff+rs-1, core.Request{Cost: capa, Terms: &core.Terms{Limit: lim}}); dd.Allowed {
 			return s, fmt.Sprintf("AllowN(+%v, %d) passed a microsecond before ResetAfter: %+v", d.ResetAfter-time.Microsecond, capa, dd)
 		}
 	}
@@ -240,7 +240,7 @@ func runTrace(t *testing.T, alg core.Algorithm, lim core.Limit, data []byte, m m
 		now += o.gap
 		before := clone(s)
 		eff := max(now, before.Last)
-		d := apply(alg, &s, now, core.Request{Limit: lim, Cost: o.cost, Op: peekIf(o.peek)})
+		d := apply(alg, &s, now, core.Request{Cost: o.cost, Op: peekIf(o.peek), Terms: &core.Terms{Limit: lim}})
 		fail := func(format string, args ...any) {
 			t.Helper()
 			t.Fatalf("%v: op %d: %s: %s", lim, i, callName(o, now, before, d), fmt.Sprintf(format, args...))
@@ -261,8 +261,8 @@ func runTrace(t *testing.T, alg core.Algorithm, lim core.Limit, data []byte, m m
 			at := max(after.Last+horizon.Microseconds(), eff)
 			for _, cost := range []int64{1, capa} {
 				idle, fresh := clone(after), core.State{}
-				got := apply(alg, &idle, at, core.Request{Limit: lim, Cost: cost})
-				if want := apply(alg, &fresh, at, core.Request{Limit: lim, Cost: cost}); got != want {
+				got := apply(alg, &idle, at, core.Request{Cost: cost, Terms: &core.Terms{Limit: lim}})
+				if want := apply(alg, &fresh, at, core.Request{Cost: cost, Terms: &core.Terms{Limit: lim}}); got != want {
 					fail("left alone for the Horizon %v, AllowN(%s, %d) = %+v, want as on a fresh key: %+v", horizon, offset(micros(at-t0)), cost, got, want)
 				}
 			}
@@ -306,7 +306,7 @@ func runSwitchingTrace(t *testing.T, alg core.Algorithm, data []byte) {
 	for i, o := range decodeOps(data, alg, switchLimits...) {
 		now += o.gap
 		before := clone(s)
-		d := apply(alg, &s, now, core.Request{Limit: o.lim, Cost: o.cost, Op: peekIf(o.peek)})
+		d := apply(alg, &s, now, core.Request{Cost: o.cost, Op: peekIf(o.peek), Terms: &core.Terms{Limit: o.lim}})
 		if _, msg := checkCall(alg, before, s, now, o, d); msg != "" {
 			t.Fatalf("op %d: %s under %v, state %s: %s", i, callName(o, now, before, d), o.lim, relState(before), msg)
 		}

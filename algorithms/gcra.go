@@ -26,7 +26,7 @@ import (
 // under, negated when the key was in debt at Last (see below); Expires the
 // TAT rounded up, when the key is fully rested.
 //
-// A reservation ([core.Request.MaxWait]) may move the TAT further ahead of
+// A reservation ([core.Terms.MaxWait]) may move the TAT further ahead of
 // now than the tolerance, by at most [core.Step.Debt] ticks (a tick is a
 // unit): the key is then in debt, and the time by which the TAT exceeds
 // now plus the tolerance is how long a cost of one waits. The decision

@@ -71,7 +71,7 @@ func runSteps(t *testing.T, alg core.Algorithm, lim core.Limit, s *core.State, s
 		if st.lim != (core.Limit{}) {
 			l = st.lim
 		}
-		req := core.Request{Algorithm: alg, Limit: l, Cost: st.cost, Op: peekIf(st.peek)}
+		req := core.Request{Cost: st.cost, Op: peekIf(st.peek), Terms: &core.Terms{Algorithm: alg, Limit: l}}
 		d := apply(alg, s, t0+st.at.Microseconds(), req)
 		if d.Allowed != st.allowed {
 			t.Errorf("step %d: %s = %t, want %t", i, st.name(), d.Allowed, st.allowed)
@@ -117,7 +117,7 @@ func peekIf(peek bool) core.Op {
 func admitN(alg core.Algorithm, lim core.Limit, s *core.State, at time.Duration, n int, cost int64) int {
 	admitted := 0
 	for range n {
-		req := core.Request{Algorithm: alg, Limit: lim, Cost: cost}
+		req := core.Request{Cost: cost, Terms: &core.Terms{Algorithm: alg, Limit: lim}}
 		if apply(alg, s, t0+at.Microseconds(), req).Allowed {
 			admitted++
 		}

@@ -51,7 +51,7 @@ func runReserveSteps(t *testing.T, alg core.Algorithm, lim core.Limit, s *core.S
 		if st.lim != (core.Limit{}) {
 			l = st.lim
 		}
-		req := core.Request{Limit: l, Cost: st.cost}
+		req := core.Request{Cost: st.cost, Terms: &core.Terms{Limit: l}}
 		call := "AllowN"
 		switch {
 		case st.refund:
@@ -174,7 +174,7 @@ func TestBucketsAgreeReserving(t *testing.T) {
 				default:
 					now -= rng.Int64N(4 * interval)
 				}
-				req := core.Request{Limit: lim, Cost: 1 + rng.Int64N(lim.Burst())}
+				req := core.Request{Cost: 1 + rng.Int64N(lim.Burst()), Terms: &core.Terms{Limit: lim}}
 				switch k := rng.IntN(100); {
 				case k < 50:
 					req.Op, req.MaxWait = core.OpReserve, micros(1+rng.Int64N(30*interval))
@@ -231,7 +231,7 @@ func TestReserveLimitChange(t *testing.T) {
 				o.gap = rng.Int64N(2*interval) - interval/4
 				o.cost = 1 + rng.Int64N(o.lim.Burst())
 				now += o.gap
-				req := core.Request{Limit: o.lim, Cost: o.cost, Op: peekIf(o.peek)}
+				req := core.Request{Cost: o.cost, Op: peekIf(o.peek), Terms: &core.Terms{Limit: o.lim}}
 				if !o.peek && rng.IntN(2) == 0 {
 					req.Op, req.MaxWait = core.OpReserve, micros(1+rng.Int64N(40*interval))
 				}

@@ -209,12 +209,12 @@ func TestBackwardsClock(t *testing.T) {
 		t.Run(alg.Name(), func(t *testing.T) {
 			t.Parallel()
 			var s core.State
-			apply(alg, &s, at, core.Request{Algorithm: alg, Limit: lim, Cost: 7})
+			apply(alg, &s, at, core.Request{Cost: 7, Terms: &core.Terms{Algorithm: alg, Limit: lim}})
 			for _, back := range []time.Duration{time.Microsecond, time.Second, time.Hour} {
 				for _, cost := range []int64{0, 1, 3, 4, 11} {
 					for _, peek := range []bool{false, true} {
 						past, present := clone(s), clone(s)
-						req := core.Request{Algorithm: alg, Limit: lim, Cost: cost, Op: peekIf(peek)}
+						req := core.Request{Cost: cost, Op: peekIf(peek), Terms: &core.Terms{Algorithm: alg, Limit: lim}}
 						got := apply(alg, &past, at-back.Microseconds(), req)
 						want := apply(alg, &present, at, req)
 						if got != want {
@@ -288,7 +288,7 @@ func TestBackwardsClockSteps(t *testing.T) {
 		var s core.State
 		lim := core.PerSecond(10)
 		for _, at := range []int64{5_000_000, 4_000_000, 4_999_999} {
-			apply(algorithms.SlidingWindowLog, &s, t0+at, core.Request{Algorithm: algorithms.SlidingWindowLog, Limit: lim, Cost: 2})
+			apply(algorithms.SlidingWindowLog, &s, t0+at, core.Request{Cost: 2, Terms: &core.Terms{Algorithm: algorithms.SlidingWindowLog, Limit: lim}})
 		}
 		want := []core.LogEntry{{At: t0 + 5_000_000, Cost: 6}}
 		if len(s.Log[s.Vals[algorithms.LogFirst]:]) != 1 || s.Log[s.Vals[algorithms.LogFirst]] != want[0] || s.Last != t0+5_000_000 {

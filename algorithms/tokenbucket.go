@@ -23,7 +23,7 @@ import (
 // fraction of a token earned under the old limit is dropped. From Expires on
 // the key is forgotten and starts full under whatever limit it is asked.
 //
-// A reservation ([core.Request.MaxWait]) may take the level below zero,
+// A reservation ([core.Terms.MaxWait]) may take the level below zero,
 // by at most [core.Step.Debt]: the tokens it took are owed, later
 // requests wait until they are repaid, and the reservation's Delay is the
 // time until the level is back at zero. A refund puts its tokens back,

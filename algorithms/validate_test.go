@@ -47,7 +47,7 @@ func TestAlgorithmValidate(t *testing.T) {
 			case !wantErr && err != nil:
 				t.Errorf("%s.Validate(%v) = %v, want nil", alg.Name(), tc.lim, err)
 			}
-			req := core.Request{Key: "k", Algorithm: alg, Limit: tc.lim, Cost: 1}
+			req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: tc.lim}}
 			if err := req.Validate(); wantErr != (err != nil) || (wantErr && !errors.Is(err, core.ErrInvalidLimit)) {
 				t.Errorf("Request{%s, %v}.Validate() = %v, want error: %t", alg.Name(), tc.lim, err, wantErr)
 			}

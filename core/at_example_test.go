@@ -21,7 +21,7 @@ func ExampleLevel() {
 func ExampleRun() {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var state core.State // the key's state, which a store keeps
-	req := core.Request{Key: "k", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(5), Cost: 3, Op: core.OpAtMost, Now: t0}
+	req := core.Request{Key: "k", Cost: 3, Op: core.OpAtMost, Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(5), Now: t0}}
 	for range 2 {
 		d := core.Run(&state, &req, 0) // 0: the store's clock, unused with a Now
 		fmt.Println(d.Allowed, d.Admitted, d.Level, d.At.Format(time.TimeOnly))
@@ -37,8 +37,8 @@ func ExampleRunAll() {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	states := make([]core.State, 2)
 	reqs := []core.Request{
-		{Key: "u", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 8, Op: core.OpAtMost, Now: t0},
-		{Key: "t", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(5), Cost: 8, Op: core.OpAtMost, Now: t0},
+		{Key: "u", Cost: 8, Op: core.OpAtMost, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Now: t0}},
+		{Key: "t", Cost: 8, Op: core.OpAtMost, Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(5), Now: t0}},
 	}
 	out := make([]core.Decision, 2)
 	all := core.RunAll(states, reqs, 0, out)
@@ -56,7 +56,7 @@ func ExampleAtMost() {
 // A decorator that answers without its store (an outage policy, a list)
 // stamps its answer with the request's instant.
 func ExampleRequest_Answer() {
-	req := core.Request{Key: "k", Cost: 4, Op: core.OpAtMost, Now: time.Date(2030, 1, 1, 0, 0, 0, 1500, time.UTC)}
+	req := core.Request{Key: "k", Cost: 4, Op: core.OpAtMost, Terms: &core.Terms{Now: time.Date(2030, 1, 1, 0, 0, 0, 1500, time.UTC)}}
 	d := req.Answer(core.Decision{Allowed: true, Source: core.SourceFailOpen})
 	fmt.Println(d.Admitted, d.At.Format(time.RFC3339Nano), d.Source)
 	// Output: 4 2030-01-01T00:00:00.000001Z fail-open

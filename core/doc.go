@@ -25,7 +25,11 @@
 // that does not say what it does with a batch does not compile. A store
 // that cannot decide a batch atomically calls stores.ApplyInTurn from its
 // ApplyAll, by name. A request's [Op] is its verb: [OpCharge], [OpPeek],
-// [OpRefund], [OpReserve] or [OpAtMost]. A store runs [Run] (or [RunAll]
+// [OpRefund], [OpReserve] or [OpAtMost]. A request holds its call's key,
+// cost, verb and lease, and points to its [Terms] (algorithm, limit,
+// instant), which a limiter builds once and every call shares: nothing
+// changes terms in place ([Request.Clone] gives a request its own). A
+// store runs [Run] (or [RunAll]
 // for a batch) on a key's state: the algorithm's transition with what
 // every store adds to it, the decision's instant and partial admissions;
 // a decorator that answers without its store stamps the answer with
@@ -53,7 +57,7 @@
 // rely on: after a step of cost 0 it is the largest cost the algorithm
 // admits.
 //
-// Every request carries its limit, so a key's limit can change between
+// Every request carries its limit (in its terms), so a key's limit can change between
 // calls (per-key tiers, live reconfiguration); each algorithm documents
 // what it does with state written under another limit.
 package core

@@ -29,7 +29,7 @@ func ExampleRequest() {
 	store, _ := memstore.New(memstore.Config{})
 	defer store.Close()
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	req := core.Request{Key: "k", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(3), Cost: 2, Now: t0}
+	req := core.Request{Key: "k", Cost: 2, Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(3), Now: t0}}
 
 	d, _ := store.Apply(context.Background(), req)
 	fmt.Println(d.Allowed, d.Remaining, d.ResetAfter)

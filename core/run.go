@@ -123,7 +123,7 @@ func AtMost(fits, most int64) int64 {
 // ([time.Now]), in whole microseconds, and, when d admits a partial
 // admission ([OpAtMost]), d.Admitted to its whole cost.
 func (r *Request) Answer(d Decision) Decision {
-	if r.Now.IsZero() {
+	if r.Terms == nil || r.Now.IsZero() {
 		d.At = micros(time.Now().UnixMicro())
 	} else {
 		d.At = micros(r.Now.UnixMicro())

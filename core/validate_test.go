@@ -12,7 +12,7 @@ import (
 // error, over requests that vary one field at a time from a plain charge.
 func TestValidateCommonCase(t *testing.T) {
 	alg := testAlgorithm{}
-	plain := Request{Key: "k", Algorithm: alg, Limit: PerSecond(10), Cost: 1}
+	plain := Request{Key: "k", Cost: 1, Terms: &Terms{Algorithm: alg, Limit: PerSecond(10)}}
 	variants := map[string]func(*Request){
 		"plain":           func(*Request) {},
 		"empty key":       func(r *Request) { r.Key = "" },
@@ -40,7 +40,7 @@ func TestValidateCommonCase(t *testing.T) {
 		"refused limit":   func(r *Request) { r.Limit = PerSecond(testRefusedRate) },
 	}
 	for name, vary := range variants {
-		r := plain
+		r := plain.Clone()
 		vary(&r)
 		got, want := r.Validate(), r.validate()
 		if (got == nil) != (want == nil) || got != nil && got.Error() != want.Error() {

@@ -33,8 +33,8 @@ var (
 // under 100 a minute, and of the tenant rule on tenant under tenantLimit.
 func batch(user, tenant string, tenantLimit core.Limit) []core.Request {
 	return []core.Request{
-		{Key: user, Algorithm: userRule, Limit: core.PerMinute(100), Cost: 1, Now: t0},
-		{Key: tenant, Algorithm: tenantRule, Limit: tenantLimit, Cost: 1, Now: t0},
+		{Key: user, Cost: 1, Terms: &core.Terms{Algorithm: userRule, Limit: core.PerMinute(100), Now: t0}},
+		{Key: tenant, Cost: 1, Terms: &core.Terms{Algorithm: tenantRule, Limit: tenantLimit, Now: t0}},
 	}
 }
 
@@ -76,7 +76,7 @@ func TestBreakerBatchOneCall(t *testing.T) {
 				ctx := context.Background()
 				for i := range 3 {
 					reqs := append(batch(fmt.Sprint("u", i), "tenant", core.PerMinute(40)),
-						core.Request{Key: "all", Algorithm: globalRule, Limit: core.PerMinute(1000), Cost: 1, Now: t0})
+						core.Request{Key: "all", Cost: 1, Terms: &core.Terms{Algorithm: globalRule, Limit: core.PerMinute(1000), Now: t0}})
 					out := make([]core.Decision, len(reqs))
 					st, counts, calls, batches := b.Stats(), b.Counts(), f.calls.Load(), f.batches.Load()
 					if err := s.ApplyAll(ctx, reqs, out); err != nil {
@@ -127,7 +127,7 @@ func TestBreakerBatchOpen(t *testing.T) {
 	for _, mode := range []Mode{FailOpen, FailClosed, Degrade} {
 		s := withMode(t, b, mode)
 		reqs := append(batch("u-"+mode.String(), "t-"+mode.String(), core.PerMinute(40)),
-			core.Request{Key: "free", Algorithm: globalRule, Limit: core.Inf, Cost: 1, Now: t0})
+			core.Request{Key: "free", Cost: 1, Terms: &core.Terms{Algorithm: globalRule, Limit: core.Inf, Now: t0}})
 		out := make([]core.Decision, len(reqs))
 		rejected := b.Stats().Rejected
 		if err := s.ApplyAll(ctx, reqs, out); err != nil {
@@ -159,8 +159,8 @@ func TestBreakerBatchOpen(t *testing.T) {
 	out := make([]core.Decision, 2)
 	rejected := b.Stats().Rejected
 	reqs := []core.Request{
-		{Key: "a", Algorithm: userRule, Limit: core.Inf, Cost: 1},
-		{Key: "b", Algorithm: tenantRule, Limit: core.Inf, Cost: 1},
+		{Key: "a", Cost: 1, Terms: &core.Terms{Algorithm: userRule, Limit: core.Inf}},
+		{Key: "b", Cost: 1, Terms: &core.Terms{Algorithm: tenantRule, Limit: core.Inf}},
 	}
 	if err := withMode(t, b, FailClosed).ApplyAll(ctx, reqs, out); err != nil || sansAt(out[0]) != core.Unlimited() || sansAt(out[1]) != core.Unlimited() || b.Stats().Rejected != rejected {
 		t.Errorf("a batch under Inf = %+v, %v, %d rejected; want two unlimited decisions, none rejected", out, err, b.Stats().Rejected-rejected)
@@ -247,7 +247,7 @@ func TestBreakerBatchInvalid(t *testing.T) {
 	t.Parallel()
 	ok := batch("u", "t", core.PerMinute(40))
 	with := func(f func(r []core.Request)) []core.Request {
-		r := slices.Clone(ok)
+		r := batch("u", "t", core.PerMinute(40)) // terms of its own to change
 		f(r)
 		return r
 	}
@@ -438,7 +438,7 @@ func TestPolicyBatch(t *testing.T) {
 	for _, tt := range tests {
 		reqs := make([]core.Request, len(tt.keys))
 		for i, k := range tt.keys {
-			reqs[i] = core.Request{Key: k, Algorithm: algs[i], Limit: free, Cost: 1, Now: t0}
+			reqs[i] = core.Request{Key: k, Cost: 1, Terms: &core.Terms{Algorithm: algs[i], Limit: free, Now: t0}}
 		}
 		out := make([]core.Decision, len(reqs))
 		apply, all, _ := counter.Counts()
@@ -483,8 +483,8 @@ func TestPolicyBatchNearLimit(t *testing.T) {
 	two, hundred, one := core.PerSecond(2), core.PerSecond(100), core.PerSecond(1)
 	pair := func(ka string, la core.Limit, kb string, lb core.Limit) []core.Request {
 		return []core.Request{
-			{Key: ka, Algorithm: userRule, Limit: la, Cost: 1, Now: t0},
-			{Key: kb, Algorithm: tenantRule, Limit: lb, Cost: 1, Now: t0},
+			{Key: ka, Cost: 1, Terms: &core.Terms{Algorithm: userRule, Limit: la, Now: t0}},
+			{Key: kb, Cost: 1, Terms: &core.Terms{Algorithm: tenantRule, Limit: lb, Now: t0}},
 		}
 	}
 	for i, st := range []struct {
@@ -524,8 +524,8 @@ func TestPolicyBatchShadow(t *testing.T) {
 	}
 	ctx := context.Background()
 	reqs := []core.Request{
-		{Key: "a", Algorithm: userRule, Limit: core.PerSecond(1), Cost: 1, Now: t0},
-		{Key: "b", Algorithm: tenantRule, Limit: core.PerSecond(3), Cost: 1, Now: t0},
+		{Key: "a", Cost: 1, Terms: &core.Terms{Algorithm: userRule, Limit: core.PerSecond(1), Now: t0}},
+		{Key: "b", Cost: 1, Terms: &core.Terms{Algorithm: tenantRule, Limit: core.PerSecond(3), Now: t0}},
 	}
 	out := make([]core.Decision, 2)
 	if err := p.ApplyAll(ctx, reqs, out); err != nil || !out[0].Allowed || !out[1].Allowed || out[0].Source != core.SourceStore {

@@ -21,7 +21,7 @@ func BenchmarkBreaker(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { mem.Close() })
-	r := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1 << 30), Cost: 1}
+	r := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1 << 30)}}
 	ctx := context.Background()
 	run := func(b *testing.B, s core.Store) {
 		b.Run("serial", func(b *testing.B) {

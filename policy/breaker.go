@@ -357,7 +357,7 @@ func (b *Breaker) Apply(ctx context.Context, req core.Request) (core.Decision, e
 // call, and the fast path runs in this one frame.
 func (b *Breaker) applyOne(ctx context.Context, req *core.Request, mode Mode) (core.Decision, error) {
 	c, ok := b.fast()
-	if !ok || req.Limit.IsInf() || b.closed.Load() {
+	if !ok || req.Terms == nil || req.Limit.IsInf() || b.closed.Load() {
 		return b.applyAlone(ctx, req, mode)
 	}
 	if err := ctx.Err(); err != nil {
@@ -463,7 +463,7 @@ func (b *Breaker) apply(ctx context.Context, reqs []core.Request, out []core.Dec
 // nothing to ask the store.
 func unlimited(reqs []core.Request) bool {
 	for i := range reqs {
-		if !reqs[i].Limit.IsInf() {
+		if reqs[i].Terms == nil || !reqs[i].Limit.IsInf() {
 			return false
 		}
 	}
@@ -993,6 +993,7 @@ func (b *Breaker) share(r core.Request) (core.Request, bool) {
 		return r, true
 	}
 	lim, ok := share(r.Limit, int64(b.cfg.instances))
+	r = r.Clone() // terms are shared: the share goes on a copy
 	r.Limit = lim
 	return r, ok
 }

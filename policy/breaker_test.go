@@ -138,7 +138,7 @@ func sansAt(d core.Decision) core.Decision {
 }
 
 func req(key string) core.Request {
-	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100), Cost: 1}
+	return core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)}}
 }
 
 func TestNewBreakerInvalid(t *testing.T) {
@@ -569,8 +569,8 @@ func TestNotCounted(t *testing.T) {
 			return ctx, cancel
 		}, os.ErrDeadlineExceeded, false, req("k"), context.DeadlineExceeded, false}, // called only if the context's timer is late
 		{"invalid key", background, nil, false, req(""), core.ErrInvalidKey, false},
-		{"invalid cost", background, nil, false, core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}, core.ErrInvalidCost, false},
-		{"no algorithm", background, nil, false, core.Request{Key: "k", Limit: core.PerSecond(1), Cost: 1}, core.ErrNoAlgorithm, false},
+		{"invalid cost", background, nil, false, core.Request{Key: "k", Cost: -1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}, core.ErrInvalidCost, false},
+		{"no algorithm", background, nil, false, core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Limit: core.PerSecond(1)}}, core.ErrNoAlgorithm, false},
 		{"unsupported", background, core.ErrUnsupported, false, req("k"), core.ErrUnsupported, true},
 		{"malformed", background, redisstore.ErrMalformed, false, req("k"), redisstore.ErrMalformed, true},
 		{"WRONGTYPE", background, errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), false, req("k"), nil, true},

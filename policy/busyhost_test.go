@@ -209,7 +209,7 @@ func openLoop(stores []core.Store, b *Breaker, cur *atomic.Pointer[tally], stop 
 				}
 				next = next.Add(every)
 				s := stores[i%len(stores)]
-				req := core.Request{Key: keys[i%busyKeys], Algorithm: algorithms.TokenBucket, Limit: lim, Cost: 1}
+				req := core.Request{Key: keys[i%busyKeys], Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: lim}}
 				t0, p0 := time.Now(), b.procNow()
 				d, err := s.Apply(context.Background(), req)
 				c.wall.add(time.Since(t0))

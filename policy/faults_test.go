@@ -429,7 +429,7 @@ func TestOOM(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
 			r := newRig(t, cl.store(t, srv.Addr(), nil), WithMode(Degrade), WithInstances(2))
 			r.req = func(key string) core.Request {
-				return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1 << 30), Cost: 1}
+				return core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1 << 30)}}
 			}
 			// 2 MB of junk, then a 2 MB memory limit, which Redis
 			// is then over by the junk: every write is refused, as on a
@@ -724,7 +724,7 @@ func TestCloseNoLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.degrade([]core.Request{{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1}}, make([]core.Decision, 1))
+	b.degrade([]core.Request{{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}}}, make([]core.Decision, 1))
 	if left := leakedNow(before); len(left) == 0 {
 		t.Errorf("the leak check missed the local store's sweeper, which the breaker's Close stops")
 	}

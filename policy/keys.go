@@ -264,8 +264,13 @@ func (p *Policy) before(req *core.Request) (core.Decision, bool) {
 		d.Source = core.SourceAllowList
 		return req.Answer(d), true
 	}
-	if p.limit != nil {
-		req.Limit = p.limit(*req)
+	if p.limit != nil && req.Terms != nil { // without terms, the store refuses it
+		// Terms are shared: a limit of the override's own goes on a copy,
+		// the one allocation of a decision under an override.
+		if lim := p.limit(*req); lim != req.Limit {
+			*req = req.Clone()
+			req.Limit = lim
+		}
 	}
 	return core.Decision{}, false
 }

@@ -113,7 +113,7 @@ func TestPolicySteps(t *testing.T) {
 				if !strings.HasPrefix(key, "internal:") && !strings.HasPrefix(key, "bad:") {
 					key += sfx
 				}
-				d, err := st.p.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(2), Cost: 1, Now: t0})
+				d, err := st.p.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(2), Now: t0}})
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
@@ -165,7 +165,7 @@ func TestShadowNeverDenies(t *testing.T) {
 				var denials []core.Decision
 				for i := range 400 {
 					now = now.Add(time.Duration(rng.Int64N(int64(200 * time.Millisecond))))
-					req := core.Request{Algorithm: alg, Limit: core.PerSecond(5).WithBurst(5), Cost: rng.Int64N(4) + 1, Now: now}
+					req := core.Request{Cost: rng.Int64N(4) + 1, Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(5).WithBurst(5), Now: now}}
 					req.Key = "shadow:" + sfx
 					got, err := shadow.Apply(ctx, req)
 					if err != nil {
@@ -216,22 +216,22 @@ func TestPolicyOptions(t *testing.T) {
 		t.Fatalf("WithNearLimit(0.5, nil): %v", err)
 	}
 	for i, want := range []bool{false, false, true, true} { // remaining 3, 2, 1, 0 of 4
-		d, err := marker.Apply(context.Background(), core.Request{Key: "near", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(4), Cost: 1})
+		d, err := marker.Apply(context.Background(), core.Request{Key: "near", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(4)}})
 		if err != nil || d.Near != want {
 			t.Errorf("admission %d = %+v, %v; want Near %v", i, d, err, want)
 		}
 	}
-	if d, _ := marker.Apply(context.Background(), core.Request{Key: "near-peek", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(4), Cost: 4, Op: core.OpPeek}); !d.Allowed || d.Near {
+	if d, _ := marker.Apply(context.Background(), core.Request{Key: "near-peek", Cost: 4, Op: core.OpPeek, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(4)}}); !d.Allowed || d.Near {
 		t.Errorf("a peek of the whole limit = %+v, want allowed and not marked near", d)
 	}
 	p, err := New(mem, WithAllowList(func(string) bool { return true }), WithDenyList(func(k string) bool { return k == "x" }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Apply(context.Background(), core.Request{Key: "", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}); !errors.Is(err, core.ErrInvalidKey) {
+	if _, err := p.Apply(context.Background(), core.Request{Key: "", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}); !errors.Is(err, core.ErrInvalidKey) {
 		t.Errorf("an allow-listed empty key = %v, want ErrInvalidKey", err)
 	}
-	if _, err := p.Apply(context.Background(), core.Request{Key: "x", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}); !errors.Is(err, core.ErrInvalidCost) {
+	if _, err := p.Apply(context.Background(), core.Request{Key: "x", Cost: -1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}); !errors.Is(err, core.ErrInvalidCost) {
 		t.Errorf("a deny-listed bad cost = %v, want ErrInvalidCost", err)
 	}
 	if p.Unwrap() != core.Store(mem) {

@@ -106,7 +106,7 @@ func goRedisClient(name string) client {
 var loadLimit = core.PerSecond(100)
 
 func loadReq(key string) core.Request {
-	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: loadLimit, Cost: 1}
+	return core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: loadLimit}}
 }
 
 // bucketBound is the most a token bucket of l admits over span.

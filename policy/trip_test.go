@@ -308,7 +308,7 @@ func TestRunOfRefusals(t *testing.T) {
 				}()
 				for g := range 64 {
 					wg.Go(func() {
-						req := core.Request{Key: "k" + strconv.Itoa(g), Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000), Cost: 1}
+						req := core.Request{Key: "k" + strconv.Itoa(g), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000)}}
 						time.Sleep(time.Duration(g) * 10 * time.Millisecond / 64) // a steady flow of calls
 						for {
 							select {
@@ -316,7 +316,7 @@ func TestRunOfRefusals(t *testing.T) {
 								return
 							default:
 							}
-							req.Now = time.Now()
+							req.Terms = &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000), Now: time.Now()}
 							b.Apply(context.Background(), req)
 							time.Sleep(10 * time.Millisecond)
 						}

@@ -66,7 +66,7 @@ descriptors:
 	atStore := func(key string) int64 {
 		t.Helper()
 		m := set.Match("api", []limits.Entry{{Key: key, Value: "x"}})
-		d, err := mem.Apply(context.Background(), core.Request{Key: m.Key, Algorithm: m.Rule.Algorithm, Limit: m.Rule.Limit, Op: core.OpPeek})
+		d, err := mem.Apply(context.Background(), core.Request{Key: m.Key, Op: core.OpPeek, Terms: &core.Terms{Algorithm: m.Rule.Algorithm, Limit: m.Rule.Limit}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -428,7 +428,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if rule.Deny {
 			continue // over the limit whatever the store holds
 		}
-		r := core.Request{Key: sl.key, Algorithm: rule.Algorithm, Limit: rule.Limit, Cost: sl.hits}
+		r := core.Request{Key: sl.key, Cost: sl.hits, Terms: &rule.Terms}
 		if d.GetIsNegativeHits() {
 			r.Op = core.OpRefund
 		}
@@ -537,7 +537,7 @@ func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, honourMu
 	if period > core.MaxPeriod/time.Duration(mult) {
 		return nil, errOverrideTooLarge
 	}
-	r := &limits.Rule{Algorithm: overrideAlg, Unit: unit, RequestsPerUnit: o.RequestsPerUnit}
+	r := &limits.Rule{Terms: core.Terms{Algorithm: overrideAlg}, Unit: unit, RequestsPerUnit: o.RequestsPerUnit}
 	if o.RequestsPerUnit == 0 {
 		r.Deny = true
 		return r, nil

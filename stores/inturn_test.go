@@ -67,7 +67,7 @@ func (h *hanging) apply(ctx context.Context, req core.Request) (core.Decision, e
 func TestApplyInTurnBoundedRefunds(t *testing.T) {
 	limit := core.PerSecond(10)
 	req := func(key string, op core.Op) core.Request {
-		r := core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: limit, Cost: 1, Op: op}
+		r := core.Request{Key: key, Cost: 1, Op: op, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: limit}}
 		if op == core.OpReserve {
 			r.MaxWait, r.MaxQueue = time.Second, 5
 		}
@@ -160,9 +160,9 @@ func TestApplyInTurnUndoes(t *testing.T) {
 		return core.Decision{Allowed: req.Key != "c" || req.Op == core.OpRefund}, nil
 	})
 	reqs := []core.Request{
-		{Key: "a", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second, MaxQueue: 3},
-		{Key: "b", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second, MaxQueue: 3},
-		{Key: "c", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second, MaxQueue: 3},
+		{Key: "a", Cost: 1, Op: core.OpReserve, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), MaxWait: time.Second, MaxQueue: 3}},
+		{Key: "b", Cost: 1, Op: core.OpReserve, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), MaxWait: time.Second, MaxQueue: 3}},
+		{Key: "c", Cost: 1, Op: core.OpReserve, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), MaxWait: time.Second, MaxQueue: 3}},
 	}
 	out := make([]core.Decision, len(reqs))
 	if err := store.ApplyAll(context.Background(), reqs, out); err != nil {

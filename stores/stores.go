@@ -147,9 +147,7 @@ func chargeInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []
 		defer cancel()
 		var errs []error
 		for j := n - 1; j >= 0; j-- {
-			r := reqs[j]
-			r.Op, r.MaxWait, r.MaxQueue = core.OpRefund, 0, 0
-			if _, err := s.Apply(ctx, r); err != nil {
+			if _, err := s.Apply(ctx, reqs[j].As(core.OpRefund)); err != nil {
 				errs = append(errs, fmt.Errorf("refund of request %d: %w", j, err))
 			}
 		}
@@ -175,9 +173,7 @@ func chargeInTurn(ctx context.Context, s core.Store, reqs []core.Request, out []
 			return err
 		}
 		for j := i + 1; j < len(reqs); j++ {
-			r := reqs[j]
-			r.Op, r.MaxWait, r.MaxQueue = core.OpPeek, 0, 0
-			if out[j], err = s.Apply(ctx, r); err != nil {
+			if out[j], err = s.Apply(ctx, reqs[j].As(core.OpPeek)); err != nil {
 				return fmt.Errorf("request %d: %w", j, err)
 			}
 		}

@@ -57,7 +57,7 @@ var threeRules = []sluice.Rule{
 
 // ruleRequest returns the request a stack makes of rule r for key.
 func ruleRequest(r sluice.Rule, key string, op core.Op) core.Request {
-	return core.Request{Key: key, Algorithm: core.Named(r.Algorithm, r.Name), Limit: r.Limit, Cost: 1, Op: op}
+	return core.Request{Key: key, Cost: 1, Op: op, Terms: &core.Terms{Algorithm: core.Named(r.Algorithm, r.Name), Limit: r.Limit}}
 }
 
 // wantBatch returns the attributes of a batch's span: the binding

@@ -181,9 +181,9 @@ func benchBatches(b *testing.B, store core.Store, parallel bool) {
 	global := core.Named(algorithms.FixedWindow, "global")
 	batch := func(i int) []core.Request {
 		return []core.Request{
-			{Key: benchKeys[i%len(benchKeys)], Algorithm: user, Limit: limit, Cost: 1},
-			{Key: benchKeys[i%len(benchKeys)/16], Algorithm: tenant, Limit: limit, Cost: 1},
-			{Key: "all", Algorithm: global, Limit: limit, Cost: 1},
+			{Key: benchKeys[i%len(benchKeys)], Cost: 1, Terms: &core.Terms{Algorithm: user, Limit: limit}},
+			{Key: benchKeys[i%len(benchKeys)/16], Cost: 1, Terms: &core.Terms{Algorithm: tenant, Limit: limit}},
+			{Key: "all", Cost: 1, Terms: &core.Terms{Algorithm: global, Limit: limit}},
 		}
 	}
 	batches := make([][]core.Request, len(benchKeys))

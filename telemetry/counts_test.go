@@ -18,7 +18,7 @@ import (
 func decide(t *testing.T, s core.Store, n int) {
 	t.Helper()
 	for i := range n {
-		req := core.Request{Key: "user:" + string(rune('a'+i)), Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+		req := core.Request{Key: "user:" + string(rune('a'+i)), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}}
 		if d, err := s.Apply(context.Background(), req); err != nil || !d.Allowed {
 			t.Fatalf("decision %d: %+v, %v", i, d, err)
 		}
@@ -116,7 +116,7 @@ func TestDecisionsCollectedWhileCounting(t *testing.T) {
 		wg.Go(func() {
 			for i := range per {
 				alg := core.Named(algorithms.TokenBucket, fmt.Sprintf("rule-%d", (g*per+i)%20))
-				req := core.Request{Key: fmt.Sprintf("user:%d", i), Algorithm: alg, Limit: core.PerSecond(1e6), Cost: 1}
+				req := core.Request{Key: fmt.Sprintf("user:%d", i), Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(1e6)}}
 				if _, err := h.store.Apply(context.Background(), req); err != nil {
 					t.Error(err)
 					return

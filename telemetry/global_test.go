@@ -53,7 +53,7 @@ func TestGlobalProviders(t *testing.T) {
 	otel.SetMeterProvider(mp)
 
 	ctx, handler := tp.Tracer("caller").Start(context.Background(), "handler")
-	_, err = s.Apply(ctx, core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1})
+	_, err = s.Apply(ctx, core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestHealed(t *testing.T) {
 		return n
 	}
 
-	req := core.Request{Key: "victim", Algorithm: algorithms.GCRA, Limit: core.PerMinute(10), Cost: 1}
+	req := core.Request{Key: "victim", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerMinute(10)}}
 	corrupt(req.Key, req.Algorithm)
 	if d, err := h.store.Apply(ctx, req); err != nil || !d.Healed {
 		t.Fatalf("Apply on a corrupted key = %+v, %v; want healed", d, err)
@@ -61,8 +61,8 @@ func TestHealed(t *testing.T) {
 	}
 
 	reqs := []core.Request{
-		{Key: "batch", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10), Cost: 1},
-		{Key: "batch", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(10), Cost: 1},
+		{Key: "batch", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10)}},
+		{Key: "batch", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(10)}},
 	}
 	corrupt("batch", reqs[0].Algorithm)
 	corrupt("batch", reqs[1].Algorithm)

@@ -119,13 +119,13 @@ func TestRedisSpans(t *testing.T) {
 			h := newProviders(t)
 			h.wrap(t, nearAt(t, st.make(t, h), 0.1), telemetry.WithName("redis"), telemetry.WithKeyHash([]byte("0123456789abcdef")))
 			// Load the script, so that every later decision is one EVALSHA.
-			h.store.Apply(context.Background(), core.Request{Key: "warm", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1})
+			h.store.Apply(context.Background(), core.Request{Key: "warm", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}})
 			h.ended()
 
 			limit := core.PerMinute(2)
 			for i, want := range []bool{true, true, false} {
 				ctx, parent := h.tp.Tracer("caller").Start(context.Background(), "handler")
-				req := core.Request{Key: "user:42", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+				req := core.Request{Key: "user:42", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 				d, err := h.store.Apply(ctx, req)
 				parent.End()
 				if err != nil || d.Allowed != want {
@@ -228,7 +228,7 @@ func TestRedisDown(t *testing.T) {
 	}
 	inner := newHarness(t, rs, telemetry.WithName("inner"))
 	outer := newHarness(t, failOpen{inner.store}, telemetry.WithName("outer"))
-	req := core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10), Cost: 1}
+	req := core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(10)}}
 	ctx := context.Background()
 	if d, err := outer.store.Apply(ctx, req); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("Apply while up = %+v, %v", d, err)

@@ -524,7 +524,7 @@ func (s *Store) isNear(req *core.Request, d core.Decision) bool {
 func (s *Store) annotateBatch(span trace.Span, reqs []core.Request, out []core.Decision, b int) {
 	algs := make([]string, len(reqs))
 	for i := range reqs {
-		algs[i] = algorithmName(reqs[i].Algorithm)
+		algs[i] = algorithmName(&reqs[i])
 	}
 	if out == nil {
 		span.SetAttributes(BatchSizeKey.Int(len(reqs)), BatchAlgorithmsKey.StringSlice(algs))
@@ -555,7 +555,7 @@ func (s *Store) record(ctx context.Context, span trace.Span, req *core.Request, 
 	var a *algEntry
 	entry := func() *algEntry {
 		if a == nil {
-			a = s.algs.get(algorithmName(req.Algorithm))
+			a = s.algs.get(algorithmName(req))
 		}
 		return a
 	}
@@ -603,7 +603,17 @@ func (s *Store) record(ctx context.Context, span trace.Span, req *core.Request, 
 	span.End()
 }
 
-func algorithmName(alg core.Algorithm) string {
+// algorithmName returns the name of req's algorithm; "none" for a request
+// without one, which its store refuses.
+func algorithmName(req *core.Request) string {
+	if req.Terms == nil {
+		return nameOf(nil)
+	}
+	return nameOf(req.Algorithm)
+}
+
+// nameOf returns alg's name; "none" for nil.
+func nameOf(alg core.Algorithm) string {
 	if alg == nil {
 		return "none"
 	}
@@ -619,14 +629,16 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 	var buf [maxAttrs]attribute.KeyValue
 	kv := append(buf[:0], s.base...)
 	kv = append(kv,
-		AlgorithmKey.String(algorithmName(req.Algorithm)),
+		AlgorithmKey.String(algorithmName(req)),
 		CostKey.Int64(req.Cost),
 		OperationKey.String(operations[operation(req)]),
 	)
-	if req.Op == core.OpReserve {
+	if req.Terms == nil {
+		// Refused by the store: there is no more to say of it.
+	} else if req.Op == core.OpReserve {
 		kv = append(kv, MaxWaitKey.Float64(seconds(req.MaxWait)))
 	}
-	if req.Algorithm != nil {
+	if req.Terms != nil && req.Algorithm != nil {
 		kv = append(kv, RateKey.String(s.algs.get(req.Algorithm.Name()).rateString(req.Limit)))
 	}
 	if k, ok := s.keyAttr(req.Key); ok {
@@ -664,7 +676,7 @@ func (s *Store) annotate(span trace.Span, req *core.Request, d core.Decision, er
 	}
 	span.SetAttributes(kv...)
 	if d.Healed {
-		span.AddEvent(HealedEventName, trace.WithAttributes(AlgorithmKey.String(algorithmName(req.Algorithm))))
+		span.AddEvent(HealedEventName, trace.WithAttributes(AlgorithmKey.String(algorithmName(req))))
 	}
 }
 
@@ -751,7 +763,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error
 	err := s.inner.Reset(ctx, key, alg)
 	if span.IsRecording() {
 		var buf [maxAttrs]attribute.KeyValue
-		kv := append(append(buf[:0], s.base...), AlgorithmKey.String(algorithmName(alg)))
+		kv := append(append(buf[:0], s.base...), AlgorithmKey.String(nameOf(alg)))
 		if k, ok := s.keyAttr(key); ok {
 			kv = append(kv, k)
 		}

@@ -109,7 +109,7 @@ func TestDecisionSpans(t *testing.T) {
 	ctx := context.Background()
 	limit := core.PerSecond(1).WithBurst(3)
 	req := func(cost int64, peek bool) core.Request {
-		r := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: cost, Now: t0}
+		r := core.Request{Key: "user:1", Cost: cost, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit, Now: t0}}
 		if peek {
 			r.Op = core.OpPeek
 		}
@@ -132,7 +132,7 @@ func TestDecisionSpans(t *testing.T) {
 		{"AllowN 5 (unsatisfiable)", req(5, false), false, 0},
 		{"Refund 1", refund, true, 1},
 		{"Reserve 2 (1 s delay)", reserve, true, 0},
-		{"Allow (unlimited)", core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.Inf, Cost: 1}, true, math.MaxInt64},
+		{"Allow (unlimited)", core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.Inf}}, true, math.MaxInt64},
 	}
 	for i, st := range steps {
 		what := fmt.Sprintf("step %d: %s", i, st.name)
@@ -205,7 +205,7 @@ func TestRetryAfter(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, newMem(t))
 	limit := core.PerMinute(2) // a token every 30 s
-	r := core.Request{Key: "k1234", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 2, Now: t0}
+	r := core.Request{Key: "k1234", Cost: 2, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit, Now: t0}}
 	if _, err := h.store.Apply(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestSources(t *testing.T) {
 				return d, nil
 			})
 			h := newHarness(t, inner, telemetry.WithName("src"))
-			req := core.Request{Key: "user:7", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10), Cost: 1}
+			req := core.Request{Key: "user:7", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(10)}}
 			d, err := h.store.Apply(context.Background(), req)
 			if err != nil || d.Source != src {
 				t.Fatalf("Apply = %+v, %v", d, err)
@@ -268,7 +268,7 @@ func TestSources(t *testing.T) {
 			return core.Decision{Allowed: true, Limit: 1, Source: core.Source(200)}, nil
 		})
 		h := newHarness(t, inner)
-		h.store.Apply(context.Background(), core.Request{Key: "user:7", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10), Cost: 1})
+		h.store.Apply(context.Background(), core.Request{Key: "user:7", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(10)}})
 		if got := attrs(t, h.onlySpan(t))[telemetry.SourceKey]; got != attribute.StringValue("other") {
 			t.Errorf("source = %v, want other", got.String())
 		}
@@ -288,20 +288,20 @@ func TestFailures(t *testing.T) {
 		ctx     func() (context.Context, context.CancelFunc)
 		errType string
 	}{
-		{"empty key", nil, core.Request{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}, nil, "invalid_request"},
-		{"negative cost", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: -1}, nil, "invalid_request"},
-		{"no algorithm", nil, core.Request{Key: "user:1", Limit: core.PerSecond(1), Cost: 1}, nil, "invalid_request"},
-		{"invalid limit", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Cost: 1}, nil, "invalid_request"},
-		{"unknown operation", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, Op: core.OpAtMost + 1}, nil, "invalid_request"},
-		{"max wait on a charge", nil, core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1, MaxWait: time.Second}, nil, "invalid_request"},
-		{"reservation unsupported", nil, core.Request{Key: "user:1", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second}, nil, "unsupported"},
+		{"empty key", nil, core.Request{Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}, nil, "invalid_request"},
+		{"negative cost", nil, core.Request{Key: "user:1", Cost: -1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}, nil, "invalid_request"},
+		{"no algorithm", nil, core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Limit: core.PerSecond(1)}}, nil, "invalid_request"},
+		{"invalid limit", nil, core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA}}, nil, "invalid_request"},
+		{"unknown operation", nil, core.Request{Key: "user:1", Cost: 1, Op: core.OpAtMost + 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}, nil, "invalid_request"},
+		{"max wait on a charge", nil, core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), MaxWait: time.Second}}, nil, "invalid_request"},
+		{"reservation unsupported", nil, core.Request{Key: "user:1", Cost: 1, Op: core.OpReserve, Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(1), MaxWait: time.Second}}, nil, "unsupported"},
 		{"store error", stores.Func(func(context.Context, core.Request) (core.Decision, error) {
 			return core.Decision{}, fmt.Errorf("fake: %w", dead)
-		}), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}, nil, "*errors.errorString"},
+		}), core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}, nil, "*errors.errorString"},
 		{"deadline", stores.Func(func(ctx context.Context, _ core.Request) (core.Decision, error) {
 			<-ctx.Done()
 			return core.Decision{}, fmt.Errorf("fake: %w", ctx.Err())
-		}), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}, func() (context.Context, context.CancelFunc) {
+		}), core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}, func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), time.Millisecond)
 		}, "timeout"},
 	}
@@ -394,7 +394,7 @@ func TestKeys(t *testing.T) {
 			h := newHarness(t, inner, c.opts...)
 			for _, fail = range []bool{false, true} {
 				for _, key := range keys {
-					_, err := h.store.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1})
+					_, err := h.store.Apply(context.Background(), core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}})
 					s := h.onlySpan(t)
 					a := attrs(t, s)
 					want, ok := c.want(key)
@@ -467,10 +467,10 @@ func TestNearLimit(t *testing.T) {
 			}
 			h := newHarness(t, inner)
 			for range 12 { // 10 admitted, 2 denied
-				h.store.Apply(context.Background(), core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10), Cost: 1, Now: t0})
+				h.store.Apply(context.Background(), core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10), Now: t0}})
 			}
 			// Peeks never count.
-			h.store.Apply(context.Background(), core.Request{Key: "user:2", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: t0, Op: core.OpPeek})
+			h.store.Apply(context.Background(), core.Request{Key: "user:2", Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Now: t0}})
 			if got := value(t, h.collect(t), "ratelimit.near_limit"); got != c.want {
 				t.Errorf("ratelimit.near_limit = %v, want %v", got, c.want)
 			}
@@ -538,7 +538,7 @@ func TestBreaker(t *testing.T) {
 	t.Parallel()
 	b := &fakeBreaker{inner: newMem(t), state: "closed"}
 	h := newHarness(t, passthrough{b}, telemetry.WithName("br"))
-	req := core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(100), Cost: 1}
+	req := core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(100)}}
 	check := func(state string, changes float64) {
 		t.Helper()
 		h.store.Apply(context.Background(), req)
@@ -583,7 +583,7 @@ func TestBreaker(t *testing.T) {
 func TestNoBreaker(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, passthrough{newMem(t)})
-	h.store.Apply(context.Background(), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(100), Cost: 1})
+	h.store.Apply(context.Background(), core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(100)}})
 	if _, ok := attrs(t, h.onlySpan(t))[telemetry.BreakerStateKey]; ok {
 		t.Error("breaker state on a span without a breaker")
 	}
@@ -603,7 +603,7 @@ func TestDecorator(t *testing.T) {
 		t.Error("Unwrap is not the inner store")
 	}
 	ctx := context.Background()
-	req := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: t0}
+	req := core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Now: t0}}
 	if d, _ := h.store.Apply(ctx, req); !d.Allowed {
 		t.Fatal("first Apply denied")
 	}
@@ -743,7 +743,7 @@ func TestStoreName(t *testing.T) {
 	}
 	for _, c := range cases {
 		h := newHarness(t, c.inner, c.opts...)
-		h.store.Apply(context.Background(), core.Request{Key: "user:1", Algorithm: algorithms.GCRA, Limit: core.PerSecond(100), Cost: 1})
+		h.store.Apply(context.Background(), core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(100)}})
 		if got := attrs(t, h.onlySpan(t))[telemetry.StoreKey]; got != attribute.StringValue(c.want) {
 			t.Errorf("%T: store %v, want %s", c.inner, got.String(), c.want)
 		}
@@ -778,7 +778,7 @@ func TestConcurrentSafe(t *testing.T) {
 		wg.Go(func() {
 			for i := range per {
 				alg := renamed{algorithms.GCRA, fmt.Sprintf("gcra-%d", (g+i)%names)}
-				h.store.Apply(context.Background(), core.Request{Key: fmt.Sprintf("user:%d", i), Algorithm: alg, Limit: core.PerSecond(1000), Cost: 1, Op: peekIf(i%5 == 0)})
+				h.store.Apply(context.Background(), core.Request{Key: fmt.Sprintf("user:%d", i), Cost: 1, Op: peekIf(i%5 == 0), Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(1000)}})
 			}
 		})
 	}
@@ -831,7 +831,7 @@ func TestSpanRule(t *testing.T) {
 	unsampled, _ := dropped.Tracer("caller").Start(context.Background(), "handler")
 	sampled, parent := h.tp.Tracer("caller").Start(context.Background(), "handler")
 	remote := trace.ContextWithRemoteSpanContext(context.Background(), parent.SpanContext())
-	req := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+	req := core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}}
 	for _, c := range []struct {
 		name  string
 		ctx   context.Context
@@ -877,16 +877,16 @@ func TestSpanRule(t *testing.T) {
 // inner store's own ApplyAll does.
 func checkZeroAllocs(t testing.TB, ctx context.Context, s *telemetry.Store) {
 	t.Helper()
-	req := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1_000_000_000), Cost: 1}
+	req := core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1_000_000_000)}}
 	s.Apply(ctx, req) // the key's first decision makes its state
 	if n := testing.AllocsPerRun(1000, func() { s.Apply(ctx, req) }); n != 0 {
 		t.Errorf("%v allocations per decision, want 0", n)
 	}
 
 	reqs := []core.Request{
-		{Key: "user:1", Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerSecond(1_000_000_000), Cost: 1},
-		{Key: "tenant:1", Algorithm: core.Named(algorithms.GCRA, "tenant"), Limit: core.PerSecond(1_000_000_000), Cost: 1},
-		{Key: "all", Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerSecond(1_000_000_000), Cost: 1},
+		{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerSecond(1_000_000_000)}},
+		{Key: "tenant:1", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.GCRA, "tenant"), Limit: core.PerSecond(1_000_000_000)}},
+		{Key: "all", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerSecond(1_000_000_000)}},
 	}
 	out := make([]core.Decision, len(reqs))
 	batch := func(st core.Store) func() {

@@ -77,7 +77,7 @@ const untilTimeout = 10 * time.Second
 // Request returns the request the rows make: a token bucket's charge on
 // key, on a key never charged before.
 func Request(key string) core.Request {
-	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+	return core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}}
 }
 
 // A row is a failure, how to provoke it and how it is classified.

@@ -989,8 +989,10 @@ func simulate(cfg *simConfig, alg core.Algorithm) (*simResult, error) {
 	// charging anything.
 	level := func(off time.Duration) (core.Decision, error) {
 		d, err := st.Apply(ctx, core.Request{
-			Key: simKey, Algorithm: alg, Limit: cfg.limit,
-			Cost: 0, Op: core.OpPeek, Now: cfg.start.Add(off),
+			Key:   simKey,
+			Cost:  0,
+			Op:    core.OpPeek,
+			Terms: &core.Terms{Algorithm: alg, Limit: cfg.limit, Now: cfg.start.Add(off)},
 		})
 		if err != nil {
 			return d, fmt.Errorf("peek at %v: %w", off, err)

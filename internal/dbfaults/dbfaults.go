@@ -85,7 +85,7 @@ func ConformanceThroughChain(t *testing.T, newStore func(t *testing.T) core.Stor
 
 // charge is a request the outage tests send.
 func charge(key string) core.Request {
-	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100), Cost: 1}
+	return core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)}}
 }
 
 // BreakerModes kills srv under a breaker in each mode, each over a store
@@ -203,7 +203,7 @@ func KillRestart(t *testing.T, srv Server, store core.Store, mode policy.Mode) {
 				}
 				k := (g + i) % keys
 				start := time.Now()
-				d, err := b.Apply(context.Background(), core.Request{Key: fmt.Sprint("key", k), Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1})
+				d, err := b.Apply(context.Background(), core.Request{Key: fmt.Sprint("key", k), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}})
 				r := record{start: start, end: time.Now(), key: k, allowed: d.Allowed, source: d.Source, err: err}
 				mu.Lock()
 				recs = append(recs, r)

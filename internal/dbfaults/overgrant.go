@@ -189,7 +189,7 @@ func overgrantWorker(t *testing.T, open func(t testing.TB, dsn, table string) co
 	}
 	store := open(t, os.Getenv(workerDSNEnv), os.Getenv(workerTableEnv))
 	defer store.Close()
-	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: procLimit, Cost: 1}
+	req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: procLimit}}
 	peek := req
 	peek.Op = core.OpPeek
 	if _, err := store.Apply(context.Background(), peek); err != nil { // connect before the start

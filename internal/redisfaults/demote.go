@@ -72,7 +72,7 @@ func CheckDemotedPrimary(t *testing.T, store core.Store, proxy *redistest.Proxy,
 	)
 	for g := range 16 {
 		wg.Go(func() {
-			req := core.Request{Key: "demoted" + strconv.Itoa(g), Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1 << 20), Cost: 1}
+			req := core.Request{Key: "demoted" + strconv.Itoa(g), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1 << 20)}}
 			for {
 				select {
 				case <-stop:

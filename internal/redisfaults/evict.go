@@ -129,9 +129,9 @@ func EvictUnderLoad(t testing.TB, srv *redistest.Server, store core.Store, e Evi
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	hot := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: evictHotLimit, Cost: 1}
+	hot := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: evictHotLimit}}
 	// Load the scripts and open connections before the clock starts.
-	if _, err := store.Apply(ctx, core.Request{Key: "warm", Algorithm: algorithms.TokenBucket, Limit: evictHotLimit, Cost: 1, Op: core.OpPeek}); err != nil {
+	if _, err := store.Apply(ctx, core.Request{Key: "warm", Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: evictHotLimit}}); err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
 
@@ -187,7 +187,7 @@ func EvictUnderLoad(t testing.TB, srv *redistest.Server, store core.Store, e Evi
 					time.Sleep(time.Until(floodStart.Add(time.Duration(first) * time.Second / time.Duration(e.Rate))))
 				}
 				for i := range reqs {
-					reqs[i] = core.Request{Key: "flood" + strconv.FormatInt(first+int64(i), 10), Algorithm: algorithms.TokenBucket, Limit: evictFloodLimit, Cost: 1}
+					reqs[i] = core.Request{Key: "flood" + strconv.FormatInt(first+int64(i), 10), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: evictFloodLimit}}
 				}
 				if err := store.ApplyAll(ctx, reqs, out); err != nil {
 					fail(fmt.Errorf("flood: %w", err))

@@ -171,7 +171,7 @@ func CheckSentinelFailover(t *testing.T, client string, newStore SentinelStore, 
 		runs[i] = &modeRun{
 			mode: mode,
 			b:    guard(t, store, mode, failoverDeadline),
-			req:  core.Request{Key: "failover-" + mode, Algorithm: algorithms.TokenBucket, Limit: failoverLimit, Cost: 1},
+			req:  core.Request{Key: "failover-" + mode, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: failoverLimit}},
 		}
 	}
 
@@ -179,7 +179,7 @@ func CheckSentinelFailover(t *testing.T, client string, newStore SentinelStore, 
 	// the client itself decides again.
 	bare := newStore(t, set.MasterName(), set.SentinelAddrs())
 	t.Cleanup(func() { bare.Close() })
-	peek := core.Request{Key: "failover-bare", Algorithm: algorithms.TokenBucket, Limit: failoverLimit, Cost: 1, Op: core.OpPeek}
+	peek := core.Request{Key: "failover-bare", Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: failoverLimit}}
 	if _, err := bare.Apply(context.Background(), peek); err != nil {
 		t.Fatalf("a peek before the kill: %v", err)
 	}

@@ -68,7 +68,7 @@ func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, names 
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := g; i < keys; i += goroutines {
-				req := core.Request{Key: prefix + fmt.Sprint(i), Algorithm: algorithms.FixedWindow, Limit: limit, Cost: 1}
+				req := core.Request{Key: prefix + fmt.Sprint(i), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: limit}}
 				d, err := store.Apply(ctx, req)
 				if err == nil && !d.Allowed {
 					err = fmt.Errorf("key %d: the first decision of a fresh key was denied", i)
@@ -154,7 +154,7 @@ func CheckKeyFlood(t testing.TB, srv *redistest.Server, store core.Store, names 
 	// A 1 MiB key is rejected before any call.
 	huge := strings.Repeat("x", 1<<20)
 	began := time.Now()
-	_, err := store.Apply(ctx, core.Request{Key: huge, Algorithm: algorithms.FixedWindow, Limit: limit, Cost: 1})
+	_, err := store.Apply(ctx, core.Request{Key: huge, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: limit}})
 	t.Logf("a 1 MiB key was answered in %v: %v", time.Since(began), err)
 	if !errors.Is(err, core.ErrInvalidKey) {
 		t.Errorf("a 1 MiB key: %v, want core.ErrInvalidKey", err)

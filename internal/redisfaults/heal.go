@@ -78,7 +78,7 @@ func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, keys Ke
 			t.Run(alg.Name()+"/"+c.Name, func(t *testing.T) {
 				key := "heal-" + alg.Name() + "-" + c.Name
 				rkey := keys.Key(key, alg)
-				charge := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 3}
+				charge := core.Request{Key: key, Cost: 3, Terms: &core.Terms{Algorithm: alg, Limit: limit}}
 				fresh := charge
 				fresh.Key = "fresh-" + key
 
@@ -100,8 +100,8 @@ func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, keys Ke
 
 				// A peek and a denial write nothing: the value goes.
 				for _, r := range []core.Request{
-					{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Op: core.OpPeek},
-					{Key: key, Algorithm: alg, Limit: limit, Cost: 11},
+					{Key: key, Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: alg, Limit: limit}},
+					{Key: key, Cost: 11, Terms: &core.Terms{Algorithm: alg, Limit: limit}},
 				} {
 					c.Apply(t, srv, rkey)
 					d, err := store.Apply(ctx, r)
@@ -122,8 +122,8 @@ func CheckHealing(t *testing.T, srv *redistest.Server, store core.Store, keys Ke
 	t.Run("batch", func(t *testing.T) {
 		corrupt := Corruptions()[0]
 		reqs := []core.Request{
-			{Key: "heal-batch", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 2},
-			{Key: "heal-batch", Algorithm: algorithms.SlidingWindowLog, Limit: limit, Cost: 2},
+			{Key: "heal-batch", Cost: 2, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}},
+			{Key: "heal-batch", Cost: 2, Terms: &core.Terms{Algorithm: algorithms.SlidingWindowLog, Limit: limit}},
 		}
 		rkeys := []string{keys.Key("heal-batch", reqs[0].Algorithm), keys.Key("heal-batch", reqs[1].Algorithm)}
 		out := make([]core.Decision, 2)

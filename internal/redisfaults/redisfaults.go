@@ -81,7 +81,7 @@ func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) Flush
 	// Load every script and open a connection, then zero the server's
 	// statistics: every EVAL counted from here on is a fallback.
 	for _, alg := range algs {
-		if _, err := store.Apply(ctx, core.Request{Key: "warm", Algorithm: alg, Limit: limit, Cost: 1, Op: core.OpPeek}); err != nil {
+		if _, err := store.Apply(ctx, core.Request{Key: "warm", Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: alg, Limit: limit}}); err != nil {
 			t.Fatalf("%s: warm-up: %v", alg.Name(), err)
 		}
 	}
@@ -127,16 +127,16 @@ func FlushUnderLoad(t testing.TB, srv *redistest.Server, store core.Store) Flush
 			for i := 0; time.Now().Before(end); i++ {
 				alg := algs[(g+i)%len(algs)]
 				req := core.Request{
-					Key:       "k" + strconv.Itoa(rng.IntN(keys)),
-					Algorithm: alg,
-					Limit:     limit,
-					Cost:      1 + rng.Int64N(3),
+					Key:   "k" + strconv.Itoa(rng.IntN(keys)),
+					Cost:  1 + rng.Int64N(3),
+					Terms: &core.Terms{Algorithm: alg, Limit: limit},
 				}
 				if i%3 == 2 {
 					// A stack of two rules on the key: MultiScript, whose
 					// NOSCRIPT falls back to EVAL as a single script's.
 					reqs := []core.Request{req, req}
-					reqs[0].Algorithm, reqs[1].Algorithm = algorithms.TokenBucket, algorithms.SlidingWindowLog
+					reqs[0].Terms = &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}
+					reqs[1].Terms = &core.Terms{Algorithm: algorithms.SlidingWindowLog, Limit: limit}
 					out := make([]core.Decision, 2)
 					if err := store.ApplyAll(ctx, reqs, out); err != nil {
 						if failures.Add(1) <= 5 {
@@ -250,7 +250,7 @@ func InfoCount(info, name, field string) int64 {
 // key: a token bucket of burst 5 that does not refill during a test,
 // charged 1.
 func TimedOutRequest(key string) core.Request {
-	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1).WithBurst(5), Cost: 1}
+	return core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1).WithBurst(5)}}
 }
 
 // RemainingOf returns the tokens left in key's bucket of
@@ -581,7 +581,7 @@ func MalformedCases(says map[string]string) []MalformedCase {
 // error as c says and a zero Decision, never a panic.
 func CheckMalformed(t testing.TB, store core.Store, alg string, c MalformedCase) {
 	t.Helper()
-	d, err := ApplyNoPanic(t, store, core.Request{Key: "k", Algorithm: NewScripted(alg, c.Src), Limit: core.PerSecond(10), Cost: 1})
+	d, err := ApplyNoPanic(t, store, core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: NewScripted(alg, c.Src), Limit: core.PerSecond(10)}})
 	t.Logf("%s: %v", c.Src, err)
 	if err == nil {
 		t.Fatalf("Apply with %q = %+v, nil; want an error", c.Src, d)
@@ -609,7 +609,7 @@ func CheckUnsupported(t testing.TB, store core.Store, calls func() int64, what s
 	if _, ok := core.Algorithm(alg).(algorithms.Scripted); ok {
 		t.Fatal("Unscripted is algorithms.Scripted")
 	}
-	d, err := ApplyNoPanic(t, store, core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(10), Cost: 1})
+	d, err := ApplyNoPanic(t, store, core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(10)}})
 	if !errors.Is(err, core.ErrUnsupported) || d != (core.Decision{}) {
 		t.Errorf("Apply(%s without a script) = %+v, %v; want a zero Decision and an error wrapping core.ErrUnsupported", alg.Name(), d, err)
 	}
@@ -618,7 +618,7 @@ func CheckUnsupported(t testing.TB, store core.Store, calls func() int64, what s
 	}
 	t.Logf("error: %v", err)
 	// The counter sees the store's calls: a scripted algorithm is counted.
-	if _, err := store.Apply(context.Background(), core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}); err != nil {
+	if _, err := store.Apply(context.Background(), core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}}); err != nil {
 		t.Fatal(err)
 	}
 	if calls() == 0 {

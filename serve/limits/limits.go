@@ -119,16 +119,15 @@ type Rule struct {
 	// Replaces are the names of the rules this one replaces when both
 	// apply to one request (rate_limit.replaces).
 	Replaces []string
-	// Algorithm decides under Limit: fixed-window
+	// Terms are what the rule's requests are decided under, shared by
+	// them all. Their Algorithm is fixed-window
 	// ([github.com/sluicehq/sluice/algorithms.FixedWindow]), the rate
 	// limit service's epoch-aligned window, unless rate_limit.algorithm
-	// chose another. Never nil.
-	Algorithm core.Algorithm
-	// Limit is the rate: requests_per_unit per unit (with the configured
-	// burst), or the text form's. It is [core.Inf] when Unlimited and the
-	// zero (invalid) Limit when Deny, so that a store never decides with
-	// it.
-	Limit core.Limit
+	// chose another; never nil. Their Limit is the rate:
+	// requests_per_unit per unit (with the configured burst), or the text
+	// form's; [core.Inf] when Unlimited, and the zero (invalid) Limit
+	// when Deny, so that a store never decides with it.
+	core.Terms
 	// Unlimited reports rate_limit.unlimited (or limit: unlimited): every
 	// request is allowed and no state is kept.
 	Unlimited bool

@@ -810,7 +810,7 @@ func (l *loader) descriptor(parent *node, n *yaml.Node, domain, parentPath strin
 func (l *loader) rule(n *yaml.Node, ctx string) *Rule {
 	before := l.problems()
 	f := l.fields(n, inRateLimit, ctx)
-	r := &Rule{Algorithm: algorithms.FixedWindow}
+	r := &Rule{Terms: core.Terms{Algorithm: algorithms.FixedWindow}}
 
 	r.Name = l.text(f["name"], ctx)
 	if len(r.Name) > maxNameLen {

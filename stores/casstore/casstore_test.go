@@ -113,7 +113,7 @@ func TestLag(t *testing.T) {
 		return clock
 	}
 	s := newStore(t, be, casstore.Config{SweepInterval: -1})
-	d, err := s.Apply(context.Background(), core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1})
+	d, err := s.Apply(context.Background(), core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}})
 	if err != nil || !d.Allowed {
 		t.Fatalf("a charge = %+v, %v; want allowed", d, err)
 	}
@@ -135,7 +135,7 @@ func TestExplicitInstants(t *testing.T) {
 	rec := &recorder{Backend: newMem()}
 	s := newStore(t, rec, casstore.Config{SweepInterval: -1})
 	ctx := context.Background()
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1, Now: storetest.T0}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Now: storetest.T0}}
 	if _, err := s.Apply(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func (r *recorder) Swap(ctx context.Context, b *casstore.Batch) (casstore.Reply,
 func TestBackendFailures(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}}
 	down := errors.New("down")
 	for _, tc := range []struct {
 		name  string
@@ -216,7 +216,7 @@ func TestHealed(t *testing.T) {
 	ctx := context.Background()
 	be := newMem()
 	s := newStore(t, be, casstore.Config{SweepInterval: -1})
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1)}}
 	if _, err := s.Apply(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -246,11 +246,11 @@ func TestSweep(t *testing.T) {
 	be.clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	s := newStore(t, be, casstore.Config{SweepInterval: -1})
 	for i := range 20 {
-		if _, err := s.Apply(ctx, core.Request{Key: string(rune('a' + i)), Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}); err != nil {
+		if _, err := s.Apply(ctx, core.Request{Key: string(rune('a' + i)), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	long := core.Request{Key: "long", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2), Cost: 1}
+	long := core.Request{Key: "long", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)}}
 	if _, err := s.Apply(ctx, long); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestGroups(t *testing.T) {
 		be := &gated{Backend: newMem(), gate: make(chan struct{})}
 		s := newStore(t, be, casstore.Config{SweepInterval: -1, MaxSwaps: 1})
 		const calls, burst = 200, 150
-		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(burst).WithBurst(burst), Cost: 1}
+		req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(burst).WithBurst(burst)}}
 		ds := make([]core.Decision, calls)
 		var wg sync.WaitGroup
 		for i := range calls {
@@ -359,7 +359,7 @@ func TestGroupsLeaveOutCallersWhoLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &gated{Backend: newMem(), gate: make(chan struct{})}
 		s := newStore(t, be, casstore.Config{SweepInterval: -1, MaxSwaps: 1})
-		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10), Cost: 1}
+		req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10)}}
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			if _, err := s.Apply(context.Background(), req); err != nil {
@@ -400,7 +400,7 @@ func TestGroupsManyKeys(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range calls {
 			wg.Go(func() {
-				req := core.Request{Key: fmt.Sprint("k", i), Algorithm: algorithms.GCRA, Limit: core.PerHour(1), Cost: 1}
+				req := core.Request{Key: fmt.Sprint("k", i), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerHour(1)}}
 				if d, err := s.Apply(context.Background(), req); err != nil || !d.Allowed || d.Remaining != 0 {
 					t.Errorf("key %d: %+v, %v; want allowed, 0 left", i, d, err)
 				}

@@ -67,7 +67,7 @@ func TestAllotment(t *testing.T) {
 			remote, calls := counted(newMem(t, c))
 			s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(4), AllotmentTTL: time.Second})
 			// A token every 100ms, 10 at most.
-			req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(10)}
+			req := core.Request{Key: "k", Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(10)}}
 			runAllotmentSteps(t, c, s, calls, req, []allotmentStep{
 				{0, 1, true, 9, core.SourceAllotment, 1}, // take 4: 6 left at the remote, 3 in the allotment
 				{0, 1, true, 8, core.SourceAllotment, 0},
@@ -100,7 +100,7 @@ func TestAllotmentWaitExtended(t *testing.T) {
 	c := newClock()
 	mem := newMem(t, c)
 	// A token every 100ms, 10 at most.
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}}
 	spend := func(n int64) {
 		t.Helper()
 		other := req
@@ -153,7 +153,7 @@ func testAllotmentFixedWindow(t *testing.T, alg core.Algorithm) {
 	c := newClock() // on a window's boundary
 	remote, calls := counted(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(10), AllotmentTTL: time.Hour})
-	req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerSecond(100)}
+	req := core.Request{Key: "k", Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(100)}}
 	runAllotmentSteps(t, c, s, calls, req, []allotmentStep{
 		{900 * time.Millisecond, 1, true, 99, core.SourceAllotment, 1},
 		{99 * time.Millisecond, 1, true, 98, core.SourceAllotment, 0},
@@ -184,13 +184,14 @@ func TestWindowAllotmentTTL(t *testing.T) {
 	c := newClock() // on a window's boundary
 	remote, calls := counted(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(10), AllotmentTTL: time.Second, WindowAllotmentTTL: time.Hour})
-	req := core.Request{Key: "k", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(100)}
+	req := core.Request{Key: "k", Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(100)}}
 	runAllotmentSteps(t, c, s, calls, req, []allotmentStep{
 		{0, 1, true, 99, core.SourceAllotment, 1},
 		{30 * time.Second, 1, true, 98, core.SourceAllotment, 0}, // past AllotmentTTL, within the window
 		{29 * time.Second, 1, true, 97, core.SourceAllotment, 0},
 		{time.Second, 1, true, 99, core.SourceAllotment, 1}, // a new window: the allotment lapsed
 	})
+	req = req.Clone()
 	req.Algorithm = algorithms.TokenBucket
 	runAllotmentSteps(t, c, s, calls, req, []allotmentStep{
 		{0, 1, true, 99, core.SourceAllotment, 1},
@@ -207,7 +208,7 @@ func TestAllotmentRefund(t *testing.T) {
 	c := newClock()
 	remote, calls := counted(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(10), AllotmentTTL: time.Second})
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)}
+	req := core.Request{Key: "k", Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)}}
 	steps := []struct {
 		advance   time.Duration
 		op        core.Op
@@ -250,7 +251,7 @@ func TestAllotmentNotUsed(t *testing.T) {
 		}
 		return 5
 	}})
-	base := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100), Cost: 1}
+	base := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(100)}}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*core.Request)
@@ -264,7 +265,7 @@ func TestAllotmentNotUsed(t *testing.T) {
 		{"peek of a key without an allotment", func(r *core.Request) { r.Key, r.Op = "p", core.OpPeek }},
 		{"cost 0", func(r *core.Request) { r.Cost = 0 }},
 	} {
-		req := base
+		req := base.Clone()
 		tc.mutate(&req)
 		req.Key += ":" + tc.name
 		for i := range 3 {
@@ -285,7 +286,7 @@ func TestAllotmentPeek(t *testing.T) {
 	c := newClock()
 	remote, calls := counted(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(5)})
-	req := core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerMinute(10), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerMinute(10)}}
 	ctx := context.Background()
 	s.Apply(ctx, req) // take 5, spend 1
 	peek := req
@@ -343,7 +344,7 @@ func TestAllotmentOneTake(t *testing.T) {
 	t.Parallel()
 	remote := &blockingRemote{inner: newMem(t, nil), arrived: make(chan struct{}), release: make(chan struct{})}
 	s := newLayered(t, remote, layered.Config{Allot: fixed(100)})
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1000), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1000)}}
 	const goroutines = 32
 	var wg sync.WaitGroup
 	var allotted atomic.Int64
@@ -385,7 +386,7 @@ func TestAllotmentConcurrentSafe(t *testing.T) {
 			t.Parallel()
 			remote, calls := counted(newMem(t, nil))
 			s := newLayered(t, remote, layered.Config{Allot: fixed(size)})
-			req := core.Request{Key: "k", Algorithm: alg, Limit: core.PerHour(100), Cost: 1}
+			req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: core.PerHour(100)}}
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for range goroutines {
@@ -465,7 +466,7 @@ func TestAllotmentByAbility(t *testing.T) {
 		c := newClock()
 		remote, calls := counted(newMem(t, c))
 		s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(5)})
-		req := core.Request{Key: "k", Algorithm: tc.alg, Limit: core.PerMinute(100), Cost: 1}
+		req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: tc.alg, Limit: core.PerMinute(100)}}
 		for i := range 3 {
 			before := calls.Load()
 			d, err := s.Apply(context.Background(), req)

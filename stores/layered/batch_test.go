@@ -38,8 +38,8 @@ func newBatchRig(t *testing.T, cfg layered.Config) *batchRig {
 	return &batchRig{
 		t: t, c: c, mem: mem, counter: counter,
 		s:      newLayered(t, counter, cfg),
-		user:   core.Request{Key: "alice", Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerMinute(2), Cost: 1},
-		shared: core.Request{Key: "all", Algorithm: core.Named(algorithms.FixedWindow, "shared"), Limit: core.PerMinute(100), Cost: 1},
+		user:   core.Request{Key: "alice", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerMinute(2)}},
+		shared: core.Request{Key: "all", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.FixedWindow, "shared"), Limit: core.PerMinute(100)}},
 	}
 }
 
@@ -171,7 +171,7 @@ func TestBatchCachedDenial(t *testing.T) {
 func TestBatchPerRuleDenial(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t, layered.Config{})
-	user, shared := r.user, r.shared
+	user, shared := r.user.Clone(), r.shared.Clone()
 	shared.Limit = core.PerMinute(3)
 	// The shared rule: 2 of 3 charged, then a cost of 3 denied and cached.
 	shared.Cost = 2
@@ -215,7 +215,7 @@ func TestBatchPerRuleDenial(t *testing.T) {
 func TestBatchRefund(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t, layered.Config{})
-	user, shared := r.user, r.shared
+	user, shared := r.user.Clone(), r.shared.Clone()
 	shared.Limit = core.PerMinute(2)
 	for range 2 {
 		r.batch("fill", user, shared)
@@ -246,7 +246,7 @@ func TestBatchRefund(t *testing.T) {
 func TestBatchReserve(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t, layered.Config{})
-	user, other := r.user, r.user
+	user, other := r.user, r.user.Clone()
 	other.Key, other.Algorithm = "acme", core.Named(algorithms.TokenBucket, "tenant")
 	for range 2 {
 		r.single("fill", user)
@@ -254,7 +254,11 @@ func TestBatchReserve(t *testing.T) {
 	if d, _ := r.single("denied", user); d.Allowed || d.Source != core.SourceStore {
 		t.Fatalf("third request = %s, want denied by the remote", describe(d))
 	}
-	reserve := func(q core.Request) core.Request { q.Op, q.MaxWait = core.OpReserve, time.Minute; return q }
+	reserve := func(q core.Request) core.Request {
+		q = q.Clone()
+		q.Op, q.MaxWait = core.OpReserve, time.Minute
+		return q
+	}
 	out, apply, all := r.batch("reserve", reserve(user), reserve(other))
 	if !out[0].Allowed || out[0].Delay != 30*time.Second || out[0].Source != core.SourceStore || !out[1].Allowed || apply != 0 || all != 1 {
 		t.Fatalf("reservation batch = %+v, %+v after %d Apply and %d ApplyAll; want admitted by the remote with the user's 30s delay, in one ApplyAll",
@@ -278,7 +282,7 @@ func TestBatchExplicitNow(t *testing.T) {
 	r := newBatchRig(t, layered.Config{})
 	ref := newMem(t, r.c)
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	user, shared := r.user, r.shared
+	user, shared := r.user.Clone(), r.shared.Clone()
 	user.Limit = core.PerMinute(2)
 	for i, tc := range []struct {
 		at     time.Duration
@@ -327,7 +331,7 @@ func TestBatchExplicitNow(t *testing.T) {
 func TestBatchAllotments(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t, layered.Config{Allot: fixed(5)})
-	user, shared := r.user, r.shared
+	user, shared := r.user.Clone(), r.shared.Clone()
 	// The user's bucket holds 2, so its allotments are of 2: two
 	// batches' worth, then none while its bucket refills.
 	for i, want := range []struct {
@@ -365,7 +369,7 @@ func TestBatchAllotments(t *testing.T) {
 	}
 	// A batch with a rule that is not allotted goes to the remote whole,
 	// and leaves the allotments as they were.
-	other := r.shared
+	other := r.shared.Clone()
 	other.Key, other.Algorithm = "x", core.Named(algorithms.SlidingWindowLog, "log")
 	user.Key, user.Limit = "bob", core.PerMinute(100)
 	r.single("bob's take", user) // 5: 95 left at the remote, 4 in the allotment
@@ -386,7 +390,7 @@ func TestBatchAllotments(t *testing.T) {
 func TestBatchAllotmentsConcurrentSafe(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t, layered.Config{Allot: fixed(8)})
-	user, shared := r.user, r.shared
+	user, shared := r.user.Clone(), r.shared.Clone()
 	user.Limit, shared.Limit = core.PerHour(100), core.PerHour(1000)
 	var admitted, singles atomic.Int64
 	var wg sync.WaitGroup
@@ -447,8 +451,8 @@ func TestBatchErrors(t *testing.T) {
 	}))
 	s := newLayered(t, counter, layered.Config{Now: c.Now})
 	ctx := context.Background()
-	a := core.Request{Key: "alice", Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerMinute(1), Cost: 1}
-	b := core.Request{Key: "all", Algorithm: core.Named(algorithms.GCRA, "shared"), Limit: core.PerMinute(100), Cost: 1}
+	a := core.Request{Key: "alice", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerMinute(1)}}
+	b := core.Request{Key: "all", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.GCRA, "shared"), Limit: core.PerMinute(100)}}
 	peekB := b
 	peekB.Op = core.OpPeek
 	for _, tc := range []struct {
@@ -460,7 +464,7 @@ func TestBatchErrors(t *testing.T) {
 		{"short out", []core.Request{a, b}, 1},
 		{"two operations", []core.Request{a, peekB}, 2},
 		{"the same rule twice", []core.Request{a, a}, 2},
-		{"an invalid request", []core.Request{a, {Key: "", Algorithm: b.Algorithm, Limit: b.Limit}}, 2},
+		{"an invalid request", []core.Request{a, {Key: "", Terms: &core.Terms{Algorithm: b.Algorithm, Limit: b.Limit}}}, 2},
 	} {
 		if err := s.ApplyAll(ctx, tc.reqs, make([]core.Decision, tc.out)); err == nil {
 			t.Errorf("%s: ApplyAll succeeded, want an error", tc.name)
@@ -536,7 +540,7 @@ func TestBatchStack(t *testing.T) {
 		}
 	}
 	// The global allotment paid for the three admissions only.
-	global := core.Request{Key: "everyone", Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerMinute(1000), Cost: 1}
+	global := core.Request{Key: "everyone", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerMinute(1000)}}
 	if d, calls := r.single("global alone", global); d.Source != core.SourceAllotment || calls != 0 || d.Remaining != 1000-10+6 {
 		t.Errorf("the global rule alone = %s after %d calls; want from its allotment, %d remaining", describe(d), calls, 1000-10+6)
 	}

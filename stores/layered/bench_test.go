@@ -34,7 +34,7 @@ func BenchmarkLayered(b *testing.B) {
 		deny := core.Decision{Limit: 1, RetryAfter: time.Hour, ResetAfter: time.Hour}
 		remote := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
 		s := newLayered(b, remote, layered.Config{})
-		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1}
+		req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)}}
 		s.Apply(ctx, req)
 		check := func(d core.Decision) {
 			if d.Source != core.SourceCache {
@@ -65,8 +65,8 @@ func BenchmarkLayered(b *testing.B) {
 		remote := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
 		s := newLayered(b, remote, layered.Config{})
 		reqs := []core.Request{
-			{Key: "hot", Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerHour(1), Cost: 1},
-			{Key: "all", Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerHour(1000), Cost: 1},
+			{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerHour(1)}},
+			{Key: "all", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.FixedWindow, "global"), Limit: core.PerHour(1000)}},
 		}
 		s.Apply(ctx, reqs[0])
 		out := make([]core.Decision, len(reqs))
@@ -80,9 +80,9 @@ func BenchmarkLayered(b *testing.B) {
 	b.Run("AllotmentSpendBatch", func(b *testing.B) {
 		limit := core.PerSecond(1_000_000_000)
 		reqs := []core.Request{
-			{Key: "user", Algorithm: core.Named(algorithms.GCRA, "user"), Limit: limit, Cost: 1},
-			{Key: "tenant", Algorithm: core.Named(algorithms.GCRA, "tenant"), Limit: limit, Cost: 1},
-			{Key: "path", Algorithm: core.Named(algorithms.TokenBucket, "path"), Limit: limit, Cost: 1},
+			{Key: "user", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.GCRA, "user"), Limit: limit}},
+			{Key: "tenant", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.GCRA, "tenant"), Limit: limit}},
+			{Key: "path", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "path"), Limit: limit}},
 		}
 		remote, calls := counted(newMem(b, nil))
 		s := newLayered(b, remote, layered.Config{Allot: fixed(1000)})
@@ -96,7 +96,7 @@ func BenchmarkLayered(b *testing.B) {
 		b.ReportMetric(float64(calls.Load())/float64(b.N), "remote-calls/op")
 	})
 	b.Run("AllotmentSpend", func(b *testing.B) {
-		req := core.Request{Key: "hot", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1_000_000_000), Cost: 1}
+		req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1_000_000_000)}}
 		run := func(b *testing.B, loop func(func())) {
 			remote, calls := counted(newMem(b, nil))
 			s := newLayered(b, remote, layered.Config{Allot: fixed(1000)})
@@ -139,7 +139,7 @@ func BenchmarkLayered(b *testing.B) {
 			b.Run(tc.name, func(b *testing.B) {
 				remote, calls := counted(redisRemote(b, client))
 				s := tc.wrap(remote)
-				req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+				req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 				for range 20 { // use up the burst
 					s.Apply(ctx, req)
 				}

@@ -67,7 +67,7 @@ func TestDenyCache(t *testing.T) {
 					l = limit
 				}
 				before := calls.Load()
-				d, err := s.Apply(context.Background(), core.Request{Key: "k", Algorithm: alg, Limit: l, Cost: st.cost, Op: peekIf(st.peek)})
+				d, err := s.Apply(context.Background(), core.Request{Key: "k", Cost: st.cost, Op: peekIf(st.peek), Terms: &core.Terms{Algorithm: alg, Limit: l}})
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
@@ -88,7 +88,7 @@ func TestDenyCacheMaxDeny(t *testing.T) {
 	c := newClock()
 	remote, calls := counted(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, MaxDeny: time.Second})
-	req := core.Request{Key: "k", Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.FixedWindow, Limit: core.PerMinute(1)}}
 	ctx := context.Background()
 	s.Apply(ctx, req)
 	if d, err := s.Apply(ctx, req); err != nil || d.Allowed || d.Source != core.SourceStore {
@@ -121,7 +121,7 @@ func TestDenyCacheExplicitNow(t *testing.T) {
 			ref := newMem(t, c) // the same requests, without a cache
 			ctx := context.Background()
 			limit := core.PerSecond(4)
-			req := core.Request{Key: "k", Algorithm: alg, Limit: limit, Cost: 4, Now: t0}
+			req := core.Request{Key: "k", Cost: 4, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: t0}}
 			for i, tc := range []struct {
 				at     time.Duration
 				cost   int64
@@ -155,10 +155,10 @@ func TestDenyCacheExplicitNow(t *testing.T) {
 			}
 			// A request on the local clock is not answered by a denial at
 			// an explicit instant, nor the reverse.
-			local := core.Request{Key: "j", Algorithm: alg, Limit: core.PerMinute(1), Cost: 1}
+			local := core.Request{Key: "j", Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: core.PerMinute(1)}}
 			s.Apply(ctx, local)
 			s.Apply(ctx, local) // denied: cached on the local clock
-			explicit := local
+			explicit := local.Clone()
 			explicit.Now = c.Now()
 			n := calls.Load()
 			if d, err := s.Apply(ctx, explicit); err != nil || d.Source != core.SourceStore || calls.Load() != n+1 {
@@ -179,17 +179,17 @@ func TestDenyCacheAlgorithmsApart(t *testing.T) {
 	c := newClock()
 	s := newLayered(t, newMem(t, c), layered.Config{Now: c.Now})
 	ctx := context.Background()
-	tb := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1}
+	tb := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1)}}
 	s.Apply(ctx, tb)
 	if d, _ := s.Apply(ctx, tb); d.Allowed {
 		t.Fatal("second token bucket request allowed")
 	}
-	gcra := tb
+	gcra := tb.Clone()
 	gcra.Algorithm = algorithms.GCRA
 	if d, err := s.Apply(ctx, gcra); err != nil || !d.Allowed {
 		t.Fatalf("gcra after a cached token bucket denial = %s, %v; want allowed", describe(d), err)
 	}
-	bigger := tb
+	bigger := tb.Clone()
 	bigger.Limit = core.PerMinute(5)
 	if d, err := s.Apply(ctx, bigger); err != nil || d.Source != core.SourceStore {
 		t.Fatalf("another limit after a cached denial = %s, %v; want the remote's decision", describe(d), err)
@@ -212,7 +212,7 @@ func TestNeverAllowedFromCache(t *testing.T) {
 			var cached int
 			for i := range 20_000 {
 				c.Advance(time.Duration(i*7919%40) * time.Millisecond / 4)
-				req := core.Request{Key: "k" + strconv.Itoa(i%3), Algorithm: alg, Limit: limits[i/5000%2], Cost: int64(i*31%9) % 7, Op: peekIf(i%11 == 0)}
+				req := core.Request{Key: "k" + strconv.Itoa(i%3), Cost: int64(i*31%9) % 7, Op: peekIf(i%11 == 0), Terms: &core.Terms{Algorithm: alg, Limit: limits[i/5000%2]}}
 				d, err := s.Apply(ctx, req)
 				if err != nil {
 					t.Fatal(err)
@@ -310,7 +310,7 @@ func TestRemoteError(t *testing.T) {
 	errDown := errors.New("remote down")
 	s := newLayered(t, remote, layered.Config{Now: c.Now})
 	ctx := context.Background()
-	req := core.Request{Key: "k", Algorithm: algorithms.SlidingWindowLog, Limit: core.PerSecond(1), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.SlidingWindowLog, Limit: core.PerSecond(1)}}
 	s.Apply(ctx, req)
 	s.Apply(ctx, req)
 	remote.Fail(errDown)
@@ -395,7 +395,7 @@ func TestDecorator(t *testing.T) {
 	if n := remote.closed.Load(); n != 1 {
 		t.Errorf("the remote was closed %d times, want 1", n)
 	}
-	if _, err := s.Apply(ctx, core.Request{Key: "k", Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Cost: 1}); !errors.Is(err, core.ErrClosed) {
+	if _, err := s.Apply(ctx, core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1)}}); !errors.Is(err, core.ErrClosed) {
 		t.Errorf("Apply after Close: %v, want ErrClosed", err)
 	}
 	// The remote's Close error is returned, wrapped, every time.
@@ -417,13 +417,13 @@ func TestReset(t *testing.T) {
 	remote := storetest.NewCounter(newMem(t, c))
 	s := newLayered(t, remote, layered.Config{Now: c.Now, Allot: fixed(5)})
 	ctx := context.Background()
-	deny := core.Request{Key: "k", Algorithm: algorithms.SlidingWindowCounter, Limit: core.PerMinute(1), Cost: 1}
+	deny := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.SlidingWindowCounter, Limit: core.PerMinute(1)}}
 	keep := deny
 	keep.Key = "j"
 	for _, r := range []core.Request{deny, deny, keep, keep} {
 		s.Apply(ctx, r)
 	}
-	allotted := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10), Cost: 1}
+	allotted := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(10)}}
 	if d, _ := s.Apply(ctx, allotted); d.Source != core.SourceAllotment || d.Remaining != 9 {
 		t.Fatalf("allotted request = %s, want from an allotment with 9 remaining", describe(d))
 	}
@@ -466,7 +466,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	remote := stores.Func(func(context.Context, core.Request) (core.Decision, error) { return deny, nil })
 	s := newLayered(t, remote, layered.Config{})
 	ctx := context.Background()
-	req := core.Request{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1}
+	req := core.Request{Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1)}}
 	buf := []byte("flood:")
 	for i := range n {
 		req.Key = string(strconv.AppendInt(buf[:6], int64(i), 10))
@@ -506,7 +506,7 @@ func TestRefundOverlappingDenial(t *testing.T) {
 	})
 	s := newLayered(t, remote, layered.Config{Now: c.Now})
 	ctx := context.Background()
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)}}
 	if d, _ := s.Apply(ctx, req); !d.Allowed {
 		t.Fatalf("first request = %s, want allowed", describe(d))
 	}
@@ -539,7 +539,7 @@ func TestConcurrencyNotCached(t *testing.T) {
 	mem := newMem(t, c)
 	s := newLayered(t, mem, layered.Config{Now: c.Now})
 	ctx := context.Background()
-	acquire := core.Request{Key: "k", Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute), Cost: 1, Lease: 1}
+	acquire := core.Request{Key: "k", Cost: 1, Lease: 1, Terms: &core.Terms{Algorithm: algorithms.Concurrency, Limit: core.Per(1, time.Minute)}}
 	if d, _ := s.Apply(ctx, acquire); !d.Allowed {
 		t.Fatalf("first acquisition = %s", describe(d))
 	}
@@ -575,7 +575,7 @@ func TestRepeatedDenialAllocatesNothing(t *testing.T) {
 		return now
 	}})
 	ctx := context.Background()
-	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1}
+	req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}}
 	s.Apply(ctx, req)
 	allocs := testing.AllocsPerRun(100, func() {
 		if d, err := s.Apply(ctx, req); err != nil || d.Allowed || d.Source == core.SourceCache {

@@ -38,7 +38,7 @@
 // cached denial, whose Remaining it made stale or which it may have made
 // wrong. [Config.MaxDeny] caps how long a denial is served.
 //
-// A request with an explicit [core.Request.Now] names an instant, not a
+// A request with an explicit [core.Terms.Now] names an instant, not a
 // clock, and the store cannot know how a caller's instants will move
 // (replays run faster than time, traces run backwards). Such requests are
 // never allotted, and a denial decided at an explicit instant answers only

@@ -49,7 +49,7 @@ type Config struct {
 	Size int
 
 	// Now is the local clock, which times cached denials and allotments for
-	// requests without an explicit [core.Request.Now]. Only differences
+	// requests without an explicit [core.Terms.Now]. Only differences
 	// between its readings matter, so it need not agree with the remote
 	// store's clock, only tick at the same rate. If it steps back, a
 	// cached denial is answered as at the instant it was cached, as the
@@ -222,7 +222,7 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 	if s.closed.Load() {
 		return core.Decision{}, core.ErrClosed
 	}
-	if req.Limit.IsInf() || req.Algorithm == nil {
+	if req.Terms == nil || req.Algorithm == nil || req.Limit.IsInf() {
 		// Nothing of it is cached: the remote decides (and validates).
 		return s.callRemote(ctx, &req)
 	}
@@ -319,7 +319,7 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	for i := range reqs {
 		req := &reqs[i]
 		var p slot
-		if !req.Limit.IsInf() && req.Algorithm != nil {
+		if req.Terms != nil && req.Algorithm != nil && !req.Limit.IsInf() {
 			p.k = cacheKey{req.Key, req.Algorithm.Name()}
 			p.sh = s.shard(req.Key)
 			p.e, _ = p.sh.Get(p.k)

@@ -185,7 +185,7 @@ func allotmentWorker(t *testing.T, kind string) {
 		fail("%v", err)
 	}
 	defer store.Close()
-	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(procRate), Cost: 1}
+	req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(procRate)}}
 	peek := req
 	peek.Op = core.OpPeek
 	if _, err := store.Apply(context.Background(), peek); err != nil {

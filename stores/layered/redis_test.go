@@ -36,7 +36,7 @@ func TestRedisKilled(t *testing.T) {
 	s := newLayered(t, redisRemote(t, newGoRedis(t, srv.Addr())), layered.Config{Now: c.Now})
 	ctx := context.Background()
 	// 3 a minute: a token every 20s.
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3), Cost: 3}
+	req := core.Request{Key: "k", Cost: 3, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3)}}
 	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed {
 		t.Fatalf("first request = %s, %v; want allowed", describe(d), err)
 	}
@@ -125,7 +125,7 @@ func TestHotKey10x(t *testing.T) {
 		remote, calls := counted(redisRemote(t, client))
 		r := &run{name: cfg.name, store: newLayered(t, remote, cfg.cfg), calls: calls}
 		// Connect and load the script without charging.
-		if _, err := r.store.Apply(context.Background(), core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1, Op: core.OpPeek}); err != nil {
+		if _, err := r.store.Apply(context.Background(), core.Request{Key: "hot", Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}); err != nil {
 			t.Fatal(err)
 		}
 		calls.Store(0)
@@ -136,7 +136,7 @@ func TestHotKey10x(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, r := range runs {
 		r.start, r.end = start, end
-		req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+		req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 		for g := range goroutines {
 			wg.Go(func() {
 				// Each goroutine sends demand/goroutines a second, the
@@ -213,7 +213,7 @@ func TestAllotmentUnderLimit(t *testing.T) {
 	}{{"allotment", layered.Config{Allot: fixed(100)}}, {"deny-cache", layered.Config{}}} {
 		remote, calls := counted(redisRemote(t, client))
 		s := newLayered(t, remote, cfg.cfg)
-		req := core.Request{Key: "warm", Algorithm: algorithms.GCRA, Limit: limit, Cost: 1}
+		req := core.Request{Key: "warm", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: limit}}
 		if _, err := s.Apply(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}

@@ -62,7 +62,7 @@ func TestCollisionsMatchDistinctHashes(t *testing.T) {
 			chained.Sweep()
 			plain.Sweep()
 		default:
-			req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: rng.Int64N(3)}
+			req := core.Request{Key: key, Cost: rng.Int64N(3), Terms: &core.Terms{Algorithm: alg, Limit: limit}}
 			switch {
 			case op < 15:
 				req.Op = core.OpPeek

@@ -48,7 +48,7 @@ func BenchmarkContract(b *testing.B) {
 	for range 20_000 { // drain the burst: every measured decision is a denial
 		lim.Allow(ctx, "hot")
 	}
-	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+	req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 	b.Run("limiter", func(b *testing.B) {
 		defer reportCPU(b)()
 		for b.Loop() {
@@ -58,7 +58,7 @@ func BenchmarkContract(b *testing.B) {
 	b.Run("apply", func(b *testing.B) {
 		defer reportCPU(b)()
 		for b.Loop() {
-			s.Apply(ctx, core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1})
+			s.Apply(ctx, core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}})
 		}
 	})
 	b.Run("apply-reused", func(b *testing.B) {

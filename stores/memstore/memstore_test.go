@@ -206,7 +206,7 @@ func TestForgettingIsExact(t *testing.T) {
 			limit := core.Per(7, 3*time.Second).WithBurst(4)
 			kept := new(core.State)
 			ctx := context.Background()
-			req := core.Request{Key: "k", Algorithm: alg, Limit: limit, Cost: 3}
+			req := core.Request{Key: "k", Cost: 3, Terms: &core.Terms{Algorithm: alg, Limit: limit}}
 			d, _ := s.Apply(ctx, req)
 			core.Run(kept, &req, clock.UnixMicro())
 			clock = clock.Add(alg.Horizon(limit))
@@ -322,7 +322,7 @@ func TestForgettingIsExactUnderChanges(t *testing.T) {
 				}
 				clock = clock.Truncate(time.Microsecond)
 				key := []string{"a", "b"}[rng.IntN(2)]
-				req := core.Request{Key: key, Algorithm: alg, Limit: limits[rng.IntN(len(limits))], Cost: rng.Int64N(8)}
+				req := core.Request{Key: key, Cost: rng.Int64N(8), Terms: &core.Terms{Algorithm: alg, Limit: limits[rng.IntN(len(limits))]}}
 				got, err := s.Apply(context.Background(), req)
 				if err != nil {
 					t.Fatal(err)
@@ -353,7 +353,7 @@ func TestPanickingAlgorithmReleasesShard(t *testing.T) {
 	ctx := context.Background()
 	func() {
 		defer func() { recover() }()
-		s.Apply(ctx, core.Request{Key: "k", Algorithm: panicky{algorithms.TokenBucket}, Limit: core.PerSecond(1), Cost: 1})
+		s.Apply(ctx, core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: panicky{algorithms.TokenBucket}, Limit: core.PerSecond(1)}})
 		t.Fatal("the algorithm did not panic")
 	}()
 	done := make(chan struct{})

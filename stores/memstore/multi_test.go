@@ -29,8 +29,8 @@ func TestBatchesKeepOnlyCharges(t *testing.T) {
 	limit := core.PerMinute(2)
 	pair := func(key string, op core.Op, cost int64) []core.Request {
 		reqs := []core.Request{
-			{Key: key, Algorithm: a, Limit: limit, Cost: cost, Now: t0, Op: op},
-			{Key: key, Algorithm: b, Limit: limit, Cost: cost, Now: t0, Op: op},
+			{Key: key, Cost: cost, Op: op, Terms: &core.Terms{Algorithm: a, Limit: limit, Now: t0}},
+			{Key: key, Cost: cost, Op: op, Terms: &core.Terms{Algorithm: b, Limit: limit, Now: t0}},
 		}
 		if op == core.OpReserve {
 			reqs[0].MaxWait, reqs[1].MaxWait = time.Minute, time.Minute
@@ -38,12 +38,12 @@ func TestBatchesKeepOnlyCharges(t *testing.T) {
 		return reqs
 	}
 	// Exhaust "full" under b alone: a batch with it is denied.
-	if d, err := s.Apply(ctx, core.Request{Key: "full", Algorithm: b, Limit: limit, Cost: 2, Now: t0}); err != nil || !d.Allowed {
+	if d, err := s.Apply(ctx, core.Request{Key: "full", Cost: 2, Terms: &core.Terms{Algorithm: b, Limit: limit, Now: t0}}); err != nil || !d.Allowed {
 		t.Fatalf("charge of full = %+v, %v; want allowed", d, err)
 	}
 	deniedMix := []core.Request{
-		{Key: "fresh", Algorithm: a, Limit: limit, Cost: 1, Now: t0},
-		{Key: "full", Algorithm: b, Limit: limit, Cost: 1, Now: t0},
+		{Key: "fresh", Cost: 1, Terms: &core.Terms{Algorithm: a, Limit: limit, Now: t0}},
+		{Key: "full", Cost: 1, Terms: &core.Terms{Algorithm: b, Limit: limit, Now: t0}},
 	}
 	for i, st := range []struct {
 		what    string

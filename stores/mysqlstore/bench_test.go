@@ -40,7 +40,7 @@ func BenchmarkDecide(b *testing.B) {
 				for range g {
 					wg.Go(func() {
 						for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
-							req := core.Request{Key: fmt.Sprint("k", int(i)%keys), Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+							req := core.Request{Key: fmt.Sprint("k", int(i)%keys), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 							if _, err := s.Apply(ctx, req); err != nil {
 								errs <- err
 								return

@@ -50,7 +50,7 @@ func TestKilled(t *testing.T) {
 	srv := mysqltest.Start(t)
 	s := newStore(t, newDB(t, srv), mysqlstore.Config{})
 	defer s.Close()
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)}}
 	if _, err := s.Apply(ctx, req); err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func benchDecide(b *testing.B, decide func(context.Context, core.Request) (core.
 					return
 				}
 				k := int(i) % keys
-				d, err := decide(ctx, core.Request{Key: fmt.Sprint("k", k), Algorithm: algorithms.TokenBucket, Limit: benchLimit, Cost: 1})
+				d, err := decide(ctx, core.Request{Key: fmt.Sprint("k", k), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: benchLimit}})
 				if err != nil {
 					errs <- err
 					return

@@ -18,7 +18,7 @@ import (
 
 // charge is a request every failure test sends.
 func charge(key string) core.Request {
-	return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100), Cost: 1}
+	return core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(100)}}
 }
 
 // wantStoreFailure fails t unless err is one package policy counts as the
@@ -66,7 +66,7 @@ func TestFailures(t *testing.T) {
 	store := newStore(t, admin, pgstore.Config{Table: "failures"})
 	defer store.Close()
 
-	_, err := store.Apply(ctx, core.Request{Key: "", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1})
+	_, err := store.Apply(ctx, core.Request{Key: "", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}})
 	if err == nil || policy.IsStoreFailure(err) {
 		t.Errorf("an empty key: %v; want an error that is not the store's failure", err)
 	}

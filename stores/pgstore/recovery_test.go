@@ -29,7 +29,7 @@ func TestBrokenMidCall(t *testing.T) {
 	srv := pgtest.Start(t)
 	admin := newPool(t, srv)
 	limit := core.PerHour(10)
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 
 	// waiting reports whether a session of application app waits for a
 	// lock.

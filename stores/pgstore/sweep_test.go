@@ -27,12 +27,12 @@ func TestSweep(t *testing.T) {
 	short := core.PerSecond(1000).WithBurst(1)
 	const keys = 1000
 	for i := range keys {
-		d, err := s.Apply(ctx, core.Request{Key: fmt.Sprint("short:", i), Algorithm: algorithms.GCRA, Limit: short, Cost: 1})
+		d, err := s.Apply(ctx, core.Request{Key: fmt.Sprint("short:", i), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: short}})
 		if err != nil || !d.Allowed {
 			t.Fatalf("charge of key %d: %+v, %v", i, d, err)
 		}
 	}
-	long := core.Request{Key: "long", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2), Cost: 1}
+	long := core.Request{Key: "long", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(2)}}
 	if d, err := s.Apply(ctx, long); err != nil || !d.Allowed {
 		t.Fatalf("charge of the long key: %+v, %v", d, err)
 	}
@@ -66,7 +66,7 @@ func TestSweep(t *testing.T) {
 	if d, err := s.Apply(ctx, long); err != nil || d.Remaining != 0 {
 		t.Errorf("peek at the long key after the sweep = %+v, %v; want its one token left spent", d, err)
 	}
-	if d, err := s.Apply(ctx, core.Request{Key: "short:7", Algorithm: algorithms.GCRA, Limit: short, Cost: 1}); err != nil || !d.Allowed {
+	if d, err := s.Apply(ctx, core.Request{Key: "short:7", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: short}}); err != nil || !d.Allowed {
 		t.Errorf("a swept key = %+v, %v; want allowed, as a fresh key", d, err)
 	}
 }
@@ -79,7 +79,7 @@ func TestSweeper(t *testing.T) {
 	pool := newPool(t, pgtest.Start(t))
 	s := newStore(t, pool, pgstore.Config{Table: "sweeper", Config: casstore.Config{SweepInterval: time.Millisecond}})
 	for i := range 10 {
-		if _, err := s.Apply(ctx, core.Request{Key: fmt.Sprint(i), Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000).WithBurst(1), Cost: 1}); err != nil {
+		if _, err := s.Apply(ctx, core.Request{Key: fmt.Sprint(i), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000).WithBurst(1)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -123,15 +123,15 @@ func BenchmarkRedis(b *testing.B) {
 			return baselineScript.Run(ctx, goredis, []string{"baseline:{" + key + "}"}, rate, burst, 1).Err()
 		}},
 		{"redisstore", func(key string) error {
-			_, err := rs.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: benchLimit, Cost: 1})
+			_, err := rs.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: benchLimit}})
 			return err
 		}},
 		{"rueidisstore", func(key string) error {
-			_, err := rus.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: benchLimit, Cost: 1})
+			_, err := rus.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: benchLimit}})
 			return err
 		}},
 		{"rueidisstore-delay", func(key string) error {
-			_, err := rusDelay.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: benchLimit, Cost: 1})
+			_, err := rusDelay.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: benchLimit}})
 			return err
 		}},
 	}

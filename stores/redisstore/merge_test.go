@@ -172,7 +172,7 @@ func TestMultiScriptGroupsMerged(t *testing.T) {
 				if rng.IntN(10) == 0 {
 					cost = 1000 // unsatisfiable: the group is denied
 				}
-				reqs = append(reqs, core.Request{Key: user, Algorithm: algs[k], Limit: l, Cost: cost, Op: op, Now: time.UnixMicro(now)})
+				reqs = append(reqs, core.Request{Key: user, Cost: cost, Op: op, Terms: &core.Terms{Algorithm: algs[k], Limit: l, Now: time.UnixMicro(now)}})
 				keys[redisengine.Key("", user, algs[k].Name())] = true
 			}
 			sizes = append(sizes, size)
@@ -237,7 +237,7 @@ func TestMergesConcurrentDecisions(t *testing.T) {
 			wg.Go(func() {
 				for i := range 100 {
 					algs := []core.Algorithm{algorithms.TokenBucket, algorithms.GCRA, algorithms.FixedWindow}
-					req := core.Request{Key: fmt.Sprintf("r%d:u%d", round, (g*100+i)%50), Algorithm: algs[i%3], Limit: lim, Cost: 1}
+					req := core.Request{Key: fmt.Sprintf("r%d:u%d", round, (g*100+i)%50), Cost: 1, Terms: &core.Terms{Algorithm: algs[i%3], Limit: lim}}
 					d, err := store.Apply(context.Background(), req)
 					if err != nil {
 						t.Errorf("round %d: %v", round, err)

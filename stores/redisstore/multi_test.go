@@ -103,7 +103,7 @@ func TestStackClusterOneKey(t *testing.T) {
 				admitted++
 			}
 		}
-		daily, err := store.Apply(ctx, core.Request{Key: key, Algorithm: core.Named(algorithms.TokenBucket, "daily"), Limit: core.PerDay(10), Cost: 1, Op: core.OpPeek})
+		daily, err := store.Apply(ctx, core.Request{Key: key, Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "daily"), Limit: core.PerDay(10)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestBatchOfEachOpOneCall(t *testing.T) {
 	for name, store := range stores {
 		ctx := context.Background()
 		req := func(alg core.Algorithm, limit core.Limit, op core.Op, cost int64, at time.Duration) core.Request {
-			r := core.Request{Key: "u1", Algorithm: alg, Limit: limit, Cost: cost, Op: op, Now: t0.Add(at)}
+			r := core.Request{Key: "u1", Cost: cost, Op: op, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: t0.Add(at)}}
 			if op == core.OpReserve {
 				r.MaxWait = time.Second
 			}
@@ -163,11 +163,11 @@ func TestBatchOfEachOpOneCall(t *testing.T) {
 			{"peeks after the refunds", []core.Request{req(fast, fastL, core.OpPeek, 1, 0), req(slow, slowL, core.OpPeek, 1, 0)},
 				func(out []core.Decision) bool { return !out[0].Allowed && !out[1].Allowed }},
 			{"a lease and a rate", []core.Request{
-				{Key: "u1", Algorithm: slots, Limit: core.Per(1, time.Minute), Cost: 1, Lease: 7, Now: t0},
+				{Key: "u1", Cost: 1, Lease: 7, Terms: &core.Terms{Algorithm: slots, Limit: core.Per(1, time.Minute), Now: t0}},
 				req(fast, fastL, core.OpCharge, 1, time.Second)},
 				func(out []core.Decision) bool { return out[0].Allowed && out[0].Remaining == 0 && out[1].Allowed }},
 			{"another lease", []core.Request{
-				{Key: "u1", Algorithm: slots, Limit: core.Per(1, time.Minute), Cost: 1, Lease: 8, Now: t0},
+				{Key: "u1", Cost: 1, Lease: 8, Terms: &core.Terms{Algorithm: slots, Limit: core.Per(1, time.Minute), Now: t0}},
 				req(fast, fastL, core.OpCharge, 1, 2*time.Second)},
 				func(out []core.Decision) bool { return !out[0].Allowed && out[1].Allowed }},
 		} {

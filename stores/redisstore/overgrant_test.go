@@ -187,7 +187,7 @@ func TestNoOvergrantGoroutines(t *testing.T) {
 			// A prefix of the run's own (the server is shared), without
 			// braces, and a fresh store for memstore.
 			r.store = s.new(t, prefixFor(t)+r.name+":")
-			r.req = core.Request{Key: "hot", Algorithm: alg, Limit: limit, Cost: 1}
+			r.req = core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit}}
 			// Open a connection and load the script before the start,
 			// without charging anything.
 			peek := r.req
@@ -396,7 +396,7 @@ func overgrantWorker(t *testing.T, kind string) {
 	default:
 		fail("unknown store %q", kind)
 	}
-	req := core.Request{Key: "hot", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(procRate).WithBurst(procRate), Cost: 1}
+	req := core.Request{Key: "hot", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(procRate).WithBurst(procRate)}}
 	// Connect and load the script before the start, without charging.
 	peek := req
 	peek.Op = core.OpPeek

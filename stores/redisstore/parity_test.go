@@ -109,7 +109,7 @@ func (w *walk) step() (core.Request, core.Decision) {
 	default:
 		cost = rng.Int64N(min(capacity, 3)) + 1
 	}
-	req := core.Request{Key: w.key, Algorithm: alg, Limit: limit, Cost: cost, Now: time.UnixMicro(w.now)}
+	req := core.Request{Key: w.key, Cost: cost, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: time.UnixMicro(w.now)}}
 	switch rng.IntN(9) {
 	case 0:
 		req.Op = core.OpPeek
@@ -417,12 +417,12 @@ func TestParityDeepDebt(t *testing.T) {
 	key := fmt.Sprintf("d%x", rand.Uint64())
 	t0 := parityStart
 	steps := []core.Request{
-		{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), Cost: 200_000_000, Op: core.OpReserve, MaxWait: 1000 * time.Second},
-		{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), Cost: 200_000_000, Op: core.OpReserve, MaxWait: 1000 * time.Second},
-		{Limit: core.PerDay(1), Cost: 1, Now: time.UnixMicro(t0 + 1)},
-		{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), Cost: 4, Op: core.OpReserve, MaxWait: math.MaxInt64},
-		{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), Cost: 4, Op: core.OpReserve, MaxWait: math.MaxInt64},
-		{Limit: core.PerSecond(3), Cost: 1},
+		{Cost: 200_000_000, Op: core.OpReserve, Terms: &core.Terms{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), MaxWait: 1000 * time.Second}},
+		{Cost: 200_000_000, Op: core.OpReserve, Terms: &core.Terms{Limit: core.Per(1_000_000, time.Second).WithBurst(200_000_000), MaxWait: 1000 * time.Second}},
+		{Cost: 1, Terms: &core.Terms{Limit: core.PerDay(1), Now: time.UnixMicro(t0 + 1)}},
+		{Cost: 4, Op: core.OpReserve, Terms: &core.Terms{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), MaxWait: math.MaxInt64}},
+		{Cost: 4, Op: core.OpReserve, Terms: &core.Terms{Limit: core.Per(1, core.MaxPeriod).WithBurst(4), MaxWait: math.MaxInt64}},
+		{Cost: 1, Terms: &core.Terms{Limit: core.PerSecond(3)}},
 	}
 	for i, req := range steps {
 		req.Key, req.Algorithm = key, algorithms.TokenBucket
@@ -464,7 +464,7 @@ func TestParityConcurrency(t *testing.T) {
 			limit = limits[rng.IntN(len(limits))]
 		}
 		now += rng.Int64N(limit.PeriodMicros() / 2)
-		req := core.Request{Key: key, Algorithm: algorithms.Concurrency, Limit: limit, Cost: rng.Int64N(3), Lease: rng.Int64N(6), Now: time.UnixMicro(now)}
+		req := core.Request{Key: key, Cost: rng.Int64N(3), Lease: rng.Int64N(6), Terms: &core.Terms{Algorithm: algorithms.Concurrency, Limit: limit, Now: time.UnixMicro(now)}}
 		if rng.IntN(3) == 0 {
 			req.Lease = 0 // anonymous slots, released latest first
 		}

@@ -40,7 +40,7 @@ func TestPipelineAbandonedNotSent(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
 	store := newStore(t, client)
-	req := core.Request{Key: "abandoned", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1000), Cost: 1}
+	req := core.Request{Key: "abandoned", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1000)}}
 	peek := req
 	peek.Op, peek.Cost = core.OpPeek, 0 // remaining, with nothing taken
 	// Load the script and open connections.

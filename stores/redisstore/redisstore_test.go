@@ -39,7 +39,7 @@ func TestPipelineCallerContext(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
 	store := newStore(t, client)
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1)}}
 	if _, err := store.Apply(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}

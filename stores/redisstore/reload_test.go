@@ -30,7 +30,7 @@ func TestClusterReloadsAfterFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	req := core.Request{Key: "user:1", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+	req := core.Request{Key: "user:1", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}}
 	if _, err := store.Apply(ctx, req); err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestTTLCoversState(t *testing.T) {
 	// about every tenth charge.
 	limit := core.PerSecond(10).WithBurst(1000)
 	req := func(key string) core.Request {
-		return core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+		return core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 	}
 	var first, last [2]int64 // each key's state's end, first and last
 	// The longest a decision took: a script sets a key's TTL from the

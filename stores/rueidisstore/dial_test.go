@@ -55,7 +55,7 @@ func TestDial(t *testing.T) {
 			// 30 keys: a Cluster's every master, all but surely.
 			for i := range 30 {
 				key := "dial-" + strconv.Itoa(i)
-				d, err := store.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1), Cost: 1})
+				d, err := store.Apply(context.Background(), core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1)}})
 				if err != nil || !d.Allowed {
 					t.Fatalf("Apply(%q) through a client that dials with Dial = %+v, %v; want admitted", key, d, err)
 				}

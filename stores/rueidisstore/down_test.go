@@ -45,7 +45,7 @@ func TestDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rueidisstore.New while Redis is down: %v", err)
 	}
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(3)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := store.Apply(ctx, req); err == nil || !policy.IsStoreFailure(err) {

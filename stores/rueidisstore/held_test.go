@@ -48,7 +48,7 @@ func TestCallerLeavesAStuckDial(t *testing.T) {
 	store := newStore(t, client)
 	t.Cleanup(func() { store.Close() })
 	t.Cleanup(func() { close(release) }) // first: the store's call returns
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000)}}
 	if _, err := store.Apply(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}

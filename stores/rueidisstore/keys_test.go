@@ -32,7 +32,7 @@ func TestBracesCannotPickASlot(t *testing.T) {
 		slot := redistest.Slot(redisengine.Key(prefix, key, algorithms.GCRA.Name()))
 		slots[slot] = true
 		binned[slot*bins/16384]++
-		_, err := store.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: core.PerMinute(1), Cost: 1})
+		_, err := store.Apply(context.Background(), core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerMinute(1)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 			for k := range 20 {
 				key := fmt.Sprintf("k%d-%d", i, k)
 				for cost := range int64(4) {
-					if _, err := store.Apply(context.Background(), core.Request{Key: key, Algorithm: alg, Limit: l, Cost: cost}); err != nil {
+					if _, err := store.Apply(context.Background(), core.Request{Key: key, Cost: cost, Terms: &core.Terms{Algorithm: alg, Limit: l}}); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -80,7 +80,7 @@ func batch(rules []batchRule, op core.Op, cost int64, at time.Time, which ...int
 	reqs := make([]core.Request, 0, len(which))
 	for _, i := range which {
 		r := rules[i]
-		reqs = append(reqs, core.Request{Key: r.key, Algorithm: r.alg, Limit: r.limit, Cost: cost, Now: at, Op: op})
+		reqs = append(reqs, core.Request{Key: r.key, Cost: cost, Op: op, Terms: &core.Terms{Algorithm: r.alg, Limit: r.limit, Now: at}})
 	}
 	return reqs
 }
@@ -148,7 +148,7 @@ func testBatchDenied(t *testing.T, s core.Store) {
 			ref := make(reference)
 			window, bucket := rules[0], rules[1]
 			req := func(r batchRule, op core.Op, cost int64, at time.Duration) core.Request {
-				return core.Request{Key: r.key, Algorithm: r.alg, Limit: r.limit, Cost: cost, Now: T0.Add(at), Op: op}
+				return core.Request{Key: r.key, Cost: cost, Op: op, Terms: &core.Terms{Algorithm: r.alg, Limit: r.limit, Now: T0.Add(at)}}
 			}
 			applyOne(t, s, ref, req(window, core.OpCharge, 2, 0), "the window's charge of 2 at T0")
 			applyOne(t, s, ref, req(bucket, core.OpCharge, 1, 0), "the bucket's charge of 1 at T0")
@@ -180,7 +180,7 @@ func testBatchPeek(t *testing.T, s core.Store) {
 			ref := make(reference)
 			// Leave each rule 4, 3, 2, 1, 0 and 1 of 5.
 			for i, r := range rules {
-				req := core.Request{Key: r.key, Algorithm: r.alg, Limit: r.limit, Cost: []int64{1, 2, 3, 4, 5, 4}[i], Now: T0}
+				req := core.Request{Key: r.key, Cost: []int64{1, 2, 3, 4, 5, 4}[i], Terms: &core.Terms{Algorithm: r.alg, Limit: r.limit, Now: T0}}
 				if d := applyOne(t, s, ref, req, fmt.Sprintf("charge of rule %d", i)); !d.Allowed {
 					t.Fatalf("charge of rule %d at T0 = %+v, want allowed", i, d)
 				}
@@ -204,7 +204,7 @@ func testBatchPeek(t *testing.T, s core.Store) {
 			// Nothing was charged: each rule takes exactly what it had left.
 			for i, left := range []int64{4, 3, 2, 1, 0, 1} {
 				r := rules[i]
-				req := core.Request{Key: r.key, Algorithm: r.alg, Limit: r.limit, Cost: left, Now: T0.Add(400 * ms)}
+				req := core.Request{Key: r.key, Cost: left, Terms: &core.Terms{Algorithm: r.alg, Limit: r.limit, Now: T0.Add(400 * ms)}}
 				if d := applyOne(t, s, ref, req, fmt.Sprintf("rule %d after the peeks", i)); !d.Allowed || d.Remaining != 0 {
 					t.Fatalf("rule %d: charge of the %d left after the peeks = %+v, want allowed with 0 remaining: a peek charged", i, left, d)
 				}
@@ -259,6 +259,7 @@ func testBatchReserveOf(t *testing.T, s core.Store, alg core.Algorithm, fast, sl
 				}
 				reqs := batch(rules, op, st.cost, T0.Add(st.at))
 				for j := range reqs {
+					reqs[j] = reqs[j].Clone()
 					reqs[j].MaxWait = st.wait
 				}
 				what := fmt.Sprintf("step %d: %v of %d at T0+%v within %v", i, op, st.cost, st.at, st.wait)
@@ -295,6 +296,7 @@ func testBatchReserveOf(t *testing.T, s core.Store, alg core.Algorithm, fast, sl
 				}
 				reqs := batch(rules, op, cost, now)
 				for j := range reqs {
+					reqs[j] = reqs[j].Clone()
 					reqs[j].MaxWait = wait
 				}
 				got := applyBatch(t, s, ref, reqs, fmt.Sprintf("seed %d, batch %d (%v within %v)", seed, i, op, wait))
@@ -318,13 +320,13 @@ func testBatchReserveOf(t *testing.T, s core.Store, alg core.Algorithm, fast, sl
 // batch before anything is charged.
 func testBatchReserveUnsupported(t *testing.T, s core.Store) {
 	key := newKey(t)
-	bucket := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: T0, Op: core.OpReserve, MaxWait: time.Second}
-	window := bucket
+	bucket := core.Request{Key: key, Cost: 1, Op: core.OpReserve, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Now: T0, MaxWait: time.Second}}
+	window := bucket.Clone()
 	window.Algorithm = algorithms.FixedWindow
 	if err := s.ApplyAll(context.Background(), []core.Request{bucket, window}, make([]core.Decision, 2)); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("a batch reserving under the fixed window: err = %v, want %v", err, core.ErrUnsupported)
 	}
-	bucket.Op, bucket.MaxWait = core.OpCharge, 0
+	bucket = bucket.As(core.OpCharge)
 	if d, err := s.Apply(context.Background(), bucket); err != nil || !d.Allowed {
 		t.Errorf("charge after the refused batch = %+v, %v; want allowed: the refused batch charged", d, err)
 	}
@@ -432,8 +434,8 @@ func testBatchLeases(t *testing.T, s core.Store) {
 func testBatchBadInput(t *testing.T, s core.Store) {
 	ctx := context.Background()
 	key := newKey(t)
-	a := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: T0}
-	b := a
+	a := core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Now: T0}}
+	b := a.Clone()
 	b.Algorithm = algorithms.GCRA
 	for _, tc := range []struct {
 		name string
@@ -447,8 +449,9 @@ func testBatchBadInput(t *testing.T, s core.Store) {
 		{"two operations", []core.Request{a, func() core.Request { r := b; r.Op = core.OpPeek; return r }()}, 2, core.ErrInvalidRequest},
 		{"one key and algorithm twice", []core.Request{a, a}, 2, core.ErrInvalidRequest},
 		{"an empty key", []core.Request{a, func() core.Request { r := b; r.Key = ""; return r }()}, 2, core.ErrInvalidKey},
+		{"no terms", []core.Request{a, func() core.Request { r := b; r.Terms = nil; return r }()}, 2, core.ErrNoAlgorithm},
 		{"a negative cost", []core.Request{a, func() core.Request { r := b; r.Cost = -1; return r }()}, 2, core.ErrInvalidCost},
-		{"MaxWait on a charge", []core.Request{a, func() core.Request { r := b; r.MaxWait = time.Second; return r }()}, 2, core.ErrInvalidRequest},
+		{"MaxWait on a charge", []core.Request{a, func() core.Request { r := b.Clone(); r.MaxWait = time.Second; return r }()}, 2, core.ErrInvalidRequest},
 	} {
 		out := make([]core.Decision, tc.out)
 		if err := s.ApplyAll(ctx, tc.reqs, out); !errors.Is(err, tc.want) {

@@ -271,7 +271,7 @@ func (f *Faulty) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 
 // Reset records the call, applies the faults and forwards it.
 func (f *Faulty) Reset(ctx context.Context, key string, alg core.Algorithm) error {
-	i := f.record("Reset", []core.Request{{Key: key, Algorithm: alg}})
+	i := f.record("Reset", []core.Request{{Key: key, Terms: &core.Terms{Algorithm: alg}}})
 	if err := f.pass(ctx); err != nil {
 		f.done(i, false, nil, err)
 		return err

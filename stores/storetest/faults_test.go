@@ -46,10 +46,10 @@ func reached(c *storetest.Counter) int64 {
 }
 
 var (
-	tb    = core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10), Cost: 1}
+	tb    = core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(10)}}
 	batch = []core.Request{
-		{Key: "alice", Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerHour(10), Cost: 1},
-		{Key: "all", Algorithm: core.Named(algorithms.GCRA, "global"), Limit: core.PerHour(100), Cost: 1},
+		{Key: "alice", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.TokenBucket, "user"), Limit: core.PerHour(10)}},
+		{Key: "all", Cost: 1, Terms: &core.Terms{Algorithm: core.Named(algorithms.GCRA, "global"), Limit: core.PerHour(100)}},
 	}
 )
 
@@ -439,7 +439,7 @@ func TestFaultyConcurrentSafe(t *testing.T) {
 func TestFaultyArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}}
 	if _, err := storetest.NewFaulty(nil).Apply(ctx, req); !errors.Is(err, core.ErrNoStore) {
 		t.Errorf("NewFaulty(nil).Apply: %v, want core.ErrNoStore", err)
 	}

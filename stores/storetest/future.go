@@ -19,11 +19,11 @@ import (
 // the charge, and one that leases waits for a whole batch.
 func testFutureState(t *testing.T, s core.Store, alg core.Algorithm) {
 	ctx := context.Background()
-	req := core.Request{Key: newKey(t), Algorithm: alg, Limit: core.PerSecond(5), Cost: 1}
+	req := core.Request{Key: newKey(t), Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(5)}}
 	ahead := time.Now().Add(10 * time.Second).Truncate(time.Microsecond)
 	charged := 0
 	for {
-		r := req
+		r := req.Clone()
 		r.Now = ahead
 		d, err := s.Apply(ctx, r)
 		if err != nil {

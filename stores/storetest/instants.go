@@ -190,11 +190,11 @@ func testInstantsCommon(t *testing.T, s core.Store) {
 		{"AllowAtMost of 0", func() error { _, err := lim.At(T0).AllowAtMost(ctx, key, 0); return err }, core.ErrInvalidCost},
 		{"AllowAtMost of -3", func() error { _, err := lim.At(T0).AllowAtMost(ctx, key, -3); return err }, core.ErrInvalidCost},
 		{"at-most request of 0", func() error {
-			_, err := s.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Op: core.OpAtMost, Now: T0})
+			_, err := s.Apply(ctx, core.Request{Key: key, Op: core.OpAtMost, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(1), Now: T0}})
 			return err
 		}, core.ErrInvalidCost},
 		{"at-most request of a concurrency limit", func() error {
-			_, err := s.Apply(ctx, core.Request{Key: key, Algorithm: algorithms.Concurrency, Limit: core.PerSecond(1), Cost: 1, Op: core.OpAtMost, Now: T0})
+			_, err := s.Apply(ctx, core.Request{Key: key, Cost: 1, Op: core.OpAtMost, Terms: &core.Terms{Algorithm: algorithms.Concurrency, Limit: core.PerSecond(1), Now: T0}})
 			return err
 		}, core.ErrUnsupported},
 		{"Wait at an instant", func() error { _, err := lim.At(T0).Wait(ctx, key); return err }, core.ErrInvalidRequest},

@@ -24,7 +24,7 @@ const skew = 10 * time.Second
 func testSkewedClocks(t *testing.T, s core.Store, alg core.Algorithm) {
 	ctx := context.Background()
 	const rate = 10 // a second, and the burst
-	req := core.Request{Key: newKey(t), Algorithm: alg, Limit: core.PerSecond(rate), Cost: 1}
+	req := core.Request{Key: newKey(t), Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(rate)}}
 	const turns = 500
 	step := time.Millisecond
 	fast := time.Now().Truncate(time.Microsecond)
@@ -32,7 +32,7 @@ func testSkewedClocks(t *testing.T, s core.Store, alg core.Algorithm) {
 	admitted := [2]int64{} // by the fast caller, by the slow one
 	for i := range turns {
 		for c, start := range []time.Time{fast, slow} {
-			r := req
+			r := req.Clone()
 			r.Now = start.Add(time.Duration(i) * step)
 			d, err := s.Apply(ctx, r)
 			if err != nil {

@@ -31,7 +31,7 @@ var T0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 // second Close is harmless and that every method fails with
 // [core.ErrClosed] after the first.
 //
-// The suite decides at explicit instants ([core.Request.Now]) wherever it
+// The suite decides at explicit instants ([core.Terms.Now]) wherever it
 // checks exact numbers, so it suits stores whose own clock is elsewhere,
 // such as a Redis server. It assumes only that a store keeps a key's state
 // for at least the algorithm's horizon after its last charge, measured on
@@ -201,7 +201,7 @@ func testSteps(t *testing.T, s core.Store, alg core.Algorithm) {
 	}
 	key := newKey(t)
 	for i, st := range table.steps {
-		req := core.Request{Key: key, Algorithm: alg, Limit: table.limit, Cost: st.cost, Now: T0.Add(st.at)}
+		req := core.Request{Key: key, Cost: st.cost, Terms: &core.Terms{Algorithm: alg, Limit: table.limit, Now: T0.Add(st.at)}}
 		d, err := s.Apply(context.Background(), req)
 		if err != nil {
 			t.Fatalf("step %d: AllowN(T0+%v, %d): %v", i, st.at, st.cost, err)
@@ -237,11 +237,9 @@ func testTrace(t *testing.T, s core.Store, alg core.Algorithm) {
 			now = now.Add(time.Duration(rng.Int64N(int64(limit.Period())/limit.Rate()*2+1)) / us * us)
 		}
 		req := core.Request{
-			Key:       keys[rng.IntN(len(keys))],
-			Algorithm: alg,
-			Limit:     limit,
-			Cost:      rng.Int64N(limit.Burst()*3/2 + 2),
-			Now:       now,
+			Key:   keys[rng.IntN(len(keys))],
+			Cost:  rng.Int64N(limit.Burst()*3/2 + 2),
+			Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: now},
 		}
 		if alg.Name() == "fixed-window" || strings.HasPrefix(alg.Name(), "sliding") {
 			req.Cost = rng.Int64N(limit.Rate()*3/2 + 2)
@@ -334,7 +332,7 @@ func testConcurrentSafe(t *testing.T, s core.Store, alg core.Algorithm) {
 			defer wg.Done()
 			for range each {
 				k := g % 2
-				d, err := s.Apply(context.Background(), core.Request{Key: keys[k], Algorithm: alg, Limit: limit, Cost: 1, Now: T0})
+				d, err := s.Apply(context.Background(), core.Request{Key: keys[k], Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: T0}})
 				if err != nil {
 					errs <- err
 					return
@@ -364,7 +362,7 @@ func testPeek(t *testing.T, s core.Store, alg core.Algorithm) {
 	key := newKey(t)
 	limit := core.PerSecond(4)
 	for i, at := range []time.Duration{0, 0, 0, 0, 0, 100 * time.Millisecond, 1500 * time.Millisecond} {
-		req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Now: T0.Add(at), Op: core.OpPeek}
+		req := core.Request{Key: key, Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: T0.Add(at)}}
 		var first core.Decision
 		for j := range 3 {
 			d, err := s.Apply(ctx, req)
@@ -403,7 +401,7 @@ func testUnsatisfiable(t *testing.T, s core.Store, alg core.Algorithm) {
 	ctx := context.Background()
 	key := newKey(t)
 	limit := core.PerMinute(5)
-	req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 2, Now: T0}
+	req := core.Request{Key: key, Cost: 2, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: T0}}
 	if d, err := s.Apply(ctx, req); err != nil || !d.Allowed {
 		t.Fatalf("AllowN(T0, 2) = %+v, %v; want allowed", d, err)
 	}
@@ -431,7 +429,7 @@ func testOwnClock(t *testing.T, s core.Store, alg core.Algorithm) {
 	key := newKey(t)
 	limit := core.PerDay(5)
 	for i := range 5 {
-		d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1})
+		d, err := s.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +437,7 @@ func testOwnClock(t *testing.T, s core.Store, alg core.Algorithm) {
 			t.Fatalf("request %d on the store's clock = %+v; want allowed, remaining %d, reset within %v", i, d, 4-i, alg.Horizon(limit))
 		}
 	}
-	d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1})
+	d, err := s.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,10 +452,10 @@ func testOwnClock(t *testing.T, s core.Store, alg core.Algorithm) {
 	limit = core.Every(20 * time.Millisecond)
 	for attempt := 1; ; attempt++ {
 		key = newKey(t)
-		if d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1}); err != nil || !d.Allowed {
+		if d, err := s.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit}}); err != nil || !d.Allowed {
 			t.Fatalf("first request every 20ms = %+v, %v; want allowed", d, err)
 		}
-		d, err = s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1})
+		d, err = s.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit}})
 		if err == nil && d.Allowed && attempt < 5 {
 			continue
 		}
@@ -467,7 +465,7 @@ func testOwnClock(t *testing.T, s core.Store, alg core.Algorithm) {
 		break
 	}
 	time.Sleep(d.RetryAfter + 5*time.Millisecond)
-	if d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1}); err != nil || !d.Allowed {
+	if d, err := s.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit}}); err != nil || !d.Allowed {
 		t.Fatalf("a request after the wait it was told = %+v, %v; want allowed: the store's clock does not move", d, err)
 	}
 }
@@ -483,7 +481,7 @@ func testKeys(t *testing.T, s core.Store) {
 	for _, alg := range []core.Algorithm{algorithms.TokenBucket, algorithms.FixedWindow} {
 		for _, key := range keys {
 			for i, want := range []bool{true, true, false} {
-				d, err := s.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Now: T0})
+				d, err := s.Apply(ctx, core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: T0}})
 				if err != nil {
 					t.Fatalf("%s: key %q: %v", alg.Name(), key, err)
 				}
@@ -500,7 +498,7 @@ func testKeys(t *testing.T, s core.Store) {
 func testBadInput(t *testing.T, s core.Store) {
 	ctx := context.Background()
 	key := newKey(t)
-	ok := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: T0}
+	ok := core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Now: T0}}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*core.Request)
@@ -508,6 +506,7 @@ func testBadInput(t *testing.T, s core.Store) {
 	}{
 		{"empty key", func(r *core.Request) { r.Key = "" }, core.ErrInvalidKey},
 		{"long key", func(r *core.Request) { r.Key = strings.Repeat("k", core.MaxKeyLen+1) }, core.ErrInvalidKey},
+		{"no terms", func(r *core.Request) { r.Terms = nil }, core.ErrNoAlgorithm},
 		{"no algorithm", func(r *core.Request) { r.Algorithm = nil }, core.ErrNoAlgorithm},
 		{"negative cost", func(r *core.Request) { r.Cost = -1 }, core.ErrInvalidCost},
 		{"zero limit", func(r *core.Request) { r.Limit = core.Limit{} }, core.ErrInvalidLimit},
@@ -522,7 +521,7 @@ func testBadInput(t *testing.T, s core.Store) {
 		{"after 2112", func(r *core.Request) { r.Now = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC) }, core.ErrInvalidTime},
 		{"beyond int64 microseconds", func(r *core.Request) { r.Now = time.Unix(1<<62, 0) }, core.ErrInvalidTime},
 	} {
-		req := ok
+		req := ok.Clone()
 		tc.mutate(&req)
 		d, err := s.Apply(ctx, req)
 		if !errors.Is(err, tc.want) {
@@ -542,7 +541,7 @@ func testBadInput(t *testing.T, s core.Store) {
 func testInf(t *testing.T, s core.Store) {
 	key := newKey(t)
 	for _, op := range []core.Op{core.OpCharge, core.OpCharge, core.OpPeek, core.OpAtMost} {
-		d, err := s.Apply(context.Background(), core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: core.Inf, Cost: 1 << 40, Now: T0, Op: op})
+		d, err := s.Apply(context.Background(), core.Request{Key: key, Cost: 1 << 40, Op: op, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.Inf, Now: T0}})
 		want := core.Unlimited()
 		want.At = T0
 		if op == core.OpAtMost {
@@ -561,7 +560,7 @@ func testReset(t *testing.T, s core.Store) {
 		t.Fatalf("Reset of an unknown key: %v", err)
 	}
 	for _, alg := range algorithms.All() {
-		req := core.Request{Key: key, Algorithm: alg, Limit: core.PerHour(3), Cost: 3, Now: T0}
+		req := core.Request{Key: key, Cost: 3, Terms: &core.Terms{Algorithm: alg, Limit: core.PerHour(3), Now: T0}}
 		for i, want := range []bool{true, false} {
 			if d, err := s.Apply(ctx, req); err != nil || d.Allowed != want {
 				t.Fatalf("%s: request %d = %+v, %v; want allowed %v", alg.Name(), i, d, err, want)
@@ -575,7 +574,7 @@ func testReset(t *testing.T, s core.Store) {
 		}
 	}
 	// Reset forgets one key under one algorithm, nothing else.
-	other := core.Request{Key: key + ":other", Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Cost: 1, Now: T0}
+	other := core.Request{Key: key + ":other", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerHour(1), Now: T0}}
 	if d, err := s.Apply(ctx, other); err != nil || !d.Allowed {
 		t.Fatalf("another key = %+v, %v; want allowed", d, err)
 	}
@@ -585,7 +584,7 @@ func testReset(t *testing.T, s core.Store) {
 	if d, err := s.Apply(ctx, other); err != nil || d.Allowed {
 		t.Fatalf("another key after Reset(%q) = %+v, %v; want denied: Reset forgot more than its key", key, d, err)
 	}
-	same := core.Request{Key: key, Algorithm: algorithms.GCRA, Limit: core.PerHour(3), Cost: 3, Now: T0}
+	same := core.Request{Key: key, Cost: 3, Terms: &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerHour(3), Now: T0}}
 	if d, err := s.Apply(ctx, same); err != nil || d.Allowed {
 		t.Fatalf("the key under gcra after Reset under token-bucket = %+v, %v; want denied: Reset forgot another algorithm's state", d, err)
 	}
@@ -599,7 +598,7 @@ func testReset(t *testing.T, s core.Store) {
 
 func testClose(t *testing.T, s core.Store) {
 	ctx := context.Background()
-	req := core.Request{Key: newKey(t), Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Cost: 1, Now: T0}
+	req := core.Request{Key: newKey(t), Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerMinute(1), Now: T0}}
 	if _, err := s.Apply(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -615,7 +614,7 @@ func testClose(t *testing.T, s core.Store) {
 	if err := s.Reset(ctx, req.Key, req.Algorithm); !errors.Is(err, core.ErrClosed) {
 		t.Errorf("Reset after Close: err = %v, want %v", err, core.ErrClosed)
 	}
-	other := req
+	other := req.Clone()
 	other.Algorithm = algorithms.GCRA
 	if err := s.ApplyAll(ctx, []core.Request{req, other}, make([]core.Decision, 2)); !errors.Is(err, core.ErrClosed) {
 		t.Errorf("ApplyAll after Close: err = %v, want %v", err, core.ErrClosed)
@@ -644,7 +643,7 @@ func testRefund(t *testing.T, s core.Store, alg core.Algorithm) {
 	for i := 0; i < n; i++ {
 		now = now.Add(time.Duration(rng.Int64N(int64(limit.Period())/limit.Rate()*2+1)) / us * us)
 		if rng.IntN(3) == 0 {
-			extra := core.Request{Key: twin, Algorithm: alg, Limit: limit, Cost: rng.Int64N(capacity) + 1, Now: now}
+			extra := core.Request{Key: twin, Cost: rng.Int64N(capacity) + 1, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: now}}
 			d, err := s.Apply(ctx, extra)
 			if err != nil {
 				t.Fatalf("seed %d, op %d: %+v: %v", seed, i, extra, err)
@@ -657,7 +656,7 @@ func testRefund(t *testing.T, s core.Store, alg core.Algorithm) {
 				refunded++
 			}
 		}
-		req := core.Request{Algorithm: alg, Limit: limit, Cost: rng.Int64N(capacity+1) + 1, Now: now}
+		req := core.Request{Cost: rng.Int64N(capacity+1) + 1, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: now}}
 		if rng.IntN(5) == 0 {
 			req.Op = core.OpPeek
 		}
@@ -681,8 +680,8 @@ func testRefund(t *testing.T, s core.Store, alg core.Algorithm) {
 	}
 }
 
-// testReserve checks reservations (core.Request.MaxWait) and their queue
-// bound (core.Request.MaxQueue) under every algorithm that makes them,
+// testReserve checks reservations (core.Terms.MaxWait) and their queue
+// bound (core.Terms.MaxQueue) under every algorithm that makes them,
 // the token bucket and GCRA alike, and that the others refuse them.
 func testReserve(t *testing.T, s core.Store) {
 	ctx := context.Background()
@@ -692,7 +691,7 @@ func testReserve(t *testing.T, s core.Store) {
 			reservers = append(reservers, alg)
 			continue
 		}
-		req := core.Request{Key: newKey(t), Algorithm: alg, Limit: core.PerSecond(1), Cost: 1, Op: core.OpReserve, MaxWait: time.Second, Now: T0}
+		req := core.Request{Key: newKey(t), Cost: 1, Op: core.OpReserve, Terms: &core.Terms{Algorithm: alg, Limit: core.PerSecond(1), MaxWait: time.Second, Now: T0}}
 		if _, err := s.Apply(ctx, req); !errors.Is(err, core.ErrUnsupported) {
 			t.Errorf("%s: a reservation = %v, want ErrUnsupported", alg.Name(), err)
 		}
@@ -729,7 +728,7 @@ func testReserve(t *testing.T, s core.Store) {
 			{300 * ms, 2, 0, 0, false, false, 0, 100 * ms},
 			{300 * ms, 1, 0, 0, false, true, 0, 0},
 		} {
-			req := core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: st.cost, Now: T0.Add(st.at)}
+			req := core.Request{Key: key, Cost: st.cost, Terms: &core.Terms{Algorithm: alg, Limit: limit, Now: T0.Add(st.at)}}
 			switch {
 			case st.refund:
 				req.Op = core.OpRefund
@@ -806,12 +805,10 @@ func testMulti(t *testing.T, s core.Store, refunds bool) {
 		for i := range rules[:2+rng.IntN(2)] {
 			r := rules[i]
 			reqs = append(reqs, core.Request{
-				Key:       r.keys[rng.IntN(2)],
-				Algorithm: r.alg,
-				Limit:     r.limit,
-				Cost:      rng.Int64N(min(capacityOf(r.alg, r.limit), 3)) + 1,
-				Now:       now,
-				Op:        op,
+				Key:   r.keys[rng.IntN(2)],
+				Cost:  rng.Int64N(min(capacityOf(r.alg, r.limit), 3)) + 1,
+				Op:    op,
+				Terms: &core.Terms{Algorithm: r.alg, Limit: r.limit, Now: now},
 			})
 		}
 		if rng.IntN(20) == 0 && op != core.OpAtMost {
@@ -897,8 +894,8 @@ func testMultiConcurrentSafe(t *testing.T, s core.Store, exact bool) {
 			for range each {
 				k := g % 2
 				reqs := []core.Request{
-					{Key: users[k], Algorithm: user, Limit: core.PerMinute(100), Cost: 1, Now: T0},
-					{Key: all, Algorithm: shared, Limit: core.PerMinute(150), Cost: 1, Now: T0},
+					{Key: users[k], Cost: 1, Terms: &core.Terms{Algorithm: user, Limit: core.PerMinute(100), Now: T0}},
+					{Key: all, Cost: 1, Terms: &core.Terms{Algorithm: shared, Limit: core.PerMinute(150), Now: T0}},
 				}
 				out := make([]core.Decision, 2)
 				if err := s.ApplyAll(context.Background(), reqs, out); err != nil {
@@ -926,7 +923,7 @@ func testMultiConcurrentSafe(t *testing.T, s core.Store, exact bool) {
 	}
 	// The rules' states agree with the admissions: nothing denied stayed
 	// charged.
-	d, err := s.Apply(context.Background(), core.Request{Key: all, Algorithm: shared, Limit: core.PerMinute(150), Cost: 1, Now: T0, Op: core.OpPeek})
+	d, err := s.Apply(context.Background(), core.Request{Key: all, Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: shared, Limit: core.PerMinute(150), Now: T0}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -967,7 +964,7 @@ func testLeases(t *testing.T, s core.Store) {
 		{16 * sec, 0, 1, true, true, 1, 0},  // release an anonymous slot
 		{30 * sec, 5, 2, false, true, 0, 0}, // everything abandoned has expired
 	} {
-		req := core.Request{Key: key, Algorithm: algorithms.Concurrency, Limit: limit, Cost: st.cost, Lease: st.lease, Now: T0.Add(st.at)}
+		req := core.Request{Key: key, Cost: st.cost, Lease: st.lease, Terms: &core.Terms{Algorithm: algorithms.Concurrency, Limit: limit, Now: T0.Add(st.at)}}
 		if st.release {
 			req.Op = core.OpRefund
 		}

@@ -139,6 +139,7 @@ func breakStore(broken string, inner *memstore.Store) core.Store {
 		})
 	case "ignores-now":
 		return apply(func(ctx context.Context, req core.Request) (core.Decision, error) {
+			req = req.Clone()
 			req.Now = time.Time{}
 			return inner.Apply(ctx, req)
 		})
@@ -169,7 +170,8 @@ func breakStore(broken string, inner *memstore.Store) core.Store {
 		return &flusher{store: inner}
 	case "frozen-clock":
 		return apply(func(ctx context.Context, req core.Request) (core.Decision, error) {
-			if req.Now.IsZero() {
+			if req.Terms != nil && req.Now.IsZero() {
+				req = req.Clone()
 				req.Now = storetest.T0
 			}
 			return inner.Apply(ctx, req)
@@ -224,7 +226,7 @@ func breakStore(broken string, inner *memstore.Store) core.Store {
 	case "reserves-no-debt":
 		return changeOp(func(r *core.Request) {
 			if r.Op == core.OpReserve {
-				r.Op, r.MaxWait = core.OpCharge, 0
+				*r = r.As(core.OpCharge)
 			}
 		})
 	case "drops-batched-refunds":

@@ -137,7 +137,7 @@ func inspect(ctx context.Context, client redis.UniversalClient, prefix, key stri
 		fmt.Fprintf(tw, "ttl\t%v\n", ttl)
 	}
 	if limit != (core.Limit{}) {
-		d, err := store.Apply(ctx, core.Request{Key: key, Algorithm: alg, Limit: limit, Cost: 1, Op: core.OpPeek})
+		d, err := store.Apply(ctx, core.Request{Key: key, Cost: 1, Op: core.OpPeek, Terms: &core.Terms{Algorithm: alg, Limit: limit}})
 		if err != nil {
 			return err
 		}

@@ -67,7 +67,7 @@ func BenchmarkMultiScript(b *testing.B) {
 				if workload != "hot" {
 					key = "user:" + strconv.Itoa((c*batch+i)*7919%users) // 7919 is prime to 10,000
 				}
-				req := core.Request{Key: key, Algorithm: algorithms.TokenBucket, Limit: limit, Cost: 1}
+				req := core.Request{Key: key, Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: limit}}
 				keys[i] = redisengine.Key("bench:", key, algorithms.TokenBucket.Name())
 				m.Add(string(redisengine.AppendArgs(nil, &req)), alg)
 			}

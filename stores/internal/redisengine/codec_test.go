@@ -89,17 +89,17 @@ func TestAppendArgs(t *testing.T) {
 		req  core.Request
 		want [10]int64
 	}{
-		{core.Request{Limit: l, Cost: 3, Now: now, Op: core.OpPeek}, [10]int64{core.MaxUnits - 1, 3, 1, 1_000_000, 86_400_000_000, 52_000_000_000, 86_400, 1, 0, 0}},
-		{core.Request{Limit: core.PerSecond(3), Cost: core.MaxUnits}, [10]int64{-1, core.MaxUnits, 0, 3, 1_000_000, 3, 1_000_000, 3, 0, 0}},
-		{core.Request{Limit: core.PerSecond(3), Cost: 2, Op: core.OpRefund}, [10]int64{-1, 2, 2, 3, 1_000_000, 3, 1_000_000, 3, 0, 0}},
-		{core.Request{Limit: core.PerSecond(3), Cost: 1, Lease: core.MaxUnits}, [10]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, 0, core.MaxUnits}},
+		{core.Request{Cost: 3, Op: core.OpPeek, Terms: &core.Terms{Limit: l, Now: now}}, [10]int64{core.MaxUnits - 1, 3, 1, 1_000_000, 86_400_000_000, 52_000_000_000, 86_400, 1, 0, 0}},
+		{core.Request{Cost: core.MaxUnits, Terms: &core.Terms{Limit: core.PerSecond(3)}}, [10]int64{-1, core.MaxUnits, 0, 3, 1_000_000, 3, 1_000_000, 3, 0, 0}},
+		{core.Request{Cost: 2, Op: core.OpRefund, Terms: &core.Terms{Limit: core.PerSecond(3)}}, [10]int64{-1, 2, 2, 3, 1_000_000, 3, 1_000_000, 3, 0, 0}},
+		{core.Request{Cost: 1, Lease: core.MaxUnits, Terms: &core.Terms{Limit: core.PerSecond(3)}}, [10]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, 0, core.MaxUnits}},
 		// A reservation's debt is MaxWait × units per µs, at most 2^52
 		// less the capacity.
-		{core.Request{Limit: core.PerSecond(3), Cost: 1, Op: core.OpReserve, MaxWait: 1500 * time.Millisecond}, [10]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, 4_500_000, 0}},
-		{core.Request{Limit: core.PerSecond(3), Cost: 1, Op: core.OpReserve, MaxWait: math.MaxInt64}, [10]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, core.MaxUnits - 3_000_000, 0}},
+		{core.Request{Cost: 1, Op: core.OpReserve, Terms: &core.Terms{Limit: core.PerSecond(3), MaxWait: 1500 * time.Millisecond}}, [10]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, 4_500_000, 0}},
+		{core.Request{Cost: 1, Op: core.OpReserve, Terms: &core.Terms{Limit: core.PerSecond(3), MaxWait: math.MaxInt64}}, [10]int64{-1, 1, 0, 3, 1_000_000, 3, 1_000_000, 3, core.MaxUnits - 3_000_000, 0}},
 		// A partial admission is operation 3, which the prelude decides
 		// in two passes.
-		{core.Request{Limit: core.PerSecond(3), Cost: 7, Op: core.OpAtMost}, [10]int64{-1, 7, 3, 3, 1_000_000, 3, 1_000_000, 3, 0, 0}},
+		{core.Request{Cost: 7, Op: core.OpAtMost, Terms: &core.Terms{Limit: core.PerSecond(3)}}, [10]int64{-1, 7, 3, 3, 1_000_000, 3, 1_000_000, 3, 0, 0}},
 	} {
 		b := AppendArgs([]byte("x"), &tc.req)
 		if len(b) != 1+ArgsLen {
@@ -166,7 +166,7 @@ func TestDecision(t *testing.T) {
 }
 
 func TestScript(t *testing.T) {
-	req := core.Request{Key: "k", Algorithm: plain{algorithms.TokenBucket}, Limit: core.PerSecond(1), Cost: 1}
+	req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: plain{algorithms.TokenBucket}, Limit: core.PerSecond(1)}}
 	if _, err := Script(&req); !errors.Is(err, core.ErrUnsupported) {
 		t.Errorf("Script(an algorithm with no twin) = %v, want ErrUnsupported", err)
 	}

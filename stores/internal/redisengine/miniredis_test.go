@@ -47,7 +47,7 @@ func TestMiniredisFixedClock(t *testing.T) {
 		m.SetTime(t0)
 		s := c.open(t, m.Addr())
 		ctx := context.Background()
-		req := core.Request{Key: "k", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(2), Cost: 1}
+		req := core.Request{Key: "k", Cost: 1, Terms: &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1).WithBurst(2)}}
 		for i, want := range []bool{true, true, false} {
 			d, err := s.Apply(ctx, req)
 			if err != nil {

@@ -344,8 +344,8 @@ func TestInTurnValidatesOnce(t *testing.T) {
 		alg := countingAlg{algorithms.TokenBucket, &n}
 		limit := core.PerSecond(100)
 		reqs := []core.Request{
-			{Key: "in-turn-a", Algorithm: alg, Limit: limit, Cost: 1},
-			{Key: "in-turn-b", Algorithm: alg, Limit: limit, Cost: 1},
+			{Key: "in-turn-a", Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit}},
+			{Key: "in-turn-b", Cost: 1, Terms: &core.Terms{Algorithm: alg, Limit: limit}},
 		}
 		out := make([]core.Decision, len(reqs))
 		if err := s.ApplyAll(context.Background(), reqs, out); err != nil {
