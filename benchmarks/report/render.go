@@ -27,13 +27,19 @@ var (
 )
 
 // The goals of docs/benchmarks.md: CPU time per decision (issue 36's),
-// each a ratio of two contenders' figures in the same round, at 64
-// goroutines on a hot key and on 10,000 users.
+// each a ratio of two contenders' figures in the same round: over Redis
+// at 64 goroutines on a hot key and on 10,000 users; in memory, against
+// the in-memory competitor that took the least CPU per decision.
 const (
 	goalStoreClient = 0.20 // a bare store's client CPU ÷ redis_rate's
 	goalChainClient = 1.10 // a production chain's client CPU ÷ its bare store's
 	goalStoreServer = 0.25 // a bare store's server CPU ÷ redis_rate's
+	goalMemoryCPU   = 1.0  // the leanest competitor's CPU ÷ memstore's, users and random100k at 16, 64 and 256 goroutines
+	goalMemorySolo  = 0.9  // the same, one goroutine on a hot key
 )
+
+// goalMemoryGoroutines are the goroutine counts goalMemoryCPU is held to.
+var goalMemoryGoroutines = []int{16, 64, 256}
 
 // The throughput goals of issue 16, shown for information.
 const (
@@ -97,7 +103,7 @@ func render(s *resultSet, img string) (string, map[string][]byte) {
 // was met.
 func headline(b *strings.Builder, s *resultSet) {
 	b.WriteString("### The headline goals\n\n")
-	b.WriteString("The goals are CPU time per decision, the client's (the benchmark process's, from `getrusage`) and the server's (`INFO cpu`), each a ratio of two contenders' figures in the same round: on a machine whose cores the client and Redis share, decisions a second move with whatever else runs, CPU per decision far less. A goal is met if the median over the rounds meets it. Beside each median, in brackets, is its range: the lowest and the highest of the rounds' own ratios.\n\n")
+	b.WriteString("The goals are CPU time per decision, the client's (the benchmark process's, from `getrusage`) and the server's (`INFO cpu`), and in memory the process's, each a ratio of two contenders' figures in the same round: on a machine whose cores the client and Redis share, decisions a second move with whatever else runs, CPU per decision far less. A goal is met if the median over the rounds meets it. Beside each median, in brackets, is its range: the lowest and the highest of the rounds' own ratios.\n\n")
 	b.WriteString("| goal | measured | met |\n|---|---|---|\n")
 	for _, store := range []string{bm.NameRedisStore, bm.NameRueidisStore} {
 		cpuGoal(b, s, store, bm.NameRedisRate, "client-µs/op", goalStoreClient,
@@ -111,6 +117,8 @@ func headline(b *strings.Builder, s *resultSet) {
 		cpuGoal(b, s, store, bm.NameRedisRate, "server-µs/op", goalStoreServer,
 			fmt.Sprintf("%s's server CPU per decision ≤ %.2f× redis_rate's", store, goalStoreServer))
 	}
+	memoryCPUGoal(b, s, []string{"users", "random100k"}, goalMemoryGoroutines, goalMemoryCPU)
+	memoryCPUGoal(b, s, []string{"hot"}, []int{1}, goalMemorySolo)
 	b.WriteString("\n")
 	b.WriteString("### The throughput goals, for information\n\n")
 	b.WriteString("Issue 16's goals, in decisions a second, kept to show how the figures move; on this shared machine a round's throughput ratio can move by half. Over-grant and the server's ceiling table are measured once, after the rounds; the ceiling for sluice's own script that the rueidisstore goal divides by is measured in each round too, beside the contenders, and each round's share is against its own.\n\n")
@@ -179,6 +187,48 @@ func cpuGoal(b *strings.Builder, s *resultSet, contender, base, unit string, goa
 		parts = append(parts, fmt.Sprintf("%s: %s (%.1f against %.1f µs)", w, ratioText(r), a, c))
 	}
 	goalRow(b, text+", hot key and 10,000 users, 64 goroutines", strings.Join(parts, "; "), met)
+}
+
+// memoryCPUGoal writes a goal that memstore take at most 1/goal of the
+// CPU per decision (cpu-ns/op) of the in-memory competitor that took the
+// least in the same round, in each workload at each goroutine count,
+// with no allocation.
+func memoryCPUGoal(b *strings.Builder, s *resultSet, workloads []string, counts []int, goal float64) {
+	met, allocs := true, 0.0
+	var parts []string
+	for _, w := range workloads {
+		for _, g := range counts {
+			cell := fmt.Sprintf("Memory/%s/g=%d/", w, g)
+			r := s.leanestRatios(cell, bm.NameMemStore, memoryContenders[1:])
+			if len(r) == 0 {
+				met = false
+				parts = append(parts, fmt.Sprintf("%s at %d: not measured", w, g))
+				continue
+			}
+			met = met && median(r) >= goal
+			mine, _ := s.med(cell+bm.NameMemStore, "cpu-ns/op")
+			parts = append(parts, fmt.Sprintf("%s at %d: %s (%.0f ns)", w, g, ratioText(r), mine))
+			if a, ok := s.med(cell+bm.NameMemStore, "allocs/op"); ok {
+				allocs = max(allocs, a)
+			}
+		}
+	}
+	text := fmt.Sprintf("memstore ≥ %.1f× the leanest in-memory competitor (its CPU per decision ÷ memstore's), %s, at %s, 0 allocs",
+		goal, strings.Join(workloads, " and "), goroutineCounts(counts))
+	goalRow(b, text, fmt.Sprintf("%s; %.0f allocs", strings.Join(parts, "; "), allocs), met && allocs == 0)
+}
+
+// goroutineCounts writes ns as "1 goroutine", "16 and 64 goroutines" or
+// "16, 64 and 256 goroutines".
+func goroutineCounts(ns []int) string {
+	if len(ns) == 1 {
+		return plural(ns[0], "goroutine")
+	}
+	var parts []string
+	for _, n := range ns {
+		parts = append(parts, strconv.Itoa(n))
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1] + " goroutines"
 }
 
 // redisStoreGoal writes the goal of redisstore with default options: at
@@ -350,6 +400,29 @@ func (s *resultSet) fastestRatios(cell, own string, others []string) []float64 {
 		}
 		if best > 0 {
 			out = append(out, mine/best)
+		}
+	}
+	return out
+}
+
+// leanestRatios returns, for each round that measured cell+own, the least
+// CPU per decision (cpu-ns/op) any of others took in cell, divided by
+// own's: above 1 when own took less.
+func (s *resultSet) leanestRatios(cell, own string, others []string) []float64 {
+	var out []float64
+	for _, round := range s.rounds {
+		mine, ok := round[cell+own]["cpu-ns/op"]
+		if !ok || mine <= 0 {
+			continue
+		}
+		least := math.Inf(1)
+		for _, o := range others {
+			if v, ok := round[cell+o]["cpu-ns/op"]; ok && v > 0 {
+				least = min(least, v)
+			}
+		}
+		if !math.IsInf(least, 1) {
+			out = append(out, least/mine)
 		}
 	}
 	return out

@@ -243,6 +243,41 @@ func TestRedisStoreGoal(t *testing.T) {
 	}
 }
 
+// TestMemoryCPUGoal: memstore is held to the competitor that took the
+// least CPU per decision in each round and cell, and to no allocation.
+func TestMemoryCPUGoal(t *testing.T) {
+	cells := func(mine, allocs float64) map[string]metrics {
+		m := make(map[string]metrics)
+		for _, c := range []string{"users/g=16", "users/g=64", "random100k/g=16", "random100k/g=64"} {
+			m["Memory/"+c+"/"+bm.NameMemStore] = metrics{"cpu-ns/op": mine, "allocs/op": allocs}
+			m["Memory/"+c+"/"+bm.NameTimeRate] = metrics{"cpu-ns/op": 200}
+			m["Memory/"+c+"/"+bm.NameGoLimiter] = metrics{"cpu-ns/op": 300}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		rounds []map[string]metrics
+		met    bool
+	}{
+		{"nothing", nil, false},
+		{"as lean as the leanest", []map[string]metrics{cells(200, 0)}, true},
+		{"leaner than one, not the other", []map[string]metrics{cells(250, 0)}, false},
+		{"an allocation", []map[string]metrics{cells(150, 1)}, false},
+		{"met by the median", []map[string]metrics{cells(150, 0), cells(250, 0), cells(180, 0)}, true},
+	} {
+		var b strings.Builder
+		memoryCPUGoal(&b, &resultSet{rounds: tc.rounds}, []string{"users", "random100k"}, []int{16, 64}, 1.0)
+		want := "| no |"
+		if tc.met {
+			want = "| yes |"
+		}
+		if !strings.HasSuffix(strings.TrimSpace(b.String()), want) {
+			t.Errorf("%s: %q, want it to end %q", tc.name, b.String(), want)
+		}
+	}
+}
+
 // ceilingSet is a result set with rueidisstore's decisions/s on the hot
 // key at 64 goroutines in each round, and ceiling.tsv's rows as
 // "script/client/workload/pipeline" → EVALSHA/s.
