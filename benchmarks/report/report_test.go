@@ -233,13 +233,7 @@ func TestRedisStoreGoal(t *testing.T) {
 	} {
 		var b strings.Builder
 		redisStoreGoal(&b, &resultSet{rounds: tc.rounds})
-		want := "| no |"
-		if tc.met {
-			want = "| yes |"
-		}
-		if !strings.HasSuffix(strings.TrimSpace(b.String()), want) {
-			t.Errorf("%s: %q, want it to end %q", tc.name, b.String(), want)
-		}
+		checkMet(t, tc.name, b.String(), tc.met)
 	}
 }
 
@@ -268,13 +262,20 @@ func TestMemoryCPUGoal(t *testing.T) {
 	} {
 		var b strings.Builder
 		memoryCPUGoal(&b, &resultSet{rounds: tc.rounds}, []string{"users", "random100k"}, []int{16, 64}, 1.0)
-		want := "| no |"
-		if tc.met {
-			want = "| yes |"
-		}
-		if !strings.HasSuffix(strings.TrimSpace(b.String()), want) {
-			t.Errorf("%s: %q, want it to end %q", tc.name, b.String(), want)
-		}
+		checkMet(t, tc.name, b.String(), tc.met)
+	}
+}
+
+// checkMet checks that row, a goal's row, says whether it was met as met
+// says.
+func checkMet(t *testing.T, name, row string, met bool) {
+	t.Helper()
+	want := "| no |"
+	if met {
+		want = "| yes |"
+	}
+	if !strings.HasSuffix(strings.TrimSpace(row), want) {
+		t.Errorf("%s: %q, want it to end %q", name, row, want)
 	}
 }
 
