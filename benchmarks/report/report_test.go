@@ -220,11 +220,7 @@ func TestRedisStoreGoal(t *testing.T) {
 		}
 		return m
 	}
-	for _, tc := range []struct {
-		name   string
-		rounds []map[string]metrics
-		met    bool
-	}{
+	for _, tc := range []goalCase{
 		{"nothing", nil, false},
 		{"met", []map[string]metrics{cells(1.3, 1.0, 8)}, true},
 		{"behind redis_rate", []map[string]metrics{cells(1.29, 1.2, 8)}, false},
@@ -249,11 +245,7 @@ func TestMemoryCPUGoal(t *testing.T) {
 		}
 		return m
 	}
-	for _, tc := range []struct {
-		name   string
-		rounds []map[string]metrics
-		met    bool
-	}{
+	for _, tc := range []goalCase{
 		{"nothing", nil, false},
 		{"as lean as the leanest", []map[string]metrics{cells(200, 0)}, true},
 		{"leaner than one, not the other", []map[string]metrics{cells(250, 0)}, false},
@@ -264,6 +256,14 @@ func TestMemoryCPUGoal(t *testing.T) {
 		memoryCPUGoal(&b, &resultSet{rounds: tc.rounds}, []string{"users", "random100k"}, []int{16, 64}, 1.0)
 		checkMet(t, tc.name, b.String(), tc.met)
 	}
+}
+
+// goalCase is a goal test's case: the rounds measured, and whether the
+// goal is met by them.
+type goalCase struct {
+	name   string
+	rounds []map[string]metrics
+	met    bool
 }
 
 // checkMet checks that row, a goal's row, says whether it was met as met
