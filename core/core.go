@@ -213,8 +213,10 @@ func (d Decision) Unsatisfiable() bool { return !d.Allowed && d.RetryAfter == Re
 // fields in memory and copies it into the call waits for those stores to
 // reach the cache (12 to 14 ns of an 87 to 89 ns decision on the in-memory
 // store). Its terms' fields read as its own (req.Limit is
-// req.Terms.Limit); a store or decorator must not change them, and a
-// caller must not change terms while a call given them runs.
+// req.Terms.Limit). Terms do not change once a request carrying them has
+// been given to a store, which may still read them after a call it left
+// running has returned: to decide under other terms, build new ones or
+// change a [Request.Clone].
 //
 // A request is validated once, where it is decided: a store validates
 // every request with [Request.Validate] before it acts on it, and a
@@ -634,8 +636,8 @@ type Store interface {
 	// effect; if any is denied, none does, and out holds what each would
 	// have got. It rejects what stores.ValidateAll rejects before
 	// touching any state. It keeps neither slice once it returns (a call
-	// it leaves running works on copies), so that a caller may reuse
-	// them. A store that decides a batch in one atomic step
+	// it leaves running works on copies, sharing the requests' terms,
+	// which do not change), so that a caller may reuse them. A store that decides a batch in one atomic step
 	// says so in its documentation; one that cannot calls
 	// stores.ApplyInTurn, which charges in turn and refunds, by name
 	// (package [github.com/sluicehq/sluice/stores]).
