@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores"
@@ -28,6 +29,7 @@ import (
 type Policy struct {
 	inner    core.Store
 	limit    func(core.Request) core.Limit
+	terms    *overrides // the terms built for limit's limits
 	allow    func(key string) bool
 	deny     func(key string) bool
 	shadow   bool
@@ -51,13 +53,15 @@ func (f policyOption) apply(p *Policy) error { return f(p) }
 // refund is made under the limit its charge was, and fast: it runs on
 // every decision. A key whose limit changes keeps its state; what each
 // algorithm then does with it is in docs/algorithms.md ("When a key's
-// limit changes").
+// limit changes"). The terms a request is decided under with f's limit
+// are built once for each pair of terms and limit (a cache of 64), so a
+// decision under a limit f gave before allocates nothing.
 func WithOverride(f func(req core.Request) core.Limit) Option {
 	return policyOption(func(p *Policy) error {
 		if f == nil {
 			return fmt.Errorf("%w: WithOverride(nil)", ErrInvalidOption)
 		}
-		p.limit = f
+		p.limit, p.terms = f, &overrides{seed: maphash.MakeSeed()}
 		return nil
 	})
 }
@@ -265,11 +269,10 @@ func (p *Policy) before(req *core.Request) (core.Decision, bool) {
 		return req.Answer(d), true
 	}
 	if p.limit != nil && req.Terms != nil { // without terms, the store refuses it
-		// Terms are shared: a limit of the override's own goes on a copy,
-		// the one allocation of a decision under an override.
+		// Terms are shared: a limit of the override's own goes on terms
+		// built for it, once.
 		if lim := p.limit(*req); lim != req.Limit {
-			*req = req.Clone()
-			req.Limit = lim
+			req.Terms = p.terms.under(req.Terms, lim)
 		}
 	}
 	return core.Decision{}, false

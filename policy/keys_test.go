@@ -244,3 +244,74 @@ func TestPolicyOptions(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 }
+
+// TestOverrideTerms checks the terms an override decides under: each
+// request's own terms under the override's limit, built once for each
+// pair of terms and limit, so that a decision under a tier the override
+// gave before allocates nothing.
+func TestOverrideTerms(t *testing.T) {
+	mem, err := memstore.New(memstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	var got *core.Terms // the terms of the store's last request
+	calls := 0
+	rec := storeFunc{mem, func(req core.Request) { got, calls = req.Terms, calls+1 }}
+	tiers := map[string]core.Limit{"pro": core.PerSecond(100), "max": core.PerSecond(1000)}
+	p, err := New(rec, WithOverride(func(req core.Request) core.Limit {
+		tier, _, _ := strings.Cut(req.Key, ":")
+		if l, ok := tiers[tier]; ok {
+			return l
+		}
+		return req.Limit
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := &core.Terms{Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(10)}
+	gcra := &core.Terms{Algorithm: algorithms.GCRA, Limit: core.PerSecond(10)}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key   string
+		terms *core.Terms
+		limit core.Limit
+	}{
+		{"free:1", bucket, core.PerSecond(10)},
+		{"pro:1", bucket, core.PerSecond(100)},
+		{"max:1", bucket, core.PerSecond(1000)},
+		{"pro:2", gcra, core.PerSecond(100)},
+		{"pro:3", bucket, core.PerSecond(100)},
+	} {
+		calls = 0
+		d, err := p.Apply(ctx, core.Request{Key: tc.key, Cost: 1, Terms: tc.terms})
+		if err != nil || !d.Allowed || calls != 1 {
+			t.Fatalf("%s: %+v, %v after %d store calls", tc.key, d, err, calls)
+		}
+		if got.Algorithm != tc.terms.Algorithm || got.Limit != tc.limit {
+			t.Errorf("%s: decided under %s at %v, want %s at %v", tc.key, got.Algorithm.Name(), got.Limit, tc.terms.Algorithm.Name(), tc.limit)
+		}
+		if (got == tc.terms) != (tc.limit == tc.terms.Limit) {
+			t.Errorf("%s: the request's own terms = %v, want them only when the override keeps their limit", tc.key, got == tc.terms)
+		}
+	}
+	if bucket.Limit != core.PerSecond(10) || gcra.Limit != core.PerSecond(10) {
+		t.Errorf("the override changed the terms it was given: %v, %v", bucket.Limit, gcra.Limit)
+	}
+	req := core.Request{Key: "pro:4", Cost: 1, Terms: bucket}
+	if n := testing.AllocsPerRun(1000, func() { p.Apply(ctx, req) }); n != 0 {
+		t.Errorf("a decision under a tier seen before: %v allocations, want 0", n)
+	}
+}
+
+// storeFunc is a store that shows each request to see before its store
+// decides it.
+type storeFunc struct {
+	core.Store
+	see func(core.Request)
+}
+
+func (s storeFunc) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	s.see(req)
+	return s.Store.Apply(ctx, req)
+}
