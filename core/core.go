@@ -652,38 +652,6 @@ type Store interface {
 	Close() error
 }
 
-// A Call is one caller's part of a batch ([Batcher]): a single request,
-// decided as [Store.Apply] decides it, or a group, decided all or nothing as
-// [Store.ApplyAll] decides it, under the caller's context. The store
-// writes each request's decision to Out, as long as Reqs, and the error
-// Apply or ApplyAll would return to Err.
-type Call struct {
-	// Ctx is the caller's context: its values (a trace) and its end.
-	Ctx context.Context
-	// Reqs are the call's requests: one for a single request.
-	Reqs []Request
-	// Out receives the requests' decisions.
-	Out []Decision
-	// Err receives the call's error; nil when Out holds its decisions.
-	Err error
-}
-
-// A Batcher is a store that decides the calls of several callers at once:
-// each call as Apply or ApplyAll would decide it alone, in order, a
-// call's denial charging nothing of another's, and all of them in one
-// round trip where the store makes round trips. A Redis store's
-// concurrent callers gather into such batches (stores.Front), and a
-// decorator that is a Batcher over one lets them gather above it
-// instead, so that it does its own work once a batch, on one goroutine.
-//
-// ctx is the batch's: it ends when every call's context has ended, and
-// carries the first call's values. ApplyBatch keeps no call once it
-// returns.
-type Batcher interface {
-	Store
-	ApplyBatch(ctx context.Context, calls []*Call)
-}
-
 // Named returns alg under another name, alg's own followed by "/" and
 // name, so that a rule's state is kept apart from every other state of
 // the same key (two token buckets on one key: a burst and a daily quota).

@@ -33,12 +33,9 @@
 // for a batch) on a key's state: the algorithm's transition with what
 // every store adds to it, the decision's instant and partial admissions;
 // a decorator that answers without its store stamps the answer with
-// [Request.Answer]. A store whose decision is a round trip is also a
-// [Batcher]: it decides several callers' [Call]s at once, each as Apply or
-// ApplyAll would alone. The helpers only store authors need are in
+// [Request.Answer]. The helpers only store authors need are in
 // package [github.com/sluicehq/sluice/stores] (ValidateAll, ApplyInTurn,
-// Front, which gathers callers' calls into batches, and Func, which turns
-// a function into a Store for tests);
+// and Func, which turns a function into a Store for tests);
 // docs/architecture.md explains the contract and what each decorator
 // does with a batch; package storetest is the conformance suite every
 // store runs.

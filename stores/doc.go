@@ -9,8 +9,7 @@
 // A store implements core.Store's four methods. [ValidateAll] checks a
 // batch before ApplyAll touches any state; a store that cannot decide a
 // batch atomically returns [ApplyInTurn] from its ApplyAll, by name, so
-// that the fallback is visible in code; a store that decides a batch of
-// callers' calls in one round trip ([core.Batcher]) gathers them with a
-// [Front]; [Func] turns a function into a store, for tests. docs/architecture.md explains the contract and what
+// that the fallback is visible in code; [Func] turns a function into a
+// store, for tests. docs/architecture.md explains the contract and what
 // each of sluice's decorators does with a batch.
 package stores

@@ -134,28 +134,6 @@ func (a *audit) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	return err
 }
 
-// ApplyBatch counts each call answered without error as Apply and
-// ApplyAll do.
-func (a *audit) ApplyBatch(ctx context.Context, calls []*core.Call) {
-	a.Store.ApplyBatch(ctx, calls)
-	for _, c := range calls {
-		if c.Err != nil {
-			continue
-		}
-		local := slices.ContainsFunc(c.Out, func(d core.Decision) bool {
-			return d.Source == core.SourceCache || d.Source == core.SourceAllotment
-		})
-		counts, locals := &a.batches, &a.localBatches
-		if len(c.Reqs) == 1 {
-			counts, locals = &a.singles, &a.localSingles
-		}
-		counts.Add(1)
-		if local {
-			locals.Add(1)
-		}
-	}
-}
-
 func TestConformanceRedis(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr()})
 	t.Cleanup(func() { client.Close() })

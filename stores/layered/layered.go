@@ -131,7 +131,7 @@ type Store struct {
 	closeErr  error
 }
 
-var _ stores.Fronted = (*Store)(nil)
+var _ core.Store = (*Store)(nil)
 
 // cacheKey names a cache entry: one key under one algorithm, as the
 // remote names its states. A struct of two strings hashes without
@@ -306,31 +306,15 @@ func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.De
 	if s.closed.Load() {
 		return core.ErrClosed
 	}
-	// A stack's few rules fit buf.
+	op := reqs[0].Op // one for the whole batch
+	now := s.now()
+	// Where each request's entry is; sh is nil for a request the cache
+	// does not hold (an Inf limit). A stack's few rules fit buf.
 	var buf [4]slot
 	at := buf[:0]
 	if len(reqs) > len(buf) {
 		at = make([]slot, 0, len(reqs))
 	}
-	now := s.now()
-	at, done, err := s.localAll(ctx, reqs, out, at, now)
-	if done {
-		return err
-	}
-	epoch := s.epoch.Load()
-	if err := s.remote.ApplyAll(ctx, reqs, out); err != nil {
-		return fmt.Errorf("layered: remote: %w", err)
-	}
-	s.rememberAll(reqs, out, at, now, epoch)
-	return nil
-}
-
-// localAll answers a batch from the cache if it can (see ApplyAll),
-// reporting whether it did; otherwise it returns, appended to at, where
-// each request's entry is, for rememberAll. now is the local clock.
-func (s *Store) localAll(ctx context.Context, reqs []core.Request, out []core.Decision, at []slot, now int64) ([]slot, bool, error) {
-	op := reqs[0].Op // one for the whole batch
-	// sh is nil for a request the cache does not hold (an Inf limit).
 	local := false
 	for i := range reqs {
 		req := &reqs[i]
@@ -349,7 +333,7 @@ func (s *Store) localAll(ctx context.Context, reqs []core.Request, out []core.De
 	}
 	if local {
 		if err := stores.ValidateAll(reqs, out); err != nil {
-			return at, true, err
+			return err
 		}
 		// The rules not asked are reported at the instant of the first
 		// cached denial.
@@ -365,19 +349,17 @@ func (s *Store) localAll(ctx context.Context, reqs []core.Request, out []core.De
 				out[i] = core.Decision{Allowed: true, At: when, Source: core.SourceCache}
 			}
 		}
-		return at, true, nil
+		return nil
 	}
 	if s.allot != nil && (op == core.OpCharge || op == core.OpPeek) {
 		if ok, err := s.allotAll(ctx, reqs, out, at, now); ok || err != nil {
-			return at, true, err
+			return err
 		}
 	}
-	return at, false, nil
-}
-
-// rememberAll updates the cached denials of a batch with the remote's
-// answers out, asked at now when the epoch was epoch (see ApplyAll).
-func (s *Store) rememberAll(reqs []core.Request, out []core.Decision, at []slot, now int64, epoch uint64) {
+	epoch := s.epoch.Load()
+	if err := s.remote.ApplyAll(ctx, reqs, out); err != nil {
+		return fmt.Errorf("layered: remote: %w", err)
+	}
 	// The batch took effect only if every request was admitted; a request
 	// admitted in a denied batch changed nothing.
 	applied := true
@@ -388,118 +370,6 @@ func (s *Store) rememberAll(reqs []core.Request, out []core.Decision, at []slot,
 		if p := &at[i]; p.sh != nil {
 			s.remember(&reqs[i], &out[i], applied, p.sh, p.k, p.e, now, epoch)
 		}
-	}
-}
-
-// ApplyBatch decides calls, each as Apply or ApplyAll would (see
-// [core.Batcher]): the calls the cache answers here, the others in one
-// batch of the remote, if it is a [core.Batcher], whose answers update the
-// cached denials as Apply's and ApplyAll's do. Over a remote that is not
-// a Batcher the calls are decided one after another.
-func (s *Store) ApplyBatch(ctx context.Context, calls []*core.Call) {
-	remote, ok := s.remote.(core.Batcher)
-	if !ok {
-		for _, c := range calls {
-			c.Err = s.applyCall(c)
-		}
-		return
-	}
-	if s.closed.Load() {
-		for _, c := range calls {
-			c.Err = core.ErrClosed
-		}
-		return
-	}
-	held := waiting.Get().(*batch)
-	b := held
-	now := s.now()
-	for _, c := range calls {
-		var w wait
-		if len(c.Reqs) == 1 && len(c.Out) == 1 {
-			req := &c.Reqs[0]
-			if req.Terms != nil && req.Algorithm != nil && !req.Limit.IsInf() {
-				w.one.k = cacheKey{req.Key, req.Algorithm.Name()}
-				w.one.sh = s.shard(req.Key)
-				w.one.e, _ = w.one.sh.Get(w.one.k)
-				start, d, ok, err := s.local(c.Ctx, req, w.one.sh, w.one.k, w.one.e)
-				if ok {
-					c.Out[0], c.Err = d, err
-					continue
-				}
-				w.start = start
-			}
-		} else {
-			if len(c.Reqs) == 0 || len(c.Out) != len(c.Reqs) {
-				c.Err = stores.ValidateAll(c.Reqs, c.Out)
-				continue
-			}
-			at, done, err := s.localAll(c.Ctx, c.Reqs, c.Out, make([]slot, 0, len(c.Reqs)), now)
-			if done {
-				c.Err = err
-				continue
-			}
-			w.all, w.start = at, now
-		}
-		b.asked = append(b.asked, c)
-		b.waits = append(b.waits, w)
-	}
-	epoch := s.epoch.Load()
-	if len(b.asked) > 0 {
-		remote.ApplyBatch(ctx, b.asked)
-	}
-	for i, c := range b.asked {
-		w := &b.waits[i]
-		switch {
-		case c.Err != nil:
-			c.Err = remoteFailed(c.Err)
-		case w.all != nil:
-			s.rememberAll(c.Reqs, c.Out, w.all, w.start, epoch)
-		case w.one.sh != nil:
-			s.remember(&c.Reqs[0], &c.Out[0], c.Out[0].Allowed, w.one.sh, w.one.k, w.one.e, w.start, epoch)
-		}
-	}
-	clear(b.asked)
-	clear(b.waits)
-	b.asked, b.waits = b.asked[:0], b.waits[:0]
-	waiting.Put(held)
-}
-
-// applyCall decides c as Apply or ApplyAll would.
-func (s *Store) applyCall(c *core.Call) error {
-	if len(c.Reqs) == 1 && len(c.Out) == 1 {
-		d, err := s.Apply(c.Ctx, c.Reqs[0])
-		c.Out[0] = d
-		return err
-	}
-	return s.ApplyAll(c.Ctx, c.Reqs, c.Out)
-}
-
-// A batch is what ApplyBatch asks the remote: the calls, and what each
-// waits for to update the cache with the remote's answer.
-type batch struct {
-	asked []*core.Call
-	waits []wait
-}
-
-// wait is a call the remote decides: its request's entry, or its group's
-// entries, and the local clock when it was asked.
-type wait struct {
-	one   slot
-	all   []slot
-	start int64
-}
-
-// waiting holds the batches ApplyBatch made, for the next.
-var waiting = sync.Pool{New: func() any { return new(batch) }}
-
-// Front returns the front in which this store's calls to its remote
-// gather, if the remote has one ([stores.Fronted]) and allotments are
-// off: a decorator over this store may then gather its callers above it
-// ([stores.Lift]) and hand their batches to ApplyBatch. An allotment's
-// take is a call of its own to the remote, which a batch would wait for.
-func (s *Store) Front() *stores.Front {
-	if f, ok := s.remote.(stores.Fronted); ok && s.allot == nil {
-		return f.Front()
 	}
 	return nil
 }

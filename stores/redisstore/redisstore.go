@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 
-	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/internal/redisengine"
 )
 
@@ -79,7 +78,7 @@ type Store struct {
 	pool   time.Duration // the client's PoolTimeout, likewise
 }
 
-var _ stores.Fronted = (*Store)(nil)
+var _ core.Store = (*Store)(nil)
 
 // Apply decides req with its algorithm's Lua twin, atomically, in one
 // round trip (EVALSHA, and EVAL once if Redis lost the script). A call
@@ -100,19 +99,6 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	return s.engine.ApplyAll(ctx, reqs, out)
 }
-
-// ApplyBatch decides calls, each as Apply or ApplyAll would, in one round
-// trip (see [core.Batcher]): on a single server one script call for every
-// call that may be merged, on a Cluster a script call each, pipelined.
-// The store's own callers gather into such batches in its [Store.Front];
-// a decorator over the store may gather them above itself instead
-// ([stores.Lift]).
-func (s *Store) ApplyBatch(ctx context.Context, calls []*core.Call) {
-	s.engine.ApplyBatch(ctx, calls)
-}
-
-// Front returns the front in which the store's callers' calls gather.
-func (s *Store) Front() *stores.Front { return s.engine.Front() }
 
 // Reset forgets key's state under alg, as if it had never been charged.
 func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {

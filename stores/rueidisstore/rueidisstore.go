@@ -11,7 +11,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/stores"
 	"github.com/sluicehq/sluice/stores/internal/redisengine"
 )
 
@@ -62,7 +61,7 @@ type Store struct {
 	engine *redisengine.Engine
 }
 
-var _ stores.Fronted = (*Store)(nil)
+var _ core.Store = (*Store)(nil)
 
 // Apply decides req in one script call of its algorithm's Lua twin,
 // atomic in Redis. The script is sent by EVALSHA, by EVAL once after
@@ -81,18 +80,6 @@ func (s *Store) Apply(ctx context.Context, req core.Request) (core.Decision, err
 func (s *Store) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	return s.engine.ApplyAll(ctx, reqs, out)
 }
-
-// ApplyBatch decides calls, each as Apply or ApplyAll would, in one round
-// trip (see [core.Batcher]): one script call for all the calls that may
-// be merged on a single server, pipelined script calls on a Cluster. The
-// store's callers gather into such batches in its [Store.Front], or above
-// a decorator that lifts the front ([stores.Lift]).
-func (s *Store) ApplyBatch(ctx context.Context, calls []*core.Call) {
-	s.engine.ApplyBatch(ctx, calls)
-}
-
-// Front returns the front in which the store's callers' calls gather.
-func (s *Store) Front() *stores.Front { return s.engine.Front() }
 
 // Reset deletes key's state under alg: the key is as if never charged.
 func (s *Store) Reset(ctx context.Context, key string, alg core.Algorithm) error {

@@ -104,8 +104,6 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store, opts ...Option) {
 		{"BatchAtMost", testBatchAtMost},
 		{"BatchLeases", testBatchLeases},
 		{"BatchBadInput", testBatchBadInput},
-		{"Calls", testCalls},
-		{"CallsConcurrent", testCallsConcurrent},
 		{"Leases", testLeases},
 		{"LeasesConcurrentSafe", testLeasesConcurrentSafe},
 		{"Reset", testReset},

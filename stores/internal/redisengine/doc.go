@@ -5,8 +5,7 @@
 // Lua twin reads and the checks on its reply (see algorithms.Script),
 // the scripts and their fallbacks (EVAL on NOSCRIPT; the portable form
 // on a server whose Lua lacks the struct library), TRYAGAIN, the merging
-// of a batch of calls into one script call ([Engine.ApplyBatch]; its
-// callers gather in a stores.Front), and
+// of concurrent callers' decisions into one script call ([Queue]), and
 // the marking of errors where they are received ([Code]; docs/outages.md
 // has the table).
 //

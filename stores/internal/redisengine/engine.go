@@ -3,9 +3,11 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -89,10 +91,10 @@ type Engine struct {
 	down     []error
 	portable atomic.Bool // the server's Lua has no struct library
 	closed   atomic.Bool
-	front    *stores.Front
+	queue    Queue
 }
 
-var _ stores.Fronted = (*Engine)(nil)
+var _ core.Store = (*Engine)(nil)
 
 // New returns an engine sending through client. It fails on a prefix
 // [Prefix] refuses.
@@ -103,7 +105,7 @@ func New(client Client, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{client: client, name: cfg.Name, prefix: prefix, merge: cfg.Merge, cluster: cfg.Cluster, detach: cfg.Detach, down: cfg.Down}
 	e.portable.Store(cfg.Portable)
-	e.front = stores.NewFront(e.decide, cfg.Detach)
+	e.queue.Send = e.send
 	return e, nil
 }
 
@@ -123,7 +125,7 @@ type Call struct {
 	// Err is the call's error, set by Exec.
 	Err error
 
-	owner  *core.Call         // the caller's call it decides; nil for a merged call
+	entry  Entry              // the call's place in the queue
 	one    [1]*Call           // the call alone, as a round
 	script *algorithms.Script // the script, in Redis's form
 	algs   string             // each request's algorithms.MultiIndex, a byte each; "": not to Merge
@@ -172,13 +174,28 @@ func (e *Engine) Apply(ctx context.Context, req core.Request) (core.Decision, er
 
 // apply is Apply for a request validated already.
 func (e *Engine) apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	script, err := scriptOf(&req)
 	switch {
+	case err != nil:
+		return core.Decision{}, err
 	case e.closed.Load():
 		return core.Decision{}, core.ErrClosed
-	case req.Limit.IsInf():
+	case script == nil:
 		return req.Answer(core.Unlimited()), nil
 	}
-	return e.front.Apply(ctx, req)
+	c := e.encode(&req, script)
+	err = e.do(ctx, c)
+	var d core.Decision
+	if err == nil {
+		d, err = decodeOne(c.Reply)
+	}
+	if err != nil {
+		// The call may still be in a round, or in the client: it is left
+		// to the collector.
+		return core.Decision{}, fmt.Errorf("%s: %s: %w", e.name, req.Algorithm.Name(), err)
+	}
+	c.free()
+	return d, nil
 }
 
 // calls holds the calls of decisions that were answered, for the next
@@ -187,10 +204,11 @@ var calls = sync.Pool{New: func() any { return new(Call) }}
 
 // free hands c, answered, to the next decision.
 func (c *Call) free() {
+	done := c.entry.done // the channel, empty, serves the next caller
 	b := c.batch
 	b.reset()
 	*c = Call{}
-	c.batch = b
+	c.entry.done, c.batch = done, b
 	calls.Put(c)
 }
 
@@ -231,165 +249,25 @@ func (e *Engine) ApplyAll(ctx context.Context, reqs []core.Request, out []core.D
 	if e.closed.Load() {
 		return core.ErrClosed
 	}
-	asked := false
-	for i := range reqs {
-		r := &reqs[i]
-		if r.Limit.IsInf() {
-			continue
-		}
-		if algorithms.MultiIndex(r.Algorithm) == 0 || e.cluster && r.Key != reqs[0].Key {
+	c := calls.Get().(*Call)
+	ok := c.together(e.prefix, reqs, out, e.cluster)
+	if !ok || len(c.batch.at) == 0 {
+		c.free()
+		if !ok {
 			return stores.ApplyInTurn(ctx, validated{e}, reqs, out)
-		}
-		asked = true
-	}
-	if !asked {
-		for i := range reqs {
-			out[i] = reqs[i].Answer(core.Unlimited())
 		}
 		return nil
 	}
-	return e.front.ApplyAll(ctx, reqs, out)
-}
-
-// ApplyBatch decides calls, each a request or a group, as Apply and
-// ApplyAll decide them, in one round trip: on a single Redis, every call
-// that may be merged goes in one call of algorithms.MultiScript, a group
-// each; on a Cluster, each call is a script call of its own, all
-// pipelined. A group that must be decided in turn (see ApplyAll) is
-// decided through the store's own front, beside the batch.
-func (e *Engine) ApplyBatch(ctx context.Context, calls []*core.Call) {
-	held := batches.Get().(*[]*core.Call)
-	valid := (*held)[:0]
-	closed := e.closed.Load()
-	for _, c := range calls {
-		switch {
-		case len(c.Reqs) == 1 && len(c.Out) == 1:
-			c.Err = c.Reqs[0].Validate()
-		default:
-			c.Err = stores.ValidateAll(c.Reqs, c.Out)
-		}
-		if c.Err == nil && closed {
-			c.Err = core.ErrClosed
-		}
-		if c.Err == nil {
-			valid = append(valid, c)
-		}
-	}
-	if len(valid) > 0 {
-		e.decide(ctx, valid)
-	}
-	clear(valid)
-	*held = valid[:0]
-	batches.Put(held)
-}
-
-// batches holds the slices of valid calls ApplyBatch makes, for the next
-// batch.
-var batches = sync.Pool{New: func() any { return new([]*core.Call) }}
-
-// Front returns the front the store's callers' calls gather in.
-func (e *Engine) Front() *stores.Front { return e.front }
-
-// decide decides calls validated already, in one round: each is encoded
-// as a script call, and the round sent (see send), sent again where Redis
-// answered TRYAGAIN, and each reply decoded into its call's decisions. A
-// group under an algorithm without a twin in algorithms.MultiScript, or
-// on a Cluster with keys of several slots, is decided in turn
-// (stores.ApplyInTurn) on a goroutine of its own, through the front:
-// never so from the front's own batches, whose ApplyAll decides such
-// groups before they queue.
-func (e *Engine) decide(ctx context.Context, batch []*core.Call) {
-	held := rounds.Get().(*[]*Call)
-	round := (*held)[:0]
-	var inTurn sync.WaitGroup
-	for _, cc := range batch {
-		if len(cc.Reqs) == 1 && len(cc.Out) == 1 {
-			req := &cc.Reqs[0]
-			script, err := scriptOf(req)
-			switch {
-			case err != nil:
-				cc.Err = err
-			case script == nil:
-				cc.Out[0] = req.Answer(core.Unlimited())
-			default:
-				c := e.encode(req, script)
-				c.owner = cc
-				round = append(round, c)
-			}
-			continue
-		}
-		c := calls.Get().(*Call)
-		switch ok := c.together(e.prefix, cc.Reqs, cc.Out, e.cluster); {
-		case !ok:
-			c.free()
-			inTurn.Go(func() { cc.Err = stores.ApplyInTurn(cc.Ctx, validated{e}, cc.Reqs, cc.Out) })
-		case len(c.batch.at) == 0: // all under core.Inf, answered
-			c.free()
-		default:
-			c.owner = cc
-			round = append(round, c)
-		}
-	}
-	if len(round) > 0 {
-		e.round(ctx, round)
-	}
-	for i, c := range round {
-		e.answer(ctx, c)
-		round[i] = nil
-	}
-	*held = round[:0]
-	rounds.Put(held)
-	inTurn.Wait()
-}
-
-// round sends calls as one round trip, and again, up to three times, those
-// Redis answered TRYAGAIN (see retryTryAgain).
-func (e *Engine) round(ctx context.Context, calls []*Call) {
-	e.send(ctx, calls)
-	var again []*Call
-	for n := 0; ; n++ {
-		again = again[:0]
-		for _, c := range calls {
-			if tryAgain(c.Err) {
-				again = append(again, c)
-			}
-		}
-		if len(again) == 0 || !waitTryAgain(ctx, n) {
-			return
-		}
-		for _, c := range again {
-			c.Reply, c.Err = "", nil
-		}
-		e.send(ctx, again)
-		calls = again
-	}
-}
-
-// answer decodes c's reply into its caller's call, or leaves its error
-// there, marked and wrapped, having told the client of it. A call that
-// failed is left to the collector: it may still be in the client.
-func (e *Engine) answer(ctx context.Context, c *Call) {
-	cc := c.owner
-	err := c.Err
+	err := e.do(ctx, c)
 	if err == nil {
-		if len(cc.Reqs) == 1 && len(cc.Out) == 1 {
-			cc.Out[0], err = decodeOne(c.Reply)
-		} else {
-			err = Place(c.Reply, c.batch.at, cc.Out)
-		}
+		err = Place(c.Reply, c.batch.at, out)
 	}
-	if err == nil {
-		c.free()
-		return
+	if err != nil {
+		// As in apply: the call may still be in a round, or in the client.
+		return fmt.Errorf("%s: multi: %w", e.name, err)
 	}
-	if c.Err != nil {
-		e.client.Failed(ctx, err)
-	}
-	if len(cc.Reqs) == 1 && len(cc.Out) == 1 {
-		cc.Err = fmt.Errorf("%s: %s: %w", e.name, cc.Reqs[0].Algorithm.Name(), err)
-	} else {
-		cc.Err = fmt.Errorf("%s: multi: %w", e.name, err)
-	}
+	c.free()
+	return nil
 }
 
 // Reset forgets key's state under alg, as if it had never been charged.
@@ -414,17 +292,43 @@ func (e *Engine) Reset(ctx context.Context, key string, alg core.Algorithm) erro
 // caller owns.
 func (e *Engine) Close() error {
 	e.closed.Store(true)
-	e.front.Close()
+	e.queue.Close()
 	return nil
 }
 
-// send sends calls as one round trip. On one server (Merge) the calls of a round that may be
+// do queues c, to be sent with the calls of concurrent callers, and
+// returns its error, marked, or ctx's if ctx ends first. It is the one
+// place where a call meets TRYAGAIN: sent again up to three times, 7 ms in
+// all, while a Cluster slot's keys move (retryTryAgain).
+func (e *Engine) do(ctx context.Context, c *Call) error {
+	c.entry.Item = c
+	for n := 0; ; n++ {
+		c.Reply, c.Err = "", nil
+		err := e.queue.Do(ctx, &c.entry)
+		if err == nil {
+			err = c.Err
+		}
+		if err == nil {
+			return nil
+		}
+		if retryTryAgain(ctx, err, n) {
+			continue
+		}
+		e.client.Failed(ctx, err)
+		return err
+	}
+}
+
+// send sends a round of queued calls whose callers still wait, as one
+// round trip. On one server (Merge) the calls of a round that may be
 // merged go in runs of up to maxMerge requests, each run one call of
 // algorithms.MultiScript with a group a call (a run of one call as that
 // call's own script); other calls go as they are.
-func (e *Engine) send(ctx context.Context, round []*Call) {
+func (e *Engine) send(round []*Entry) {
+	ctx, stop := e.roundContext(round)
+	defer stop()
 	if len(round) == 1 {
-		c := round[0]
+		c := round[0].Item.(*Call)
 		c.one[0] = c
 		e.exec(ctx, c.one[:])
 		c.one[0] = nil
@@ -433,7 +337,8 @@ func (e *Engine) send(ctx context.Context, round []*Call) {
 	held := rounds.Get().(*[]*Call)
 	sent := (*held)[:0]
 	var run *Call
-	for _, c := range round {
+	for _, qe := range round {
+		c := qe.Item.(*Call)
 		if !e.merge || c.algs == "" || c.size() > maxMerge {
 			sent = append(sent, c)
 			continue
@@ -567,6 +472,76 @@ func (e *Engine) form(script *algorithms.Script) *algorithms.Script {
 func noStruct(err error) bool {
 	msg, _ := reply(err)
 	return strings.Contains(msg, "nonexistent global variable 'struct'")
+}
+
+// roundContext returns the context a round is sent on (see
+// [Config].Detach), and what releases it.
+func (e *Engine) roundContext(round []*Entry) (context.Context, func()) {
+	switch {
+	case e.detach:
+		return context.WithoutCancel(round[0].Ctx), func() {}
+	case len(round) == 1:
+		return round[0].Ctx, func() {}
+	}
+	return lastContext(round)
+}
+
+// lastContext returns the context of a round of calls: the values of its
+// first caller's context, ending once every caller's has ended. Contexts
+// that end at a deadline end the round at the last of them, without
+// registering with each; a context that ends without one (a breaker's
+// ends on the process's clock) is watched, once for all the contexts
+// that end together, by one Done channel: a breaker's calls share one
+// for a sixteenth of its deadline, so that a round of a hundred of them
+// registers once or twice, not a hundred times. A caller whose context
+// never ends leaves the round unbounded but for the client's own
+// timeouts. stop releases what the context holds.
+func lastContext(round []*Entry) (ctx context.Context, stop func()) {
+	ctx = context.WithoutCancel(round[0].Ctx)
+	var last time.Time
+	var watched []context.Context
+	var dones []<-chan struct{} // watched's
+	for _, c := range round {
+		if d, ok := c.Ctx.Deadline(); ok {
+			if d.After(last) {
+				last = d
+			}
+			continue
+		}
+		done := c.Ctx.Done()
+		if done == nil {
+			return ctx, func() {}
+		}
+		if !slices.Contains(dones, done) {
+			watched, dones = append(watched, c.Ctx), append(dones, done)
+		}
+	}
+	if len(watched) == 0 {
+		return context.WithDeadline(ctx, last)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var left atomic.Int64
+	left.Store(int64(len(watched)))
+	end := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
+	stops := make([]func() bool, 0, len(watched)+1)
+	if !last.IsZero() {
+		left.Add(1)
+		t := time.AfterFunc(time.Until(last), end)
+		stops = append(stops, t.Stop)
+	}
+	for _, c := range watched {
+		stops = append(stops, context.AfterFunc(c, end))
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
 }
 
 // validated is the engine for requests validated already: ApplyAll's, by

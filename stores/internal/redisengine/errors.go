@@ -190,24 +190,20 @@ func mark(err error, down []error) error {
 // TRYAGAIN: 7 ms in all, within the breaker's default 8 ms deadline.
 var tryAgainDelays = [...]time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
 
-// tryAgain reports whether a call failed with a TRYAGAIN reply: Redis
-// answers it to a call on several keys of a slot that is moving between
-// two nodes while its keys are split between them (Cluster resharding).
-// It ran nothing, and the call succeeds once the slot's keys have moved,
-// usually within a few milliseconds, so the engine sends it again after
-// waiting (waitTryAgain). A call that still gets TRYAGAIN after the
-// retries, or whose round's deadline comes first, returns it, a store
-// failure.
-func tryAgain(err error) bool {
-	c, ok := Code(err)
-	return ok && c == "TRYAGAIN"
-}
-
-// waitTryAgain waits before retry n (from 0) of the calls Redis answered
-// TRYAGAIN, and reports whether to send them: n is below the retries
-// allowed, and ctx did not end during the wait.
-func waitTryAgain(ctx context.Context, n int) bool {
+// RetryTryAgain reports whether a call that failed with err should be
+// sent again, as retry n (from 0) of it, after waiting: err is a TRYAGAIN
+// reply, n is below the retries allowed, and ctx did not end during the
+// wait. Redis answers TRYAGAIN to a call on several keys of a slot that
+// is moving between two nodes while its keys are split between them
+// (Cluster resharding): it ran nothing, and the call succeeds once the
+// slot's keys have moved, usually within a few milliseconds. A call that
+// still gets TRYAGAIN after the retries, or whose caller's deadline comes
+// first, returns it, a store failure.
+func retryTryAgain(ctx context.Context, err error, n int) bool {
 	if n >= len(tryAgainDelays) {
+		return false
+	}
+	if c, ok := Code(err); !ok || c != "TRYAGAIN" {
 		return false
 	}
 	t := time.NewTimer(tryAgainDelays[n])
