@@ -775,7 +775,13 @@ func TestCloseNoLeak(t *testing.T) {
 				if outage == "blackhole" && cl.name == goRedis.name {
 					bound += goRedisOptions("").ReadTimeout
 				}
-				if took > bound {
+				// A Close late by no more than a stall the load's sleeping
+				// goroutines saw meanwhile is the machine's, not Close's.
+				switch over := took - bound; {
+				case over <= 0:
+				case l.explained(sample{at: start.Sub(l.t0), took: took}, over):
+					t.Logf("Close took %v, over %v while the machine stalled the test (the longest stall %v)", took, bound, longestStall(l.stalls))
+				default:
 					t.Errorf("Close took %v, want at most %v", took, bound)
 				}
 				if n := l.panics.Load(); n != 0 {
