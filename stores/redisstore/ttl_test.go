@@ -89,7 +89,8 @@ func TestTTLCoversState(t *testing.T) {
 
 // checkTTL checks that key, if held, expires from its state's end plus 1 s
 // to that plus 2 s (and the longest a decision took, late, at most), and
-// that its state's X is not after its expiry; it returns the state's end.
+// that its state's X is not after its expiry (but for late); it returns
+// the state's end.
 func checkTTL(t *testing.T, client *redis.Client, key string, late time.Duration) (end int64, ok bool) {
 	t.Helper()
 	r, err := client.Eval(context.Background(), snapshotLua, []string{key}).Slice()
@@ -113,8 +114,12 @@ func checkTTL(t *testing.T, client *redis.Client, key string, late time.Duration
 		t.Errorf("key %s expires at %d ms, before its state's end %d µs plus 1 s", key, expiry, end)
 	case expiry > end/1000+2000+2+(late+time.Millisecond-1).Milliseconds():
 		t.Errorf("key %s expires at %d ms, after its state's end %d µs plus 2 s (and %v, the longest a decision took)", key, expiry, end, late)
-	case x/1000 > expiry+1:
-		t.Errorf("key %s expires at %d ms, before its state's X, %d µs", key, expiry, x)
+	case x/1000 > expiry+1+(late+time.Millisecond-1).Milliseconds():
+		// Redis counts a TTL set in a script from the script's start; X
+		// is from the clock the script read (TIME), later by as long as the
+		// script ran before it read it, a wait for a core included: at most
+		// the decision.
+		t.Errorf("key %s expires at %d ms, before its state's X, %d µs (less %v, the longest a decision took)", key, expiry, x, late)
 	}
 	return end, true
 }
