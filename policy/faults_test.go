@@ -819,7 +819,7 @@ func TestCloseNoLeak(t *testing.T) {
 // whatever their contexts say, and on a handshake that timed out closes
 // the connection with a one-second escape timer (rueidis v1.0.79,
 // pipe.Close), which the callers behind it wait for: with
-// rueidisstore.Dial (rueidisOptions) the dial itself fails by the
+// rueidisstore.Dial (in ClientOption) the dial itself fails by the
 // dialling caller's deadline, before a handshake begins. The circuit must
 // open, and close again once new connections reach Redis.
 func TestRedialIntoBlackhole(t *testing.T) {

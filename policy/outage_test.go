@@ -33,11 +33,6 @@ func goRedisOptions(addr string) *redis.Options {
 	return redisstore.ClientOptions([]string{addr}, DefaultTimeout).Simple()
 }
 
-// rueidisOptions are the rueidis options recommended with a breaker.
-func rueidisOptions(addr string) rueidis.ClientOption {
-	return rueidisstore.ClientOption([]string{addr}, DefaultTimeout)
-}
-
 // client is one of the Redis clients the tests run each scenario with.
 type client struct {
 	name string
@@ -56,10 +51,45 @@ func (c client) store(t *testing.T, addr string, dial dialer) core.Store {
 	return s
 }
 
+// clients are the clients with the options recommended for the default
+// deadline, and goRedis the first of them.
 var (
-	goRedis       = goRedisClient("go-redis")
-	rueidisClient = client{"rueidis", func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
-		opts := rueidisOptions(addr)
+	clients = clientsFor(DefaultTimeout)
+	goRedis = clients[0]
+)
+
+// clientsFor returns go-redis and rueidis with the options recommended
+// for a breaker whose per-call deadline is deadline: the clients' own
+// backstops (the read timeout, after which they drop a connection) are
+// the longer of 500 ms and twice it.
+func clientsFor(deadline time.Duration) []client {
+	return []client{goRedisClient("go-redis", deadline), rueidisClient(deadline)}
+}
+
+// goRedisClient is go-redis with the options recommended for deadline,
+// and redisstore on it.
+func goRedisClient(name string, deadline time.Duration) client {
+	return client{name, func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
+		opts := redisstore.ClientOptions([]string{addr}, deadline).Simple()
+		if dial != nil {
+			opts.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) }
+		}
+		c := redis.NewClient(opts)
+		closeClient := sync.OnceFunc(func() { c.Close() })
+		t.Cleanup(closeClient)
+		s, err := redisstore.New(c, redisstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, closeClient
+	}}
+}
+
+// rueidisClient is rueidis with the options recommended for deadline, and
+// rueidisstore on it.
+func rueidisClient(deadline time.Duration) client {
+	return client{"rueidis", func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
+		opts := rueidisstore.ClientOption([]string{addr}, deadline)
 		if dial != nil {
 			opts.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
 				return dial(ctx, addr)
@@ -75,26 +105,6 @@ var (
 		closeClient := sync.OnceFunc(c.Close)
 		t.Cleanup(closeClient)
 		s, err := rueidisstore.New(c, rueidisstore.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, closeClient
-	}}
-	clients = []client{goRedis, rueidisClient}
-)
-
-// goRedisClient is go-redis with the recommended options, and redisstore
-// on it.
-func goRedisClient(name string) client {
-	return client{name, func(t *testing.T, addr string, dial dialer) (core.Store, func()) {
-		opts := goRedisOptions(addr)
-		if dial != nil {
-			opts.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) }
-		}
-		c := redis.NewClient(opts)
-		closeClient := sync.OnceFunc(func() { c.Close() })
-		t.Cleanup(closeClient)
-		s, err := redisstore.New(c, redisstore.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
