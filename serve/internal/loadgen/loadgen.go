@@ -215,12 +215,13 @@ type workerStats struct {
 
 // Run sends ShouldRateLimit RPCs to cfg.Addr from cfg.Streams workers for
 // cfg.Warmup and then cfg.Duration, and returns what it measured. It
-// returns an error, with no result, if cfg is invalid ([ErrConfig]) or a
-// connection is not ready within cfg.ConnectTimeout. Failed RPCs do not
-// stop the run: they are counted in [Result.Errors]. If ctx is done
-// before the run is over, or the warmup's RPCs are not all answered
-// within cfg.Grace, Run stops the workers and returns the result so far
-// with an error (ctx's, in the first case).
+// returns an error, with no result, if cfg is invalid ([ErrConfig]), a
+// connection is not ready within cfg.ConnectTimeout, or ctx is done
+// before they all are (ctx's error). Failed RPCs do not stop the run:
+// they are counted in [Result.Errors]. If ctx is done before the run is
+// over, or the warmup's RPCs are not all answered within cfg.Grace, Run
+// stops the workers and returns the result so far with an error (ctx's,
+// in the first case).
 //
 // Every goroutine and connection Run starts has ended when it returns.
 func Run(ctx context.Context, cfg Config) (Result, error) {
@@ -354,9 +355,10 @@ func (cfg Config) withDefaults() (Config, error) {
 }
 
 // dialAll opens cfg.Conns connections to cfg.Addr, each ready for
-// calls, within cfg.ConnectTimeout.
-func dialAll(ctx context.Context, cfg Config) ([]*conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+// calls, within cfg.ConnectTimeout. If parent ends first, its error is
+// the one returned, not the dial's.
+func dialAll(parent context.Context, cfg Config) ([]*conn, error) {
+	ctx, cancel := context.WithTimeout(parent, cfg.ConnectTimeout)
 	defer cancel()
 	conns := make([]*conn, 0, cfg.Conns)
 	for i := range cfg.Conns {
@@ -369,6 +371,9 @@ func dialAll(ctx context.Context, cfg Config) ([]*conn, error) {
 		if err != nil {
 			for _, c := range conns {
 				c.Close()
+			}
+			if parent.Err() != nil {
+				return nil, fmt.Errorf("loadgen: connecting to %s: %w", cfg.Addr, context.Cause(parent))
 			}
 			return nil, fmt.Errorf("loadgen: %s not ready within %v: %w", cfg.Addr, cfg.ConnectTimeout, err)
 		}

@@ -289,6 +289,46 @@ func TestRunContextCancelled(t *testing.T) {
 	}
 }
 
+// TestRunCancelledConnecting ends Run's context while its connection
+// waits for a server that accepts and never answers: Run returns the
+// context's error, not its own connect timeout's.
+func TestRunCancelledConnecting(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan []net.Conn)
+	go func() {
+		var conns []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				accepted <- conns
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for _, c := range <-accepted {
+			c.Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err = Run(ctx, Config{
+		Addr:           ln.Addr().String(),
+		Duration:       time.Hour,
+		ConnectTimeout: time.Hour,
+		Requests:       func(w, i int) *rlsv3.RateLimitRequest { return nil },
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "not ready") {
+		t.Errorf("Run(ctx with 100ms deadline) against a server that never answers: error = %v, want the context's DeadlineExceeded", err)
+	}
+}
+
 func TestRunUnreachable(t *testing.T) {
 	t.Parallel()
 	// A port that was free a moment ago, and nothing listens on.
