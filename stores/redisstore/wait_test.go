@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/stores/redisstore"
 	"github.com/sluicehq/sluice/stores/rueidisstore"
 	"github.com/sluicehq/sluice/stores/storetest"
@@ -56,19 +59,22 @@ func TestWaitFollowsTheRate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			const d = 5 * time.Second
+			const d, slot = 5 * time.Second, 100 * time.Millisecond
 			ctx, cancel := context.WithTimeout(context.Background(), d)
 			defer cancel()
+			deadline, _ := ctx.Deadline()
 			key := t.Name()
-			start := time.Now()
 			var mu sync.Mutex
-			var at []time.Duration
+			var slots []time.Time // each admission's instant on the server's clock
+			var early []time.Duration
 			var failed, cancelled atomic.Int64
 			var wg sync.WaitGroup
+			canary := redisfaults.StartCanary()
 			for range 64 {
 				wg.Go(func() {
 					for {
-						if _, err := lim.Wait(ctx, key); err != nil {
+						dec, err := lim.Wait(ctx, key)
+						if err != nil {
 							if ctx.Err() == nil {
 								failed.Add(1) // could not fit: nothing charged
 							} else {
@@ -76,28 +82,51 @@ func TestWaitFollowsTheRate(t *testing.T) {
 							}
 							return
 						}
+						at, now := dec.At.Add(dec.Delay), time.Now()
 						mu.Lock()
-						at = append(at, time.Since(start))
+						slots = append(slots, at)
+						if now.Before(at.Add(-time.Millisecond)) {
+							early = append(early, at.Sub(now))
+						}
 						mu.Unlock()
 					}
 				})
 			}
 			wg.Wait()
-			n := len(at)
+			stalled := canary.Stop()
+			n := len(slots)
 			if n < 2 {
 				t.Fatalf("%d admissions", n)
 			}
-			rate := float64(n-1) / (at[n-1] - at[0]).Seconds()
+			slices.SortFunc(slots, time.Time.Compare)
+			first, last := slots[0], slots[n-1]
 			apply, all, _ := c.Counts()
 			calls := apply + all
-			perAdmission := float64(calls) / float64(n)
-			t.Logf("%d admissions in %v, first at %v, last at %v: %.3f/s; %d store calls (%.2f per admission), %d waits refused at once, %d cut short by the deadline",
-				n, d, at[0].Round(time.Millisecond), at[n-1].Round(time.Millisecond), rate, calls, perAdmission, failed.Load(), cancelled.Load())
-			if rate < 9.9 || rate > 10.1 {
-				t.Errorf("admissions came at %.3f/s, want 10/s within 1%%", rate)
+			t.Logf("%d admissions on the server's clock, the first %v after the start, the last %v after the first and %v before the deadline; %d store calls (%.2f per admission), %d waits refused at once, %d cut short by the deadline; the process stalled for %v at most",
+				n, first.Sub(deadline.Add(-d)).Round(time.Millisecond), last.Sub(first).Round(time.Millisecond), deadline.Sub(last).Round(time.Millisecond),
+				calls, float64(calls)/float64(n), failed.Load(), cancelled.Load(), stalled.Round(time.Millisecond))
+			// The admissions are the server's to place, so they are
+			// checked on its clock, which no stall of this process
+			// moves: one a slot from the first to the last, and no wait
+			// returning before its slot.
+			for i := 1; i < n; i++ {
+				if gap := slots[i].Sub(slots[i-1]); gap != slot {
+					t.Errorf("admissions %d and %d came %v apart on the server's clock, want %v", i-1, i, gap, slot)
+				}
 			}
-			if n < 49 || n > 51 {
-				t.Errorf("%d admissions in 5s at 10/s with a burst of 1, want 50 or 51", n)
+			if len(early) > 0 {
+				t.Errorf("%d waits returned before their admission, by up to %v", len(early), slices.Max(early))
+			}
+			// The waits go on to the deadline: the last slot is the
+			// last before it, unless a stall of this process (which the
+			// canary measures) held the last waits past the deadline.
+			if before := deadline.Sub(last); before < 0 || before >= 2*slot {
+				msg := fmt.Sprintf("the last admission came %v before the deadline (negative: after it), want within the last two slots before it", before)
+				if stalled < slot/2 {
+					t.Error(msg)
+				} else {
+					t.Logf("%s: a stall of %v at most held the waits", msg, stalled.Round(time.Millisecond))
+				}
 			}
 			// A call per admission, one per refused wait, and a
 			// reservation and its refund per wait the deadline cut short.
