@@ -423,12 +423,16 @@ func TestServeRedisDownAtStart(t *testing.T) {
 			if err := rdb.Restart(); err != nil {
 				t.Fatal(err)
 			}
+			// A request answered by -mode after the restart may still have
+			// been charged in Redis (its reply late past the 50 ms
+			// deadline on a loaded machine): the first decision from
+			// Redis leaves 9, less one for each of them at most.
 			deadline := time.Now().Add(15 * time.Second)
-			for {
+			for answered := uint32(0); ; answered++ {
 				st := ask()
 				if st.CurrentLimit != nil {
-					if st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != 9 {
-						t.Fatalf("the first decision from Redis: %v, want OK with 9 left", st)
+					if st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining > 9 || st.LimitRemaining+min(answered, 9) < 9 {
+						t.Fatalf("the first decision from Redis, after %d answered by -mode: %v, want OK with 9 left, less one for each at most", answered, st)
 					}
 					break
 				}
