@@ -488,9 +488,9 @@ func (e *Engine) roundContext(round []*Entry) (context.Context, func()) {
 // lastContext returns the context of a round of calls: the values of its
 // first caller's context, ending once every caller's has ended. Contexts
 // that all end at a deadline end the round at the last of them, without
-// registering with each; if any ends without one (a request's, a
-// breaker's, which ends on the process's clock), the round's callers are
-// checked every [roundCheck] instead (see [watch]). A caller whose
+// registering with any; if one ends without a deadline (a request's, a
+// breaker's, which ends on the process's clock), the round registers
+// with one caller's context at a time (see [watch]). A caller whose
 // context never ends leaves the round unbounded but for the client's own
 // timeouts. stop releases what the context holds.
 func lastContext(round []*Entry) (ctx context.Context, stop func()) {
@@ -516,50 +516,52 @@ func lastContext(round []*Entry) (ctx context.Context, stop func()) {
 	return context.WithDeadline(ctx, last)
 }
 
-// roundCheck is how often a round whose callers' contexts end without a
-// deadline is checked for whether they all have: rounds take a fraction
-// of it on a healthy server, so most are never checked.
-const roundCheck = time.Millisecond
-
-// watch returns ctx, ending at the first check, every roundCheck, that
-// finds every context of round ended. It costs a round one timer, where
-// registering with each caller's context (context.AfterFunc) cost one a
-// caller: with callers on contexts of their own, as a server's requests
-// are, registering and releasing took 15 % of rueidisstore's client CPU
-// at 64 goroutines, the timer 2 %. stop must be called before round is
-// used again.
+// watch returns ctx, ending once every context of round has ended. It
+// registers with one caller's context at a time (context.AfterFunc), and
+// when that one ends, with the next still running: a round that comes
+// back before its callers give up, as on a healthy server, registers
+// once, where registering with each caller's context cost one a caller.
+// With callers on contexts of their own, as a server's requests are,
+// those registrations and their release took 15 % of rueidisstore's
+// client CPU at 64 goroutines. stop must be called before round is used
+// again.
 func watch(ctx context.Context, round []*Entry) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &watcher{round: round, cancel: cancel}
 	w.mu.Lock()
-	w.timer = time.AfterFunc(roundCheck, w.check)
+	w.watchNext()
 	w.mu.Unlock()
 	return ctx, w.stop
 }
 
 // watcher ends a round's context once its callers' have ended.
 type watcher struct {
-	mu     sync.Mutex
-	round  []*Entry // nil once stopped
-	timer  *time.Timer
-	cancel context.CancelFunc
+	mu      sync.Mutex
+	round   []*Entry // nil once stopped
+	next    int      // the first caller whose context may still run
+	unwatch func() bool
+	cancel  context.CancelFunc
 }
 
-// check ends the round's context if every caller's has ended, else looks
-// again after roundCheck.
-func (w *watcher) check() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.round == nil {
-		return
-	}
-	for _, c := range w.round {
-		if c.Ctx.Err() == nil {
-			w.timer.Reset(roundCheck)
+// watchNext registers with the first caller's context, from next, that
+// has not ended, or ends the round's if none is left. w.mu is held.
+func (w *watcher) watchNext() {
+	for ; w.next < len(w.round); w.next++ {
+		if c := w.round[w.next].Ctx; c.Err() == nil {
+			w.unwatch = context.AfterFunc(c, w.ended)
 			return
 		}
 	}
 	w.cancel()
+}
+
+// ended is called once the watched context has ended.
+func (w *watcher) ended() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.round != nil {
+		w.watchNext()
+	}
 }
 
 // stop releases the round, which its sender may use again once stop has
@@ -567,7 +569,9 @@ func (w *watcher) check() {
 func (w *watcher) stop() {
 	w.mu.Lock()
 	w.round = nil
-	w.timer.Stop()
+	if w.unwatch != nil {
+		w.unwatch()
+	}
 	w.mu.Unlock()
 	w.cancel()
 }
