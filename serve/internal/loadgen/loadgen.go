@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -372,8 +373,10 @@ func dialAll(parent context.Context, cfg Config) ([]*conn, error) {
 			for _, c := range conns {
 				c.Close()
 			}
-			if parent.Err() != nil {
-				return nil, fmt.Errorf("loadgen: connecting to %s: %w", cfg.Addr, context.Cause(parent))
+			// A dial cut off at parent's deadline may fail before parent's
+			// own timer has ended it.
+			if d, ok := parent.Deadline(); parent.Err() != nil || ok && !time.Now().Before(d) {
+				return nil, fmt.Errorf("loadgen: connecting to %s: %w", cfg.Addr, cmp.Or(context.Cause(parent), context.DeadlineExceeded))
 			}
 			return nil, fmt.Errorf("loadgen: %s not ready within %v: %w", cfg.Addr, cfg.ConnectTimeout, err)
 		}
