@@ -61,16 +61,15 @@ type Change struct {
 	Cause error
 }
 
-// Counts are the circuit's counts since it last changed state or, while it
-// is closed, within the current window. Excluded calls are those whose
-// outcome did not count: the caller gave up, or the request was refused.
+// Counts are the outcomes of the calls that the trip rule's ratio weighs
+// ([WithTrip]): those that ended within the last window ([WithWindow]) of
+// the process clock, since the circuit last changed state. Excluded
+// calls are those whose outcome did not count: the caller gave up, or
+// the request was refused.
 type Counts struct {
-	Requests             uint32 // calls let through, including those still running
-	Successes            uint32
-	Failures             uint32
-	Excluded             uint32
-	ConsecutiveSuccesses uint32
-	ConsecutiveFailures  uint32
+	Successes uint32
+	Failures  uint32
+	Excluded  uint32
 }
 
 // Stats are a breaker's totals since it was made. A batch
@@ -200,7 +199,7 @@ type Breaker struct {
 	steadyAfter atomic.Int64               // ns after base from which calls may run inline (see steady)
 	gen         atomic.Pointer[generation] // gobreaker's current generation
 	outcomes    atomic.Uint64              // gobreaker's counted failures<<1, | 1 if its last counted outcome failed (see fast.go)
-	tally       *successTally              // the fast path's successes
+	tally       *outcomeTally              // the window's outcomes, on the process clock
 	ramp        atomic.Int64               // the slow start's cap on calls in flight; 0: none
 	inflight    atomic.Int64               // calls in flight to the store
 	changes     atomic.Uint64
@@ -262,19 +261,20 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 	b.closedAt.Store(b.meter.at(0))
 	b.deadlines.warmUntil.Store(b.meter.at(0) + int64(cfg.window/10))
 	b.notes.fn = cfg.onChange
-	b.tally = newSuccessTally(cfg.window, cfg.window/10)
+	b.tally = newOutcomeTally(cfg.window)
 	b.run.tenth = max(int64(cfg.window/10), 1)
 	b.gen.Store(&generation{})
 	minFailures, ratio, settle := uint32(cfg.minFailures), cfg.ratio, int64(cfg.window/10)
+	// gobreaker keeps the circuit's state; the window's counts are the
+	// breaker's own, on the process clock (tally.go), so gobreaker keeps
+	// no window of its own (no Interval).
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:         cfg.name,
-		MaxRequests:  uint32(cfg.probes),
-		Interval:     cfg.window,
-		BucketPeriod: cfg.window / 10,
-		Timeout:      cfg.openTimeout,
+		Name:        cfg.name,
+		MaxRequests: uint32(cfg.probes),
+		Timeout:     cfg.openTimeout,
 		// gobreaker calls ReadyToTrip, under its lock, on each failure
 		// while the circuit is closed: the trip conditions of WithTrip.
-		ReadyToTrip: func(c gobreaker.Counts) bool {
+		ReadyToTrip: func(gobreaker.Counts) bool {
 			now := b.procNow()
 			if now-b.closedAt.Load() < settle {
 				return false
@@ -282,23 +282,31 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 			if b.run.inWindow(now) >= minFailures && now-b.run.start >= runSpan*b.runDeadline() {
 				return true
 			}
-			if c.TotalFailures < minFailures {
-				return false
-			}
-			c.TotalSuccesses += b.tally.sum(b.gen.Load(), b.now())
-			return float64(c.TotalFailures) >= ratio*float64(c.TotalFailures+c.TotalSuccesses)
+			c := b.counts(now)
+			return c.Failures >= minFailures && float64(c.Failures) >= ratio*float64(c.Failures+c.Successes)
 		},
 		OnStateChange: b.onStateChange,
-		IsExcluded:    func(err error) bool { return err == errExcluded },
-		// Called, under gobreaker's lock, for each outcome it counts.
+		// IsExcluded, then IsSuccessful, are called under gobreaker's
+		// lock for each outcome it counts, in the circuit's current
+		// generation.
+		IsExcluded: func(err error) bool {
+			if err != errExcluded {
+				return false
+			}
+			b.tally.add(b.gen.Load(), b.procNow(), kindExcluded)
+			return true
+		},
 		IsSuccessful: func(err error) bool {
 			f, _ := err.(*countedFailure)
 			if f != nil {
 				b.cause = f.err
 				// At the instant it failed, or a concurrent one did.
-				b.run.fail(min(b.procNow(), b.failedAt.Load()), f.lapsed)
+				at := min(b.procNow(), b.failedAt.Load())
+				b.run.fail(at, f.lapsed)
+				b.tally.add(b.gen.Load(), at, kindFailure)
 			} else if err == nil {
 				b.run.end()
+				b.tally.add(b.gen.Load(), b.procNow(), kindSuccess)
 			}
 			o := b.outcomes.Load()
 			if err != nil {
@@ -317,7 +325,8 @@ func NewBreaker(remote core.Store, opts ...BreakerOption) (*Breaker, error) {
 func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	at := time.Now()
 	s := stateOf(to)
-	b.gen.Store(&generation{id: b.gen.Load().id + 1, start: int64(at.Sub(b.base))})
+	proc := b.meter.at(int64(at.Sub(b.base)))
+	b.gen.Store(&generation{id: b.gen.Load().id + 1, start: proc})
 	if s == Open {
 		// Before the state, so that whoever sees Open sees its deadline.
 		b.openUntil.Store(int64(at.Sub(b.base) + b.cfg.openTimeout))
@@ -325,9 +334,8 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	b.state.Store(uint32(s))
 	b.run.end() // gobreaker's counts start again too
 	if s == Closed {
-		closed := b.meter.at(int64(at.Sub(b.base)))
-		b.closedAt.Store(closed)
-		b.deadlines.warmUntil.Store(closed + int64(b.cfg.window/10))
+		b.closedAt.Store(proc)
+		b.deadlines.warmUntil.Store(proc + int64(b.cfg.window/10))
 		b.steadyAfter.Store(int64(at.Sub(b.base) + b.cfg.window))
 		b.ramp.Store(int64(b.cfg.probes))
 	}
@@ -573,7 +581,7 @@ func (b *Breaker) failedOne(ctx context.Context, req *core.Request, mode Mode, c
 func (b *Breaker) fastDone(c fastCall, o outcome, err error) {
 	switch {
 	case o == answered && b.outcomes.Load() == c.outcomes:
-		b.tally.add(c.gen, c.start)
+		b.tally.add(c.gen, b.meter.at(c.start), kindSuccess)
 	case b.gen.Load() == c.gen: // else gobreaker would not count it either
 		b.cb.Execute(func() (struct{}, error) { return struct{}{}, o.report(err) })
 	}
@@ -707,22 +715,16 @@ func timedOut(err error, late bool) bool {
 // does not make the client hold its callers, and running every call
 // detached for it would cost what makes more calls late.
 func (b *Breaker) timingOut() bool {
-	c := b.counts()
-	return int(c.TotalFailures) >= b.cfg.minFailures &&
-		float64(c.TotalFailures) >= unsteadyRatio*float64(c.TotalFailures+c.TotalSuccesses)
+	c := b.counts(b.procNow())
+	return int(c.Failures) >= b.cfg.minFailures &&
+		float64(c.Failures) >= unsteadyRatio*float64(c.Failures+c.Successes)
 }
 
-// counts returns gobreaker's counts with the fast path's successes
-// added (see fast.go).
-func (b *Breaker) counts() gobreaker.Counts {
-	c := b.cb.Counts()
-	n := b.tally.sum(b.gen.Load(), b.now())
-	c.Requests += n
-	c.TotalSuccesses += n
-	if c.ConsecutiveFailures == 0 {
-		c.ConsecutiveSuccesses += n
-	}
-	return c
+// counts returns the outcomes counted in the window that ends at the
+// process instant now.
+func (b *Breaker) counts(now int64) Counts {
+	n := b.tally.sum(b.gen.Load(), now)
+	return Counts{Successes: n[kindSuccess], Failures: n[kindFailure], Excluded: n[kindExcluded]}
 }
 
 // unsteadyRatio is the share of a window's calls timing out from which
@@ -1056,17 +1058,7 @@ func (b *Breaker) BreakerState() string { return b.State().String() }
 func (b *Breaker) BreakerChanges() uint64 { return b.changes.Load() }
 
 // Counts returns the circuit's current counts (see [Counts]).
-func (b *Breaker) Counts() Counts {
-	c := b.counts()
-	return Counts{
-		Requests:             c.Requests,
-		Successes:            c.TotalSuccesses,
-		Failures:             c.TotalFailures,
-		Excluded:             c.TotalExclusions,
-		ConsecutiveSuccesses: c.ConsecutiveSuccesses,
-		ConsecutiveFailures:  c.ConsecutiveFailures,
-	}
-}
+func (b *Breaker) Counts() Counts { return b.counts(b.procNow()) }
 
 // Stats returns the breaker's totals since it was made.
 func (b *Breaker) Stats() Stats {

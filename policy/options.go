@@ -36,8 +36,9 @@ const (
 	// window and failures are at least half the calls that completed.
 	DefaultMinFailures  = 5
 	DefaultFailureRatio = 0.5
-	// DefaultWindow is the span over which failures are counted. It rolls
-	// in tenths: a failure is forgotten between 0.9 and 1 window later.
+	// DefaultWindow is the span of the process clock over which failures
+	// are counted. It rolls in tenths: a failure is forgotten between 0.9
+	// and 1 window later.
 	DefaultWindow = time.Second
 	// DefaultName is the breaker's name unless [WithName] gives another.
 	DefaultName = "sluice"
@@ -252,8 +253,9 @@ func WithTrip(minFailures int, ratio float64) BreakerOption {
 }
 
 // WithWindow sets the span over which failures and successes are counted
-// while the circuit is closed. It rolls in tenths. d must be 10 ms to an
-// hour. The default is [DefaultWindow], 1 second.
+// while the circuit is closed, on the process clock (see [WithTimeout]):
+// the time this process did not run does not count. It rolls in tenths.
+// d must be 10 ms to an hour. The default is [DefaultWindow], 1 second.
 func WithWindow(d time.Duration) BreakerOption {
 	return optionFunc(func(c *config) { c.window = d })
 }
