@@ -142,12 +142,16 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // ([Limiter.WithQueue]), and with [ErrUnavailable] when the store failed
 // and a failure policy denied ([SourceFailClosed]); the returned decision
 // then says when the same cost would pass at once (RetryAfter), and its
-// Source what answered, which the error names when it was not the store. When ctx is done while it sleeps,
-// it gives the capacity back (see [Reservation.Cancel]) and fails with
-// ctx's error, joined with an error wrapping [ErrCleanup] if the refund
-// could not be confirmed within [CleanupTimeout]. Without a deadline it
-// waits as long as the key's debt needs. A limiter fixed at an instant
-// ([Limiter.At]) cannot wait: WaitN fails with [ErrInvalidRequest].
+// Source what answered, which the error names when it was not the store.
+// The store counts the delay from the instant it decides, later than
+// WaitN measured the time left: a slot it gives that falls past the
+// deadline all the same is given back (see [Reservation.Cancel]), and
+// WaitN fails with [ErrWaitTooLong]. When ctx is done while it sleeps,
+// it gives the capacity back and fails with ctx's error. Either refund,
+// if it could not be confirmed within [CleanupTimeout], adds an error
+// wrapping [ErrCleanup]. Without a deadline it waits as long as the key's
+// debt needs. A limiter fixed at an instant ([Limiter.At]) cannot wait:
+// WaitN fails with [ErrInvalidRequest].
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
 	if l.x != nil && l.x.fixed {
 		return Decision{}, errWaitAt
@@ -255,6 +259,19 @@ func wait(ctx context.Context, n int64, queued bool, reserve func(maxWait time.D
 		return r.Verdict, fmt.Errorf("%w: cost %d needs %v more%s", ErrWaitTooLong, n, r.RetryAfter, answeredBy(r.Source))
 	case r.Delay == 0:
 		return r.Verdict, nil
+	}
+	// The store counted maxWait from the instant it decided, after
+	// maxWait was measured here: the slot it gave may fall past the
+	// deadline by as much as the call took. Such a wait would outlast the
+	// deadline too, so the capacity goes back.
+	if deadline, ok := ctx.Deadline(); ok && time.Now().Add(r.Delay).After(deadline) {
+		v := r.Verdict
+		v.Allowed, v.RetryAfter, v.Delay = false, r.Delay, 0
+		err := fmt.Errorf("%w: cost %d would pass in %v", ErrWaitTooLong, n, r.Delay)
+		if cerr := r.Cancel(ctx); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return v, err
 	}
 	t := time.NewTimer(r.Delay)
 	defer t.Stop()

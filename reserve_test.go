@@ -171,6 +171,81 @@ func TestWaitCancelledRefunds(t *testing.T) {
 	})
 }
 
+// slowStore answers each call after a latency, as a remote store does.
+type slowStore struct {
+	core.Store
+	latency time.Duration
+}
+
+func (s slowStore) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	time.Sleep(s.latency)
+	return s.Store.Apply(ctx, req)
+}
+
+// TestWaitEndsByTheDeadline checks that Wait never admits past its
+// context's deadline. The store counts the wait it may grant from the
+// instant it decides, a call's latency after Wait measured the time left,
+// so it can grant a slot past the deadline: Wait gives that capacity back
+// and fails with ErrWaitTooLong at once. A slot that comes exactly at
+// the deadline still admits.
+func TestWaitEndsByTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const latency = 30 * time.Millisecond
+		mem, err := memstore.New(memstore.Config{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mem.Close() })
+		lim, err := sluice.NewLimiter(slowStore{mem, latency}, algorithms.TokenBucket, core.PerSecond(10).WithBurst(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		t0 := time.Now()
+		if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("Allow = %+v, %v", d, err)
+		}
+		// The store took the token at t0+30ms; the next is due at
+		// t0+130ms. Wait begins with 90 ms left, and the store decides
+		// 30 ms later that it may wait 70 ms of the 90: its slot would
+		// come 10 ms past the deadline.
+		start := time.Now()
+		short, cancel := context.WithTimeout(ctx, 90*time.Millisecond)
+		defer cancel()
+		d, err := lim.Wait(short, "k")
+		if !errors.Is(err, sluice.ErrWaitTooLong) || d.Allowed {
+			t.Fatalf("a wait whose slot falls past the deadline = %+v, %v; want ErrWaitTooLong", d, err)
+		}
+		// The reservation and its refund, a latency each.
+		if took := time.Since(start); took != 2*latency {
+			t.Errorf("Wait returned after %v, want %v: at once, not at the deadline", took, 2*latency)
+		}
+		// The capacity came back: the token due at t0+130ms is there
+		// for an Allow that the store decides then.
+		time.Sleep(time.Until(t0.Add(100 * time.Millisecond)))
+		if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Errorf("Allow at the next token after the refund = %+v, %v; want allowed", d, err)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		lim, _ := newLimiter(t, nil, algorithms.TokenBucket, core.PerSecond(10).WithBurst(1))
+		ctx := context.Background()
+		for i := range 20 {
+			if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("Allow = %+v, %v", d, err)
+			}
+			// The next slot is 100 ms away: exactly the deadline.
+			exact, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			d, err := lim.Wait(exact, "k")
+			cancel()
+			if err != nil || !d.Allowed {
+				t.Fatalf("wait %d, whose slot is the deadline: %+v, %v; want admitted", i, d, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
+
 // TestWaitConcurrentSafe has 64 goroutines wait on one key for 5 s at
 // 10/s: every admission comes on the schedule the rate sets, and each costs
 // one store call.
