@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/stores/memstore"
+	"github.com/sluicehq/sluice/stores/storetest"
 )
 
 // counting wraps a store and counts its calls: calls counts every call
@@ -171,17 +172,6 @@ func TestWaitCancelledRefunds(t *testing.T) {
 	})
 }
 
-// slowStore answers each call after a latency, as a remote store does.
-type slowStore struct {
-	core.Store
-	latency time.Duration
-}
-
-func (s slowStore) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
-	time.Sleep(s.latency)
-	return s.Store.Apply(ctx, req)
-}
-
 // TestWaitEndsByTheDeadline checks that Wait never admits past its
 // context's deadline. The store counts the wait it may grant from the
 // instant it decides, a call's latency after Wait measured the time left,
@@ -196,7 +186,9 @@ func TestWaitEndsByTheDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { mem.Close() })
-		lim, err := sluice.NewLimiter(slowStore{mem, latency}, algorithms.TokenBucket, core.PerSecond(10).WithBurst(1))
+		slow := storetest.NewFaulty(mem) // each call answered after a latency, as a remote store's
+		slow.SetLatency(latency)
+		lim, err := sluice.NewLimiter(slow, algorithms.TokenBucket, core.PerSecond(10).WithBurst(1))
 		if err != nil {
 			t.Fatal(err)
 		}
