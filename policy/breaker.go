@@ -136,9 +136,9 @@ func (f *countedFailure) Error() string {
 // per-call deadline: a client honouring its context returns by then, and
 // the call costs a share of an allocation (its context comes from a
 // slab) and no timer; while nothing fails, no
-// lock either: gobreaker counts only the calls that may change the
-// circuit's state, and the breaker the successes of the others, which
-// the trip rule weighs alike (fast.go). The caller's cancellation
+// lock either: gobreaker is told only of the calls that may change the
+// circuit's state (fast.go), and the breaker counts every call's outcome
+// in its window, on the process clock (tally.go). The caller's cancellation
 // is seen before the call and after it, not during it: the call runs
 // until the store answers, one round trip in the steady state, or the
 // deadline passes, and the caller then gets its context's error. From a
