@@ -143,15 +143,15 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // and a failure policy denied ([SourceFailClosed]); the returned decision
 // then says when the same cost would pass at once (RetryAfter), and its
 // Source what answered, which the error names when it was not the store.
-// The store counts the delay from the instant it decides, later than
-// WaitN measured the time left: a slot it gives that falls past the
-// deadline all the same is given back (see [Reservation.Cancel]), and
-// WaitN fails with [ErrWaitTooLong]. When ctx is done while it sleeps,
-// it gives the capacity back and fails with ctx's error. Either refund,
-// if it could not be confirmed within [CleanupTimeout], adds an error
-// wrapping [ErrCleanup]. Without a deadline it waits as long as the key's
-// debt needs. A limiter fixed at an instant ([Limiter.At]) cannot wait:
-// WaitN fails with [ErrInvalidRequest].
+// It returns an admission only while ctx lives: when ctx is done, or
+// its deadline has passed, by the time the delay has (a slot the store
+// counted from its own later instant may fall past the deadline by the
+// call's latency), it gives the capacity back (see [Reservation.Cancel])
+// and fails with ctx's error, joined with an error wrapping [ErrCleanup]
+// if the refund could not be confirmed within [CleanupTimeout]. Without
+// a deadline it waits as long as the key's debt needs. A limiter fixed
+// at an instant ([Limiter.At]) cannot wait: WaitN fails with
+// [ErrInvalidRequest].
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
 	if l.x != nil && l.x.fixed {
 		return Decision{}, errWaitAt
@@ -257,31 +257,26 @@ func wait(ctx context.Context, n int64, queued bool, reserve func(maxWait time.D
 		return r.Verdict, fmt.Errorf("%w: cost %d would pass in %v%s", ErrQueueFull, n, r.RetryAfter, answeredBy(r.Source))
 	case !r.Allowed:
 		return r.Verdict, fmt.Errorf("%w: cost %d needs %v more%s", ErrWaitTooLong, n, r.RetryAfter, answeredBy(r.Source))
-	case r.Delay == 0:
-		return r.Verdict, nil
+	case r.Delay > 0:
+		t := time.NewTimer(r.Delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
 	}
-	// The store counted maxWait from the instant it decided, after
-	// maxWait was measured here: the slot it gave may fall past the
-	// deadline by as much as the call took. Such a wait would outlast the
-	// deadline too, so the capacity goes back.
-	if deadline, ok := ctx.Deadline(); ok && time.Now().Add(r.Delay).After(deadline) {
-		v := r.Verdict
-		v.Allowed, v.RetryAfter, v.Delay = false, r.Delay, 0
-		err := fmt.Errorf("%w: cost %d would pass in %v", ErrWaitTooLong, n, r.Delay)
+	// Admitted only while ctx lives. A caller whose context ended, or
+	// whose deadline passed, while it slept or while its process did not
+	// run, cannot act in time, and its capacity goes back: the store
+	// counted maxWait from the instant it decided, later than it was
+	// measured here, so a slot may fall past the deadline by the call's
+	// latency.
+	if ended(ctx) {
+		err := cmp.Or(ctx.Err(), context.DeadlineExceeded)
 		if cerr := r.Cancel(ctx); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
-		return v, err
+		return Verdict{}, err
 	}
-	t := time.NewTimer(r.Delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return r.Verdict, nil
-	case <-ctx.Done():
-		if err := r.Cancel(ctx); err != nil {
-			return Verdict{}, errors.Join(ctx.Err(), err)
-		}
-		return Verdict{}, ctx.Err()
-	}
+	return r.Verdict, nil
 }
