@@ -86,12 +86,13 @@ func TestProxyDelay(t *testing.T) {
 	t.Parallel()
 	p := NewProxy(t, Shared(t).Addr())
 	c := dialRaw(t, p.Addr())
-	const d = 60 * time.Millisecond
+	// Long enough that no stall of a loaded machine passes for it.
+	const d = 500 * time.Millisecond
 	steps := []struct {
 		delay    time.Duration
 		min, max time.Duration
 	}{
-		{d, d, d + time.Second},
+		{d, d, d + 5*time.Second},
 		{0, 0, d}, // no delay: well under it, even on a loaded machine
 	}
 	for i, st := range steps {

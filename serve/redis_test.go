@@ -75,7 +75,7 @@ func TestRedis(t *testing.T) {
 	for _, c := range clients {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			sameMinute(t, func(t *testing.T) bool {
+			sameMinute(t, func() error {
 				prefix := fmt.Sprintf("serve-test:%s:%d:", c.name, time.Now().UnixNano())
 				h := start(t, api, chain(t, c.open(t, srv.Addr(), prefix), policy.FailOpen, time.Second))
 				defer h.stop()
@@ -94,11 +94,10 @@ func TestRedis(t *testing.T) {
 				}
 				for i, s := range steps {
 					if got := outcome(h.ask(t, s.req)); got != s.want {
-						t.Errorf("step %d: %s, want %s", i, got, s.want)
-						return false
+						return fmt.Errorf("step %d: %s, want %s", i, got, s.want)
 					}
 				}
-				return true
+				return nil
 			})
 		})
 	}

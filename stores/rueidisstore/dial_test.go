@@ -126,12 +126,12 @@ func TestDialSilent(t *testing.T) {
 		if !strings.Contains(err.Error(), addr) || !errors.Is(err, context.DeadlineExceeded) && !isTimeout(err) {
 			t.Errorf("%s: Dial = %v; want a timeout naming %s", tc.name, err, addr)
 		}
-		// The bound leaves the machine 500 ms: the test asserts that
-		// Dial gives up by the sooner of the two deadlines (not after
+		// The bound leaves the machine 2 s: the test asserts that Dial
+		// gives up by the sooner of the two deadlines (not after
 		// rueidis's 5 s default), not how promptly a loaded machine
 		// wakes it.
-		if took < tc.want || took > tc.want+500*time.Millisecond {
-			t.Errorf("%s: Dial failed after %v, want after %v (and within 500 ms more)", tc.name, took, tc.want)
+		if took < tc.want || took > tc.want+2*time.Second {
+			t.Errorf("%s: Dial failed after %v, want after %v (and within 2 s more, short of rueidis's default of 5 s)", tc.name, took, tc.want)
 		}
 		select {
 		case <-closed:
