@@ -261,6 +261,7 @@ func runShapingBurst(t *testing.T, store core.Store, line int, opts ...httplimit
 		returned time.Duration // from sending to the response, at the client
 	}
 	results := make([]result, requests)
+	canary := redisfaults.StartCanary()
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -276,6 +277,7 @@ func runShapingBurst(t *testing.T, store core.Store, line int, opts ...httplimit
 		})
 	}
 	wg.Wait()
+	stalled := canary.Stop()
 	if errs := s.errors(); len(errs) > 0 {
 		t.Fatalf("the error handler was called: %v", errs)
 	}
@@ -318,10 +320,12 @@ func runShapingBurst(t *testing.T, store core.Store, line int, opts ...httplimit
 			// line, line intervals. Before its decision, 500 goroutines
 			// at once on a loaded machine wait their turn (810 ms once
 			// under make test's race detector), and after it up to
-			// 514 ms once on redisstore, for no reason found yet: so
-			// the bound is from the decision, and just under the line.
-			if took, hold := a.left.Sub(a.decided), time.Duration(line)*interval*9/10; took > hold {
-				t.Errorf("request %d: 429 %v after its decision; want well under the line's %v", i, took, time.Duration(line)*interval)
+			// 514 ms once on redisstore: so the bound is from the
+			// decision, just under the line, and longer by the worst
+			// stall the canary saw (a goroutine made runnable waits
+			// behind the others for a core, as the canary's does).
+			if took, hold := a.left.Sub(a.decided), time.Duration(line)*interval*9/10; took > hold+stalled {
+				t.Errorf("request %d: 429 %v after its decision; want well under the line's %v (the process stalled %v at most)", i, took, time.Duration(line)*interval, stalled)
 			}
 			if !a.reached.IsZero() {
 				t.Errorf("request %d: 429, yet the handler was called", i)
