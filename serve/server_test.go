@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/stores/memstore"
 )
 
@@ -68,6 +69,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	var worst time.Duration
 	want := int64(1000000)
+	canary := redisfaults.StartCanary()
 	for v := 1; v <= 10; v++ {
 		time.Sleep(150 * time.Millisecond)
 		if v == 5 {
@@ -89,11 +91,13 @@ func TestReloadUnderLoad(t *testing.T) {
 		}
 		worst = max(worst, time.Since(changed))
 	}
+	stalled := canary.Stop()
 	close(stop)
 	wg.Wait()
-	t.Logf("%d requests during 10 changes; slowest change in force after %v", rpcs.Load(), worst)
-	if worst > time.Second {
-		t.Errorf("a change took %v to come into force, want at most 1s", worst)
+	t.Logf("%d requests during 10 changes; slowest change in force after %v (the process stalled %v at most)", rpcs.Load(), worst, stalled)
+	// A second, and longer by the worst stall the canary saw.
+	if worst > time.Second+stalled {
+		t.Errorf("a change took %v to come into force, want at most 1s (the process stalled %v at most)", worst, stalled)
 	}
 	if got := h.srv.rejected.Load(); got != 1 {
 		t.Errorf("%d configurations rejected, want 1", got)
