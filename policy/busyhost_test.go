@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redisfaults"
 	"github.com/sluicehq/sluice/redistest"
 	"github.com/sluicehq/sluice/stores/layered"
 	"github.com/sluicehq/sluice/telemetry"
@@ -61,9 +62,12 @@ func init() {
 	}
 }
 
-// freezer stops the process pid for 30 ms of every 230 ms with SIGSTOP
-// and SIGCONT, until its standard input ends; it exits only after a
-// SIGCONT, so it never leaves the process stopped.
+// freeze is how long the freezer stops the process each time.
+const freeze = 30 * time.Millisecond
+
+// freezer stops the process pid for 30 ms (freeze) of every 230 ms with
+// SIGSTOP and SIGCONT, until its standard input ends; it exits only after
+// a SIGCONT, so it never leaves the process stopped.
 func freezer(pidText string) {
 	pid, err := strconv.Atoi(pidText)
 	if err != nil {
@@ -81,7 +85,7 @@ func freezer(pidText string) {
 			break
 		}
 		syscall.Kill(pid, syscall.SIGSTOP)
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(freeze)
 		syscall.Kill(pid, syscall.SIGCONT)
 	}
 	syscall.Kill(pid, syscall.SIGCONT)
@@ -431,12 +435,23 @@ func TestFaultsWhileFrozen(t *testing.T) {
 					t.Errorf("the circuit opened %v after the fault on the process clock (%v on the wall clock), want within %v", ran, took, bound)
 				}
 				time.Sleep(500 * time.Millisecond)
+				canary := redisfaults.StartCanary()
 				at = time.Now()
 				repair()
 				closed := waitChange(t, changes, Closed, 10*time.Second)
+				stalled := canary.Stop()
 				t.Logf("%s: closed %v after the repair; %+v", fault, closed.Sub(at).Round(time.Millisecond), b.Stats())
-				if took := closed.Sub(at); took > DefaultOpenTimeout+1500*time.Millisecond {
-					t.Errorf("the circuit closed %v after the repair, want within %v", took, DefaultOpenTimeout+1500*time.Millisecond)
+				// A probe that a stall of its whole grace fails costs
+				// another open timeout (as TestKillRestart). The
+				// freezer's freezes are shorter; on a loaded machine a
+				// freeze may last longer (the freezer waits for a core to
+				// end it), or other stalls come besides.
+				if took, bound := closed.Sub(at), DefaultOpenTimeout+1500*time.Millisecond; took > bound {
+					if stalled >= freeze+callGrace*DefaultTimeout {
+						t.Logf("the circuit closed %v after the repair, over %v, while the process stalled %v", took, bound, stalled)
+					} else {
+						t.Errorf("the circuit closed %v after the repair, want within %v (the process stalled %v at most)", took, bound, stalled)
+					}
 				}
 			})
 		}
