@@ -23,7 +23,9 @@ import (
 //
 // So the breaker counts the window's outcomes itself, in an outcomeTally,
 // and reads none of gobreaker's counts: gobreaker keeps the circuit's
-// state, its probes and its open timeout.
+// state, its probes and its open timeout. The run (failureRun) keeps its
+// own tenths: a success ends a run and forgets its failures, which the
+// window, whose buckets every call shares without a lock, keeps.
 
 // outcomeTally counts a circuit's outcomes by tenth of the window on the
 // process clock. Its buckets are tagged with their generation and age, so
