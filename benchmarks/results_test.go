@@ -52,7 +52,7 @@ func writeTSV(t *testing.T, name string, header []string, rows [][]string) {
 }
 
 // testBreaker configures the production chains' breakers in the tests.
-// The default per-call deadline, 8 ms, can pass on a loaded machine, and
+// The default per-call deadline, 16 ms, can pass on a loaded machine, and
 // the default mode then allows the call (fail-open): an admission no
 // store made, which TestOverGrant would count as over-grant and
 // TestCommandsPerDecision as a decision without a command. A minute's

@@ -12,7 +12,7 @@
 // one. The deadline is kept on the process clock, which stops while the
 // process does not run (frozen at its CPU quota, waiting for a core,
 // paused by the collector), and it follows the store: three times the
-// 99.9th percentile of recent answers, between [DefaultTimeout] (8 ms)
+// 99.9th percentile of recent answers, between [DefaultTimeout] (16 ms)
 // and [DefaultMaxTimeout] (100 ms). A busy host is thus not taken for a
 // sick store (see [WithTimeout]). A call that fails as the store's failure
 // ([IsStoreFailure]: a timeout, a refused or broken connection, a Redis

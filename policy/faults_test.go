@@ -530,7 +530,7 @@ func TestCancellations(t *testing.T) {
 			rec := newRecorder(cl.store(t, proxy.Addr(), nil), time.Now())
 			// A deadline far above the proxy's 2 ms: calls that the loaded
 			// machine (make test runs this under the race detector beside
-			// other packages) holds past 8 ms would open the circuit, which
+			// other packages) holds past the default deadline would open the circuit, which
 			// says nothing of cancellations.
 			b := newBreaker(t, rec, WithMode(FailClosed), WithTimeout(100*time.Millisecond))
 			// A warm client, as a healthy service has (see rig.start).

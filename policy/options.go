@@ -14,11 +14,14 @@ const (
 	// DefaultTimeout is the per-call deadline's floor: a call to the
 	// store that has not answered within it, of this process's time (see
 	// [WithTimeout]), counts as a failure, unless the store's recent
-	// latency has raised the deadline. 8 ms is several times a healthy
-	// Redis's round trip on a local network (a fraction of a millisecond
-	// at the median, one or two at the 99.9th percentile), so a slow
-	// Redis is cut off before it holds callers long.
-	DefaultTimeout = 8 * time.Millisecond
+	// latency has raised the deadline. A healthy Redis answers in a
+	// fraction of a millisecond; what a floor must also cover is this
+	// process: on a busy process a goroutine ready to run can wait a Go
+	// scheduler's time slice (10 ms) for a processor, and the client's
+	// sender that waits so holds every call of its round. 16 ms covers a
+	// slice and a round trip, and is the most that lets a lone caller's
+	// five timeouts cut off a dead store within 100 ms (see [WithTrip]).
+	DefaultTimeout = 16 * time.Millisecond
 	// DefaultMaxTimeout is the per-call deadline's ceiling: the most the
 	// store's latency raises it to (see [WithMaxTimeout]). A busy host
 	// slows a local Redis's replies to 10 to 20 ms at the 99.9th
@@ -58,9 +61,9 @@ const (
 // runSpan is how many per-call deadlines, on the process clock, a run of
 // failures must span to open the circuit (see [WithTrip] and
 // runDeadline): longer than a stall that fails the calls in flight
-// together, short enough to cut off a dead store within about five
-// deadlines (40 ms at the default floor).
-const runSpan = 4
+// together (within a deadline of one another), short enough to cut off a
+// dead store within about four deadlines (64 ms at the default floor).
+const runSpan = 3
 
 // ErrInvalidOption reports an option [NewBreaker] cannot use; the error
 // says which and why.
@@ -184,7 +187,7 @@ func WithName(name string) BreakerOption {
 // never above the ceiling ([WithMaxTimeout]). Calls that start within a
 // sixteenth of the deadline share one, so each has at least fifteen
 // sixteenths of it. d must be above 0 and at most a minute. The default
-// is [DefaultTimeout], 8 ms; docs/outages.md explains the choice.
+// is [DefaultTimeout], 16 ms; docs/outages.md explains the choice.
 func WithTimeout(d time.Duration) BreakerOption {
 	return optionFunc(func(c *config) { c.timeout = d })
 }
@@ -219,20 +222,21 @@ func WithProbes(n int) BreakerOption {
 //   - the failures are at least ratio (0 < ratio ≤ 1) of the calls that
 //     completed in it with a success or a failure, or
 //   - the last minFailures calls or more failed with no success between
-//     them, the first of them at least four per-call deadlines before the
+//     them, the first of them at least three per-call deadlines before the
 //     last: the store has answered nothing for that long. This rule's
 //     window and deadlines run on the breaker's process clock, which
 //     leaves out the time the process was not running. The deadline is
 //     the one adapted to the store's latency if a call of the run timed
-//     out, and its floor ([WithTimeout]; 32 ms by default) if every call
-//     failed with the store's own error (a refused connection, an OOM or
-//     READONLY reply), which no stall of this process can cause.
+//     out, and its floor ([WithTimeout]; three floors make 48 ms by
+//     default) if every call failed with the store's own error (a refused
+//     connection, an OOM or READONLY reply), which no stall of this
+//     process can cause.
 //
 // The defaults are [DefaultMinFailures] and [DefaultFailureRatio]: 5
 // failures, and half the calls.
 //
 // The run opens the circuit of a dead or unreachable store within about
-// five deadlines whatever the traffic (a refusing one within five
+// four deadlines whatever the traffic (a refusing one within four
 // floors), where the ratio must first
 // outweigh the window's earlier successes (on a busy service, most of a
 // window). Neither opens on a brief stall, which fails every call in

@@ -17,7 +17,7 @@ func TestFailureRun(t *testing.T) {
 
 	// One caller's timeouts, a deadline of 52 ms apart: however slowly
 	// the wall clock saw them come, the five are in one window of the
-	// process clock, and the run spans four deadlines.
+	// process clock, and the run spans three deadlines.
 	r := newRun()
 	at := 5 * window
 	for range 5 {

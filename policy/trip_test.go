@@ -19,7 +19,8 @@ import (
 
 // tripBound is how soon after a store stops answering the circuit must
 // open, at any number of callers; the run of WithTrip does it in
-// about five per-call deadlines (40 ms by default).
+// about four per-call deadlines (64 ms by default), five for a lone
+// caller, whose calls time out one after another (80 ms).
 const tripBound = 100 * time.Millisecond
 
 // TestFastTrip blackholes the server under 1, 16 and 256 goroutines
@@ -287,9 +288,9 @@ func (b *Breaker) maxDeadline() time.Duration { return time.Duration(b.deadlines
 // TestRunOfRefusals checks, in virtual time, what a run of failures is
 // weighed in once Redis's latency has raised the per-call deadline to its
 // ceiling: a run of refusals (errors the store answered, as a killed or
-// OOM Redis gives) opens the circuit after four deadlines at the floor,
+// OOM Redis gives) opens the circuit after three deadlines at the floor,
 // which no stall of the process can bring about, while a run of timeouts
-// (a blackhole) must span four deadlines as adapted, which a busy host's
+// (a blackhole) must span three deadlines as adapted, which a busy host's
 // stalls may need. The window's earlier successes outweigh the failures
 // throughout, so the run, not the ratio, opens the circuit.
 func TestRunOfRefusals(t *testing.T) {

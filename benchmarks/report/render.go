@@ -319,7 +319,7 @@ func chainTable(b *strings.Builder, s *resultSet) {
 	b.WriteString("### The production chain against its bare store\n\n")
 	b.WriteString("Each chain is `telemetry.New` (the SDK's tracer provider sampling 1% of root spans, as docs/telemetry.md recommends, and the no-op meter provider; the benchmark's decisions are made outside any trace, so they start no span) → `policy.New` → `policy.NewBreaker` (default options) → `layered.New` (zero `Config`) → the store, run in the same rounds as the bare store. ")
 	b.WriteString("A cell is the chain's decisions/s divided by the store's within each round, its median and range over the rounds, then the allocations per decision it adds (median of the rounds' differences). ")
-	b.WriteString("Where the breaker answered some of the chain's decisions by its mode (fail-open, without a Redis call) because the store missed the 8 ms per-call deadline or the circuit was open, the cell says what share: those figures are not the chain's speed. The last column is the commands per decision (`TestCommandsPerDecision`, the breaker with a one-minute deadline and failing closed).\n\n")
+	b.WriteString("Where the breaker answered some of the chain's decisions by its mode (fail-open, without a Redis call) because the store missed the per-call deadline (16 ms at the floor) or the circuit was open, the cell says what share: those figures are not the chain's speed. The last column is the commands per decision (`TestCommandsPerDecision`, the breaker with a one-minute deadline and failing closed).\n\n")
 	b.WriteString("| chain ÷ store | workload |")
 	for _, g := range goroutines {
 		fmt.Fprintf(b, " %s |", plural(g, "goroutine"))

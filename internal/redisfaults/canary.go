@@ -48,9 +48,9 @@ func (c *Canary) Stop() time.Duration {
 // policy.Breaker with the per-call deadline deadline over a store on srv
 // no error may reach a caller, and the circuit must never change
 // state (changes reports how often it did), unless a canary saw the
-// process stall for four deadlines or more meanwhile. A shorter stall
+// process stall for three deadlines or more meanwhile. A shorter stall
 // times out the calls under way, whatever Redis does, but no more: the
-// circuit opens only on failures that span four deadlines with no
+// circuit opens only on failures that span three deadlines with no
 // success between them, or on half a window's calls (policy.WithTrip).
 // It returns what FlushUnderLoad saw and the canary's worst stall.
 func FlushThroughBreaker(t *testing.T, srv *redistest.Server, breaker core.Store, deadline time.Duration, changes func() uint64) (FlushResult, time.Duration) {
@@ -60,7 +60,7 @@ func FlushThroughBreaker(t *testing.T, srv *redistest.Server, breaker core.Store
 	stall := c.Stop()
 	switch n := changes(); {
 	case n == 0:
-	case stall < 4*deadline:
+	case stall < 3*deadline:
 		t.Errorf("the circuit changed state %d times, want never; the process stalled at most %v meanwhile", n, stall)
 	default:
 		t.Logf("the circuit changed state %d times, excused: the process stalled %v meanwhile", n, stall)

@@ -35,7 +35,7 @@ func storeOn(t testing.TB, client redis.UniversalClient) *redisstore.Store {
 // with a blocking command, so that the store's calls wait for a
 // connection until the client's PoolTimeout, 5 ms. The pool's timeout is
 // a store failure; NewBreaker rejects the client's PoolTimeout against
-// its 8 ms deadline; and a breaker that cannot see the client (the store
+// its 16 ms deadline; and a breaker that cannot see the client (the store
 // behind a decorator without Unwrap) answers the calls by its mode, with
 // no error to its callers.
 func TestClassifyPoolTimeout(t *testing.T) {
@@ -109,7 +109,7 @@ func TestClientOptions(t *testing.T) {
 		name    string
 		client  func() redis.UniversalClient
 		says    string        // what New's error names; "" if New accepts the client
-		timeout time.Duration // the breaker's deadline; 0 for its default, 8 ms
+		timeout time.Duration // the breaker's deadline; 0 for its default, 16 ms
 		breaker string        // what NewBreaker's error names; "" if it accepts the client
 	}{
 		{name: "defaults", client: client(redis.Options{})},

@@ -187,7 +187,7 @@ func mark(err error, down []error) error {
 }
 
 // tryAgainDelays are the waits before each retry of a call Redis answered
-// TRYAGAIN: 7 ms in all, within the breaker's default 8 ms deadline.
+// TRYAGAIN: 7 ms in all, well within the breaker's default 16 ms deadline.
 var tryAgainDelays = [...]time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
 
 // RetryTryAgain reports whether a call that failed with err should be

@@ -227,9 +227,9 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 }
 
 // TestScriptFlushThroughBreaker is TestScriptFlushUnderLoad behind a
-// breaker with the default 8 ms deadline: a NOSCRIPT answered by
+// breaker with the default 16 ms deadline: a NOSCRIPT answered by
 // EVAL is no failure, so the circuit never leaves its closed state, unless
-// the test process stalled four deadlines or more meanwhile (a canary
+// the test process stalled three deadlines or more meanwhile (a canary
 // watches). Calls the machine holds past the deadline are answered by
 // the mode, counted and logged.
 func TestScriptFlushThroughBreaker(t *testing.T) {
