@@ -106,18 +106,19 @@ func checkTTL(t *testing.T, client *redis.Client, key string, late time.Duration
 	num := func(i int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(value[8*i:])))) }
 	end, x := num(4), num(5)
 	expiry := now/1000 + pttl // ms, within a ms
+	lateMs := (late + time.Millisecond - 1).Milliseconds()
 	switch {
 	case len(value) != 48:
 		t.Fatalf("key %s holds %d bytes, want 48", key, len(value))
 	case pttl < 0:
 		t.Fatalf("key %s has PTTL %d", key, pttl)
-	case expiry < end/1000+1000-1-(late+time.Millisecond-1).Milliseconds():
+	case expiry < end/1000+1000-1-lateMs:
 		// The end is on the clock the script read, the expiry from the
 		// script's start: earlier by as long as Redis waited in between.
 		t.Errorf("key %s expires at %d ms, before its state's end %d µs plus 1 s (less %v, the longest a decision took)", key, expiry, end, late)
-	case expiry > end/1000+2000+2+(late+time.Millisecond-1).Milliseconds():
+	case expiry > end/1000+2000+2+lateMs:
 		t.Errorf("key %s expires at %d ms, after its state's end %d µs plus 2 s (and %v, the longest a decision took)", key, expiry, end, late)
-	case x/1000 > expiry+1+(late+time.Millisecond-1).Milliseconds():
+	case x/1000 > expiry+1+lateMs:
 		// Redis counts a TTL set in a script from the script's start; X
 		// is from the clock the script read (TIME), later by as long as the
 		// script ran before it read it, a wait for a core included: at most
