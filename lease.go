@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"time"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -55,30 +54,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !l.Allowed || l.released || len(l.held) == 0 {
 		return nil
 	}
-	if err := release(ctx, l.store, l.requests(core.OpRefund), "release lease"); err != nil {
+	if err := refund(ctx, l.store, l.requests(core.OpRefund), "release lease"); err != nil {
 		return err
 	}
 	l.released = true
 	return nil
-}
-
-// ended reports whether ctx has ended: done, or past its deadline, which
-// a client may report (rueidis does) before the context's own timer has
-// fired.
-func ended(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	d, ok := ctx.Deadline()
-	return ok && !time.Now().Before(d)
-}
-
-// release refunds the lease requests reqs on store, as a cleanup.
-func release(ctx context.Context, store Store, reqs []core.Request, what string) error {
-	return cleanup(ctx, what, func(ctx context.Context) error {
-		_, err := apply(ctx, store, reqs)
-		return err
-	})
 }
 
 // Renew extends the lease by the limit's Period from now, for work that
@@ -121,7 +101,7 @@ func acquire(ctx context.Context, store Store, reqs []core.Request) (*Lease, err
 			}
 		}
 		if len(held) > 0 {
-			if rerr := release(ctx, store, held, "release lease of a cancelled acquisition"); rerr != nil {
+			if rerr := refund(ctx, store, held, "release lease of a cancelled acquisition"); rerr != nil {
 				return nil, errors.Join(err, rerr)
 			}
 		}

@@ -27,18 +27,6 @@ var (
 	ErrQueueFull = errors.New("sluice: queue full")
 )
 
-// cleanup makes the store call f on the caller's behalf, with ctx's
-// values, without its cancellation, within CleanupTimeout; a failure
-// wraps [ErrCleanup].
-func cleanup(ctx context.Context, what string, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-	defer cancel()
-	if err := f(ctx); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrCleanup, what, err)
-	}
-	return nil
-}
-
 // Reservation is capacity charged ahead of its use by [Limiter.Reserve]
 // or [Stack.ReserveN]: the caller may act once [Reservation.Delay] has
 // passed since the reservation was made, or give the capacity back with
@@ -76,11 +64,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	if !r.Allowed || r.cancelled {
 		return nil
 	}
-	err := cleanup(ctx, "cancel reservation", func(ctx context.Context) error {
-		_, err := apply(ctx, r.store, r.refunds)
-		return err
-	})
-	if err != nil {
+	if err := refund(ctx, r.store, r.refunds, "cancel reservation"); err != nil {
 		return err
 	}
 	r.cancelled = true
