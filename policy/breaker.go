@@ -54,7 +54,7 @@ func stateOf(s gobreaker.State) State {
 type Change struct {
 	Name     string    // the breaker's name (see [WithName])
 	From, To State     // the states before and after
-	At       time.Time // when the state changed
+	At       time.Time // when the state changed: calls made later are decided by To
 	// Cause is, for a change to Open, the store's error in the last
 	// failure counted before it (a timeout's is context.DeadlineExceeded,
 	// wrapped); nil for other changes.
@@ -340,7 +340,10 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 		b.ramp.Store(int64(b.cfg.probes))
 	}
 	b.changes.Add(1)
-	c := Change{Name: b.cfg.name, From: stateOf(from), To: s, At: at}
+	// The change's instant is read once gobreaker and the fast path both
+	// have the new state: a call made after it is decided by that state,
+	// however long this goroutine waited for a processor in between.
+	c := Change{Name: b.cfg.name, From: stateOf(from), To: s, At: time.Now()}
 	if s == Open {
 		c.Cause = b.cause
 	}

@@ -75,6 +75,10 @@ type stall struct {
 	at, late time.Duration
 }
 
+// begunKey is the context key of the instant a load's call began, which
+// a recorder beneath the breaker reads (see checkOpenQuiet).
+type begunKey struct{}
+
 // canaryStall is the lateness from which the canary records a stall.
 const canaryStall = 2 * time.Millisecond
 
@@ -126,7 +130,7 @@ func startLoad(store core.Store, t0 time.Time, pause time.Duration, clock func()
 				}
 				k := i % loadKeys
 				start, p0 := time.Now(), clock()
-				d, err := store.Apply(ctx, newReq(keys[k]))
+				d, err := store.Apply(context.WithValue(ctx, begunKey{}, start), newReq(keys[k]))
 				took, ran := time.Since(start), time.Duration(clock()-p0)
 				l.calls.Add(1)
 				l.samples[g] = append(l.samples[g], sample{
@@ -228,11 +232,12 @@ type recorder struct {
 	t0 time.Time
 
 	mu     sync.Mutex
-	starts []time.Duration
-	errs   map[string]int // by text, at most maxErrs texts
-	codes  map[string]int // by Redis error code
-	failed int            // errors IsStoreFailure counts
-	other  int            // errors it does not
+	starts []time.Duration // when each call reached the store
+	begun  []time.Duration // when its caller made it (see begunKey)
+	errs   map[string]int  // by text, at most maxErrs texts
+	codes  map[string]int  // by Redis error code
+	failed int             // errors IsStoreFailure counts
+	other  int             // errors it does not
 }
 
 const maxErrs = 50
@@ -248,6 +253,15 @@ func (r *recorder) Apply(ctx context.Context, req core.Request) (core.Decision, 
 	return d, err
 }
 
+// begunAt returns when the caller made the call of ctx that reached the
+// store at at: its load's instant, or at for a call of no load's.
+func (r *recorder) begunAt(ctx context.Context, at time.Duration) time.Duration {
+	if start, ok := ctx.Value(begunKey{}).(time.Time); ok {
+		return start.Sub(r.t0)
+	}
+	return at
+}
+
 // ApplyAll records the batch as one call.
 func (r *recorder) ApplyAll(ctx context.Context, reqs []core.Request, out []core.Decision) error {
 	at := time.Since(r.t0)
@@ -261,6 +275,7 @@ func (r *recorder) record(ctx context.Context, at time.Duration, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.starts = append(r.starts, at)
+	r.begun = append(r.begun, r.begunAt(ctx, at))
 	if err != nil {
 		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
 			if IsStoreFailure(err) {
@@ -285,6 +300,20 @@ func (r *recorder) callsBetween(from, to time.Duration) int {
 	n := 0
 	for _, at := range r.starts {
 		if at >= from && at < to {
+			n++
+		}
+	}
+	return n
+}
+
+// begunBefore returns how many of the calls that reached the store in
+// [from, to) their callers made before the instant made.
+func (r *recorder) begunBefore(from, to, made time.Duration) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for i, at := range r.starts {
+		if at >= from && at < to && r.begun[i] < made {
 			n++
 		}
 	}
