@@ -224,11 +224,11 @@ func TestLatency(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			samples := r.load.Stop()
 			// The circuit must stay closed, unless the process stalled for
-			// a run of failures that opens it on its own (4 deadlines, see
-			// FlushThroughBreaker): a loaded machine once stalled this
-			// test for 0.97 s.
+			// a run of failures that opens it on its own (runSpan
+			// deadlines): a loaded machine once stalled this test for
+			// 0.97 s.
 			if ch := r.ch.list(); len(ch) != 0 {
-				if stall := longestStall(r.load.stalls); stall < 4*slowTimeout {
+				if stall := longestStall(r.load.stalls); stall < runSpan*slowTimeout {
 					t.Errorf("the circuit changed state with replies 5 ms slower, while the process stalled for %v at most: %s", stall, describeChanges(r))
 				} else {
 					t.Logf("the circuit changed state with replies 5 ms slower, while the process stalled for %v: %s", stall, describeChanges(r))
@@ -530,8 +530,8 @@ func TestCancellations(t *testing.T) {
 			rec := newRecorder(cl.store(t, proxy.Addr(), nil), time.Now())
 			// A deadline far above the proxy's 2 ms: calls that the loaded
 			// machine (make test runs this under the race detector beside
-			// other packages) holds past the default deadline would open the circuit, which
-			// says nothing of cancellations.
+			// other packages) holds past the default deadline would open
+			// the circuit, which says nothing of cancellations.
 			b := newBreaker(t, rec, WithMode(FailClosed), WithTimeout(100*time.Millisecond))
 			// A warm client, as a healthy service has (see rig.start).
 			startLoad(rec.Store, time.Now(), 0, nil, loadReq).Stop()

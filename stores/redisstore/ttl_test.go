@@ -89,9 +89,8 @@ func TestTTLCoversState(t *testing.T) {
 
 // checkTTL checks that key, if held, expires from its state's end plus 1 s
 // to that plus 2 s (either bound moved by the longest a decision took,
-// late, at most), and
-// that its state's X is not after its expiry (but for late); it returns
-// the state's end.
+// late, at most), and that its state's X is not after its expiry (but for
+// late); it returns the state's end.
 func checkTTL(t *testing.T, client *redis.Client, key string, late time.Duration) (end int64, ok bool) {
 	t.Helper()
 	r, err := client.Eval(context.Background(), snapshotLua, []string{key}).Slice()
