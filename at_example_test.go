@@ -88,7 +88,7 @@ func ExampleStack_At() {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 	v, _ := stack.At(t0.Add(time.Hour)).AllowN(ctx, []string{"u", "u"}, 3)
-	fmt.Println(v.Allowed, v.At.Format(time.TimeOnly), v.Rules[1].Remaining)
+	fmt.Println(v.Allowed, v.At.Format(time.TimeOnly), v.Rules()[1].Remaining)
 	// Output: true 01:00:00 97
 }
 
@@ -127,7 +127,7 @@ func ExampleStack_Level() {
 	stack.At(t0).AllowN(ctx, []string{"k", "k"}, 4)
 	v, _ := stack.At(t0.Add(1250*time.Millisecond)).Level(ctx, "k", "k")
 	for i, r := range stack.Rules() {
-		fmt.Println(r.Name, v.Rules[i].Level)
+		fmt.Println(r.Name, v.Rules()[i].Level)
 	}
 	// Output:
 	// burst 2.5

@@ -149,7 +149,7 @@ func TestAtBadInput(t *testing.T) {
 	if d, err := lim.At(t0).Level(ctx, "k"); err != nil || d.Remaining != 10 {
 		t.Errorf("Level(k) after bad calls = %+v, %v; want 10 left", d, err)
 	}
-	if v, err := stack.At(t0).Level(ctx, keys...); err != nil || v.Rules[0].Remaining != 10 || v.Rules[1].Remaining != 50 {
+	if v, err := stack.At(t0).Level(ctx, keys...); err != nil || v.Rules()[0].Remaining != 10 || v.Rules()[1].Remaining != 50 {
 		t.Errorf("stack Level after bad calls = %+v, %v; want 10 and 50 left", v, err)
 	}
 }
@@ -265,12 +265,12 @@ func TestStackAllowAtMost(t *testing.T) {
 				t.Fatalf("atomic %v, step %d: %v", atomic, i, err)
 			}
 			got := stack.Rules()[v.Binding].Name
-			levels := [2]float64{v.Rules[0].Level.Tokens(), v.Rules[1].Level.Tokens()}
+			levels := [2]float64{v.Rules()[0].Level.Tokens(), v.Rules()[1].Level.Tokens()}
 			if v.Allowed != st.allowed || v.Admitted != st.admitted || got != st.binding || levels != st.levels || v.At != t0.Add(st.at) {
 				t.Errorf("atomic %v, step %d: AllowAtMost(t0+%v, %s, %d) = allowed %v, admitted %d, binding %s, levels %v, at t0+%v; want %v, %d, %s, %v",
 					atomic, i, st.at, st.user, st.n, v.Allowed, v.Admitted, got, levels, v.At.Sub(t0), st.allowed, st.admitted, st.binding, st.levels)
 			}
-			for r, d := range v.Rules {
+			for r, d := range v.Rules() {
 				if want := map[bool]int64{true: st.admitted, false: 0}[d.Allowed]; v.Allowed && d.Admitted != want {
 					t.Errorf("atomic %v, step %d: rule %d admitted %d, want %d like every rule", atomic, i, r, d.Admitted, want)
 				}

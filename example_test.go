@@ -109,7 +109,7 @@ func ExampleStack() {
 			// The rules that admitted say what they would have left:
 			// nothing was charged to them.
 			fmt.Printf("request %d denied by %q (the daily quota would have had %d left)\n",
-				i, stack.Rules()[v.Binding].Name, v.Rules[1].Remaining)
+				i, stack.Rules()[v.Binding].Name, v.Rules()[1].Remaining)
 		}
 	}
 	// Output: request 11 denied by "burst" (the daily quota would have had 989 left)

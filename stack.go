@@ -312,7 +312,8 @@ func (s *Stack) rule(reqs []core.Request, err error) error {
 // apply decides the stack's requests for keys, cost n and op in one
 // store call. The requests are made in a slice the stack reuses once the
 // store has returned, which keeps neither slice it is given (see
-// core.Store's ApplyAll): a decision allocates only its Verdict's Rules.
+// core.Store's ApplyAll): a decision on several rules allocates only its
+// Verdict's Rules, and one on a single rule nothing.
 func (s *Stack) apply(ctx context.Context, keys []string, n int64, op core.Op) (Verdict, error) {
 	held, _ := s.held.Get().(*[]core.Request)
 	if held == nil {

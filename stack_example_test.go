@@ -64,7 +64,7 @@ func ExampleStack_Acquire() {
 		log.Fatal(err)
 	}
 	third, _ := stack.Acquire(ctx, "tenant:7", "tenant:7")
-	fmt.Println("after the release:", third.OK(), "per-minute left:", third.Rules[1].Remaining)
+	fmt.Println("after the release:", third.OK(), "per-minute left:", third.Rules()[1].Remaining)
 	third.Release(ctx)
 	// Output:
 	// first: true second: false denied by in-flight

@@ -71,7 +71,7 @@ func TestStackSteps(t *testing.T) {
 			got := stack.Rules()[v.Binding].Name
 			if v.Allowed != st.allowed || got != st.binding || v.RetryAfter != st.retry {
 				t.Errorf("atomic %v, step %d: AllowN(T0+%v, %s, %d) = allowed %v, binding %s, retry %v; want %v, %s, %v\n%+v",
-					atomic, i, st.at, st.user, st.n, v.Allowed, got, v.RetryAfter, st.allowed, st.binding, st.retry, v.Rules)
+					atomic, i, st.at, st.user, st.n, v.Allowed, got, v.RetryAfter, st.allowed, st.binding, st.retry, v.Rules())
 			}
 		}
 		if atomic && c.batches.Load() != c.calls.Load() {
@@ -160,8 +160,8 @@ func TestStackBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Rules[0].Remaining != 9 || p.Rules[1].Remaining != 4 {
-		t.Errorf("after an unsatisfiable request the rules peek %d and %d left, want 9 and 4 (untouched)", p.Rules[0].Remaining, p.Rules[1].Remaining)
+	if p.Rules()[0].Remaining != 9 || p.Rules()[1].Remaining != 4 {
+		t.Errorf("after an unsatisfiable request the rules peek %d and %d left, want 9 and 4 (untouched)", p.Rules()[0].Remaining, p.Rules()[1].Remaining)
 	}
 }
 
@@ -189,7 +189,7 @@ func TestStackPeekReset(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p1.Allowed != a.Allowed || p1.Binding != a.Binding || p2.Rules[1].Remaining != p1.Rules[1].Remaining {
+		if p1.Allowed != a.Allowed || p1.Binding != a.Binding || p2.Rules()[1].Remaining != p1.Rules()[1].Remaining {
 			t.Errorf("request %d: peeks %+v and %+v, then Allow %+v: a peek must say what Allow does and change nothing", i, p1, p2, a)
 		}
 		if want := i < 2; a.Allowed != want {
@@ -203,8 +203,8 @@ func TestStackPeekReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !v.Allowed || v.Rules[0].Remaining != 2 || v.Rules[1].Remaining != 1 {
-		t.Errorf("after Reset: %+v, want both rules fresh (2 and 1 left after a peek of 1)", v.Rules)
+	if !v.Allowed || v.Rules()[0].Remaining != 2 || v.Rules()[1].Remaining != 1 {
+		t.Errorf("after Reset: %+v, want both rules fresh (2 and 1 left after a peek of 1)", v.Rules())
 	}
 }
 
@@ -235,7 +235,7 @@ func TestStackReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !second.OK() || second.Delay != sec || second.Rules[0].Delay != 100*time.Millisecond || stack.Rules()[second.Binding].Name != "slow" {
+	if !second.OK() || second.Delay != sec || second.Rules()[0].Delay != 100*time.Millisecond || stack.Rules()[second.Binding].Name != "slow" {
 		t.Fatalf("second reservation = %+v, want OK after 1s, the slow rule's delay (fast: 100ms)", second.Verdict)
 	}
 	third, err := stack.ReserveN(ctx, keys, 1, 1500*time.Millisecond)
@@ -247,8 +247,8 @@ func TestStackReserve(t *testing.T) {
 	}
 	// Refused: the fast rule, which could have reserved, was not charged.
 	p, _ := stack.Peek(ctx, keys...)
-	if p.Rules[0].RetryAfter != 200*time.Millisecond {
-		t.Errorf("the fast rule after a refused stack reservation waits %v, want 200ms (two reservations, not three)", p.Rules[0].RetryAfter)
+	if p.Rules()[0].RetryAfter != 200*time.Millisecond {
+		t.Errorf("the fast rule after a refused stack reservation waits %v, want 200ms (two reservations, not three)", p.Rules()[0].RetryAfter)
 	}
 	before := c.calls.Load()
 	if err := second.Cancel(ctx); err != nil {
@@ -261,8 +261,8 @@ func TestStackReserve(t *testing.T) {
 		t.Errorf("two Cancels made %d store calls, want 1", n)
 	}
 	p, _ = stack.Peek(ctx, keys...)
-	if p.Rules[0].RetryAfter != 100*time.Millisecond || p.Rules[1].RetryAfter != sec {
-		t.Errorf("after Cancel the rules wait %v and %v, want 100ms and 1s: every rule refunded", p.Rules[0].RetryAfter, p.Rules[1].RetryAfter)
+	if p.Rules()[0].RetryAfter != 100*time.Millisecond || p.Rules()[1].RetryAfter != sec {
+		t.Errorf("after Cancel the rules wait %v and %v, want 100ms and 1s: every rule refunded", p.Rules()[0].RetryAfter, p.Rules()[1].RetryAfter)
 	}
 }
 
@@ -314,8 +314,8 @@ func TestStackWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.Rules[0].RetryAfter != 0 || v.Rules[1].RetryAfter != 50*time.Millisecond {
-			t.Errorf("after a cancelled wait the rules wait %v and %v, want 0 and 50ms: both refunded", v.Rules[0].RetryAfter, v.Rules[1].RetryAfter)
+		if v.Rules()[0].RetryAfter != 0 || v.Rules()[1].RetryAfter != 50*time.Millisecond {
+			t.Errorf("after a cancelled wait the rules wait %v and %v, want 0 and 50ms: both refunded", v.Rules()[0].RetryAfter, v.Rules()[1].RetryAfter)
 		}
 	})
 }
@@ -369,8 +369,8 @@ func TestStackAcquire(t *testing.T) {
 	}
 	// The denied second Acquire charged nothing; the first's rate charge
 	// stays after its release.
-	if v.Rules[0].Remaining != 0 || v.Rules[1].Remaining != 1 {
-		t.Errorf("after a release: inflight %d, rate %d left (after a peek of 1), want 0 and 1", v.Rules[0].Remaining, v.Rules[1].Remaining)
+	if v.Rules()[0].Remaining != 0 || v.Rules()[1].Remaining != 1 {
+		t.Errorf("after a release: inflight %d, rate %d left (after a peek of 1), want 0 and 1", v.Rules()[0].Remaining, v.Rules()[1].Remaining)
 	}
 }
 
@@ -439,17 +439,22 @@ func TestAllowAllocatesNothing(t *testing.T) {
 	}
 }
 
-// TestStackAllowAllocatesItsRules checks a stack's decision on the memory
-// store: it allocates its Verdict's Rules, which the caller keeps, and
-// nothing else (the requests are the stack's to reuse).
-func TestStackAllowAllocatesItsRules(t *testing.T) {
+// TestStackAllowAllocates checks what a stack's decision on the memory
+// store allocates: nothing for one rule, whose verdict is its decision,
+// and for several rules only the Verdict's Rules, which the caller keeps
+// (the requests are the stack's to reuse).
+func TestStackAllowAllocates(t *testing.T) {
 	s, err := memstore.New(memstore.Config{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	st, err := sluice.NewStack(s,
-		sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000)},
+	user := sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(1000)}
+	one, err := sluice.NewStack(s, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := sluice.NewStack(s, user,
 		sluice.Rule{Name: "tenant", Algorithm: algorithms.GCRA, Limit: core.PerSecond(10_000)},
 		sluice.Rule{Name: "global", Algorithm: algorithms.FixedWindow, Limit: core.PerSecond(100_000)},
 	)
@@ -457,8 +462,53 @@ func TestStackAllowAllocatesItsRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	var left int64
+	if n := testing.AllocsPerRun(1000, func() {
+		v, _ := one.Allow(ctx, "alice")
+		left += v.Rules()[0].Remaining
+	}); n != 0 {
+		t.Errorf("Stack.Allow of 1 rule on memstore, reading its Rules: %v allocations, want 0", n)
+	}
 	keys := []string{"alice", "acme", "all"}
-	if n := testing.AllocsPerRun(1000, func() { st.Allow(ctx, keys...) }); n != 1 {
+	if n := testing.AllocsPerRun(1000, func() { three.Allow(ctx, keys...) }); n != 1 {
 		t.Errorf("Stack.Allow of 3 rules on memstore: %v allocations, want 1 (the Verdict's Rules)", n)
+	}
+}
+
+// TestVerdictRules checks that a verdict's Rules hold each rule's
+// decision: for one rule the verdict's own decision, in a copy of the
+// verdict too; for a zero Verdict, none.
+func TestVerdictRules(t *testing.T) {
+	if rules := new(sluice.Verdict).Rules(); rules != nil {
+		t.Errorf("a zero Verdict's Rules: %+v, want none", rules)
+	}
+	s, err := memstore.New(memstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stack, err := sluice.NewStack(s, sluice.Rule{Name: "user", Algorithm: algorithms.TokenBucket, Limit: core.PerSecond(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := stack.Allow(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := stack.Allow(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := first
+	for _, c := range []struct {
+		name string
+		v    *sluice.Verdict
+		left int64
+	}{{"first", &first, 2}, {"second", &second, 1}, {"a copy of the first", &kept, 2}} {
+		rules := c.v.Rules()
+		if len(rules) != 1 || rules[0] != c.v.Decision || rules[0].Remaining != c.left {
+			t.Errorf("%s: Rules %+v, want the verdict's decision, %d left", c.name, rules, c.left)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -16,14 +17,24 @@ type Verdict struct {
 	Decision
 	// Binding is the index of the binding rule (see [core.Binding]).
 	Binding int
-	// Rules holds each rule's decision, in order. After a denial, the
-	// rules that admitted report what they would have left.
-	Rules []Decision
+	rules   []Decision // each rule's decision, if there are several
+	alone   bool       // one rule, whose decision is Decision
+}
+
+// Rules returns each rule's decision, in order. After a denial, the rules
+// that admitted report what they would have left. The slice is v's own:
+// for a verdict on one rule it is v's Decision itself, so that deciding
+// one rule allocates nothing. A zero Verdict has none.
+func (v *Verdict) Rules() []Decision {
+	if v.alone {
+		return unsafe.Slice(&v.Decision, 1)
+	}
+	return v.rules
 }
 
 // verdict sums up rules' decisions.
 func verdict(rules []Decision) Verdict {
-	v := Verdict{Binding: core.Binding(rules), Rules: rules}
+	v := Verdict{Binding: core.Binding(rules), rules: rules}
 	v.Decision = rules[v.Binding]
 	v.Allowed = true
 	for _, d := range rules {
@@ -50,11 +61,11 @@ func apply(ctx context.Context, store Store, reqs []core.Request) (Verdict, erro
 	return verdict(out), nil
 }
 
-// applyOne decides one request with Apply.
+// applyOne decides one request with Apply: the verdict is its decision.
 func applyOne(ctx context.Context, store Store, req core.Request) (Verdict, error) {
 	d, err := store.Apply(ctx, req)
 	if err != nil {
 		return Verdict{}, err
 	}
-	return Verdict{Decision: d, Rules: []Decision{d}}, nil
+	return Verdict{Decision: d, alone: true}, nil
 }

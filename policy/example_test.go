@@ -115,7 +115,7 @@ func Example_stack() {
 	}
 	fmt.Printf("%d of 30 admitted\n", admitted)
 	fmt.Printf("last: allowed %v, bound by %q; user: %v, %d left; global: %v, %d left\n", last.Allowed,
-		stack.Rules()[last.Binding].Name, last.Rules[0].Source, last.Rules[0].Remaining, last.Rules[1].Source, last.Rules[1].Remaining)
+		stack.Rules()[last.Binding].Name, last.Rules()[0].Source, last.Rules()[0].Remaining, last.Rules()[1].Source, last.Rules()[1].Remaining)
 	// Output:
 	// 10 of 30 admitted
 	// last: allowed false, bound by "global"; user: degraded, 14 left; global: degraded, 0 left

@@ -77,7 +77,7 @@ func startStackLoad(stacks []*sluice.Stack, modes []Mode, t0 time.Time, pause ti
 				start := time.Now()
 				v, err := stacks[m].Allow(ctx, fmt.Sprintf("%v:user%d", modes[m], u), modes[m].String()+":all")
 				s := stackSample{at: start.Sub(t0), took: time.Since(start), mode: modes[m], user: u, allowed: v.Allowed, err: err}
-				for _, d := range v.Rules {
+				for _, d := range v.Rules() {
 					s.sources = append(s.sources, d.Source)
 				}
 				l.samples[g] = append(l.samples[g], s)

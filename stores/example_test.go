@@ -51,7 +51,7 @@ func ExampleApplyInTurn() {
 		fmt.Println("allowed:", v.Allowed)
 	}
 	p, _ := stack.Peek(ctx, "u", "u")
-	fmt.Println("user left after one more:", p.Rules[0].Remaining)
+	fmt.Println("user left after one more:", p.Rules()[0].Remaining)
 	// Output:
 	// allowed: true
 	// allowed: false

@@ -69,7 +69,7 @@ func wantBatch(limiter string, reqs []core.Request, v sluice.Verdict) map[attrib
 	allowed := make([]bool, len(reqs))
 	remaining := make([]int64, len(reqs))
 	for i := range reqs {
-		algs[i], allowed[i], remaining[i] = reqs[i].Algorithm.Name(), v.Rules[i].Allowed, v.Rules[i].Remaining
+		algs[i], allowed[i], remaining[i] = reqs[i].Algorithm.Name(), v.Rules()[i].Allowed, v.Rules()[i].Remaining
 	}
 	for _, kv := range []attribute.KeyValue{
 		telemetry.BatchSizeKey.Int(len(reqs)),
@@ -225,8 +225,8 @@ func TestStackReservation(t *testing.T) {
 		if !r.OK() {
 			// The fast rule would wait 3 s, the slow one more than 5 s:
 			// the batch is denied, and a denial waits for nothing.
-			if r.Binding != 1 || r.Rules[1].Allowed || !r.Rules[0].Allowed {
-				t.Fatalf("reservation %d: binding rule %d, rules %+v; want rule 1 denying alone", i, r.Binding, r.Rules)
+			if r.Binding != 1 || r.Rules()[1].Allowed || !r.Rules()[0].Allowed {
+				t.Fatalf("reservation %d: binding rule %d, rules %+v; want rule 1 denying alone", i, r.Binding, r.Rules())
 			}
 			delete(wantAttrs, telemetry.DelayKey)
 		}
@@ -234,8 +234,8 @@ func TestStackReservation(t *testing.T) {
 		if i == 1 {
 			// Both rules are spent (0 of 1); the slow one needs the longer
 			// wait, so it binds, and the span says the batch waits 2 s.
-			if r.Binding != 1 || r.Rules[0].Delay != time.Second {
-				t.Fatalf("binding rule %d, rules %+v; want rule 1, rule 0 with a delay of 1s", r.Binding, r.Rules)
+			if r.Binding != 1 || r.Rules()[0].Delay != time.Second {
+				t.Fatalf("binding rule %d, rules %+v; want rule 1, rule 0 with a delay of 1s", r.Binding, r.Rules())
 			}
 			a := attrs(t, s)
 			if got := a[telemetry.DelayKey]; got != attribute.Float64Value(2) {

@@ -323,7 +323,7 @@ func (in *Interceptor) decide(ctx context.Context, method string) (*sluice.Lease
 	if v.Allowed {
 		return lease, nil
 	}
-	for i, d := range v.Rules {
+	for i, d := range v.Rules() {
 		if !d.Allowed && d.Source == core.SourceFailClosed {
 			in.report(ctx, method, fmt.Errorf("rule %q: %w", in.rules[i].name, ErrFailClosed))
 			return nil, unavailable()
@@ -350,7 +350,7 @@ func unavailable() error {
 // that denied.
 func (in *Interceptor) denied(v sluice.Verdict, cost int64) error {
 	qf := &errdetails.QuotaFailure{}
-	for i, d := range v.Rules {
+	for i, d := range v.Rules() {
 		if d.Allowed {
 			continue
 		}

@@ -329,7 +329,7 @@ func quotaLeak(t *testing.T, store core.Store) {
 		}
 		// A peek reports the decision a call would get: 9 left is
 		// Remaining 8.
-		if got := v.Rules[0].Remaining; got != 8 {
+		if got := v.Rules()[0].Remaining; got != 8 {
 			t.Errorf("step %d: per-minute peek says %d would remain, want 8 (9 left)", step, got)
 		}
 	}
@@ -410,7 +410,7 @@ func TestKeyPerRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := v.Rules[2].Remaining; got != 94 {
+	if got := v.Rules()[2].Remaining; got != 94 {
 		t.Errorf("peer: peek says %d would remain, want 94 (100 less 5 served, less one more)", got)
 	}
 }

@@ -110,11 +110,11 @@ func checkServed(t *testing.T, stack *sluice.Stack, served int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := v.Rules[1].Remaining, 100-served-1; got != want {
+	if got, want := v.Rules()[1].Remaining, 100-served-1; got != want {
 		t.Errorf("hourly: peek says %d would remain, want %d (100 less %d served, less one more)", got, want, served)
 	}
-	if !v.Rules[0].Allowed {
-		t.Errorf("inflight: peek %+v, want the slot free", v.Rules[0])
+	if !v.Rules()[0].Allowed {
+		t.Errorf("inflight: peek %+v, want the slot free", v.Rules()[0])
 	}
 }
 

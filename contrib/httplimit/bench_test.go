@@ -76,3 +76,17 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 	}
 }
+
+// TestAllowedAllocatesNothing checks that an allowed request through a
+// stack of one rule allocates nothing of the middleware's or the stack's
+// own when its key needs none: [httplimit.GlobalKey] and no headers.
+// (Not parallel: AllocsPerRun counts every goroutine's allocations.)
+func TestAllowedAllocatesNothing(t *testing.T) {
+	stack := oneRule(t, newStore(t), algorithms.TokenBucket, core.PerSecond(1e9))
+	h := newMiddleware(t, stack, httplimit.WithKeyFunc(httplimit.GlobalKey), httplimit.WithHeaders(httplimit.HeadersNone)).Handler(ok)
+	w := &discard{h: make(http.Header)}
+	r := request("192.0.2.7:4711")
+	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); n != 0 {
+		t.Errorf("an allowed request by a global key, without headers: %v allocations, want 0", n)
+	}
+}

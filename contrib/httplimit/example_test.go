@@ -66,7 +66,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("global left after one more:", v.Rules[1].Remaining)
+	fmt.Println("global left after one more:", v.Rules()[1].Remaining)
 	// Output:
 	// 200 OK
 	//   RateLimit-Policy: "per-client";q=2;w=3600, "global";q=1000;w=3600

@@ -39,7 +39,7 @@ type Denial struct {
 	// Violated names every rule that denied, in the stack's order.
 	Violated []string
 	// Verdict is the stack's answer: the binding rule's decision, and
-	// each rule's in Verdict.Rules. No rule was charged.
+	// each rule's from [sluice.Verdict.Rules]. No rule was charged.
 	Verdict sluice.Verdict
 	// Cost is what the request would have cost under each rule.
 	Cost int64
@@ -295,14 +295,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.onError(w, r, fmt.Errorf("httplimit: %w", err))
 		return
 	}
-	if rule := failedClosed(v); rule >= 0 {
+	if rule := failedClosed(&v); rule >= 0 {
 		m.onError(w, r, fmt.Errorf("%w (rule %q)", ErrFailClosed, m.rules[rule].name))
 		return
 	}
 	h := w.Header()
-	shown := m.shown(v)
+	rules := v.Rules()
+	shown := m.shown(&v)
 	if shown >= 0 && m.headers != 0 {
-		m.setHeaders(h, &m.rules[shown], v.Rules[shown])
+		m.setHeaders(h, &m.rules[shown], rules[shown])
 	}
 	if v.Allowed {
 		if lease != nil {
@@ -316,7 +317,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	dn := Denial{Rule: m.rules[v.Binding].name, Verdict: v, Cost: cost}
-	for i, d := range v.Rules {
+	for i, d := range rules {
 		if !d.Allowed {
 			dn.Violated = append(dn.Violated, m.rules[i].name)
 		}
@@ -327,13 +328,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// now": a denial's wait is positive.
 		floor := resetSeconds(v.Decision)
 		if shown >= 0 {
-			floor = max(floor, resetSeconds(v.Rules[shown]))
+			floor = max(floor, resetSeconds(rules[shown]))
 		}
 		if m.shaping {
 			// The line was full: a retry is served once it finds a place
 			// in it, which comes sooner than the instant t describes, when
 			// the request would pass without waiting.
-			wait, floor = m.untilPlace(v), 0
+			wait, floor = m.untilPlace(rules), 0
 		}
 		secs := ceilSeconds(wait)
 		if m.jitter > 0 {
@@ -380,9 +381,9 @@ func (m *Middleware) wait(ctx context.Context, stack *sluice.Stack, keys []strin
 // queue's tokens at the rule's rate, or the longest delay
 // ([WithMaxDelay]), whichever is shorter. The line's length is rounded
 // down, so that the wait is never short.
-func (m *Middleware) untilPlace(v sluice.Verdict) time.Duration {
+func (m *Middleware) untilPlace(rules []core.Decision) time.Duration {
 	var wait time.Duration
-	for i, d := range v.Rules {
+	for i, d := range rules {
 		if d.Allowed || m.rules[i].limit.IsInf() {
 			continue
 		}
@@ -412,11 +413,11 @@ func queueTime(q int64, l core.Limit) time.Duration {
 
 // failedClosed returns the index of a rule the stack's failure policy
 // denied because the store was down ([core.SourceFailClosed]), or -1.
-func failedClosed(v sluice.Verdict) int {
+func failedClosed(v *sluice.Verdict) int {
 	if v.Allowed {
 		return -1
 	}
-	for i, d := range v.Rules {
+	for i, d := range v.Rules() {
 		if !d.Allowed && d.Source == core.SourceFailClosed {
 			return i
 		}
@@ -430,16 +431,17 @@ func failedClosed(v sluice.Verdict) int {
 // (denials only, after a denial), the one [core.Binding] picks. A rule
 // under [core.Inf], and a decision without a capacity (a fail-open one),
 // cannot be described.
-func (m *Middleware) shown(v sluice.Verdict) int {
-	if m.describable(v.Binding, v.Rules[v.Binding]) {
+func (m *Middleware) shown(v *sluice.Verdict) int {
+	rules := v.Rules()
+	if m.describable(v.Binding, rules[v.Binding]) {
 		return v.Binding
 	}
 	best := -1
-	for i, d := range v.Rules {
+	for i, d := range rules {
 		if !m.describable(i, d) || !v.Allowed && d.Allowed {
 			continue
 		}
-		if best < 0 || core.Binding([]core.Decision{v.Rules[best], d}) == 1 {
+		if best < 0 || core.Binding([]core.Decision{rules[best], d}) == 1 {
 			best = i
 		}
 	}

@@ -517,7 +517,7 @@ func TestDeniedHandler(t *testing.T) {
 		t.Errorf("got %d %q, want 429 \"slow down (60)\"", r.status, r.body)
 	}
 	if got.Rule != "default" || !slices.Equal(got.Violated, []string{"default"}) || got.RetryAfter != time.Minute || got.Cost != 1 ||
-		got.Verdict.Allowed || len(got.Verdict.Rules) != 1 {
+		got.Verdict.Allowed || len(got.Verdict.Rules()) != 1 {
 		t.Errorf("denial %+v", got)
 	}
 }
@@ -633,7 +633,7 @@ func TestStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := v.Rules[2]; d.Remaining != 6 {
+	if d := v.Rules()[2]; d.Remaining != 6 {
 		t.Errorf("day: peek says %d would remain, want 6", d.Remaining)
 	}
 }

@@ -95,10 +95,10 @@ func TestConcurrencyRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := v.Rules[1].Remaining; got != 95 {
+	if got := v.Rules()[1].Remaining; got != 95 {
 		t.Errorf("hourly: peek says %d would remain, want 95 (100 less 4 served, less one more)", got)
 	}
-	if d := v.Rules[0]; !d.Allowed || d.Remaining != 0 {
+	if d := v.Rules()[0]; !d.Allowed || d.Remaining != 0 {
 		t.Errorf("inflight: peek %+v, want the slot free (allowed, none left after one more)", d)
 	}
 }

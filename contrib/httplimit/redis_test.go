@@ -92,10 +92,10 @@ func TestQuotaLeak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := v.Rules[0].Remaining; got != 8 {
+		if got := v.Rules()[0].Remaining; got != 8 {
 			t.Errorf("step %d: per-minute peek says %d would remain, want 8 (9 left)", step, got)
 		}
-		if d := v.Rules[1]; d.Allowed || d.Remaining != 0 {
+		if d := v.Rules()[1]; d.Allowed || d.Remaining != 0 {
 			t.Errorf("step %d: per-day peek %+v, want a denial", step, d)
 		}
 	}
@@ -196,8 +196,8 @@ func TestFullChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Rules[0].Remaining != 2 || v.Rules[1].Remaining != 4 || v.Rules[2].Allowed {
-		t.Errorf("peek after the run: %+v, want carol 2 (after one more), initech 4, global denied", v.Rules)
+	if v.Rules()[0].Remaining != 2 || v.Rules()[1].Remaining != 4 || v.Rules()[2].Allowed {
+		t.Errorf("peek after the run: %+v, want carol 2 (after one more), initech 4, global denied", v.Rules())
 	}
 }
 
@@ -247,11 +247,11 @@ func TestFullChainConcurrent(t *testing.T) {
 		if status[i] == 200 {
 			want = 1
 		}
-		if got := v.Rules[0].Remaining; got != want {
+		if got := v.Rules()[0].Remaining; got != want {
 			t.Errorf("user%d (%d): peek says %d would remain, want %d", i, status[i], got, want)
 		}
 		if i == 0 {
-			if got := v.Rules[2].Remaining; got != 19 {
+			if got := v.Rules()[2].Remaining; got != 19 {
 				t.Errorf("global: peek says %d would remain, want 19 (40 less the 20 served, less one more)", got)
 			}
 		}

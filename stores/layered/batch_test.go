@@ -534,7 +534,7 @@ func TestBatchStack(t *testing.T) {
 			t.Fatal(err)
 		}
 		apply, all, _ := r.counter.Counts()
-		if v.Allowed != want.allowed || v.Rules[0].Source != want.source || apply-before != want.apply || all != beforeAll || v.Rules[1].Limit == 0 {
+		if v.Allowed != want.allowed || v.Rules()[0].Source != want.source || apply-before != want.apply || all != beforeAll || v.Rules()[1].Limit == 0 {
 			t.Errorf("Allow %d = %+v after %d Apply and %d ApplyAll; want allowed %v, the user's decision from %v, %d Apply, no ApplyAll, the global limit known",
 				i, v, apply-before, all-beforeAll, want.allowed, want.source, want.apply)
 		}

@@ -56,7 +56,7 @@ func TestStackOneCall(t *testing.T) {
 			t.Errorf("%s: %d of 5 admitted in %d script calls; want 3 in 5", name, admitted, n)
 		}
 		v, err := stack.Allow(ctx, "u2", "u2", "t1")
-		if err != nil || !v.Allowed || v.Rules[1].Remaining != 99 || v.Rules[2].Remaining != 1000-4 {
+		if err != nil || !v.Allowed || v.Rules()[1].Remaining != 99 || v.Rules()[2].Remaining != 1000-4 {
 			t.Errorf("%s: another user after two denials: %+v, %v; want the tenant charged 4 times, not 6", name, v, err)
 		}
 	}

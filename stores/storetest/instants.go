@@ -287,7 +287,7 @@ func testBatchAtMost(t *testing.T, s core.Store) {
 				if err != nil {
 					t.Fatalf("step %d: %s(T0+%v, %d): %v", i, what, st.at, st.n, err)
 				}
-				levels := [2]float64{v.Rules[0].Level.Tokens(), v.Rules[1].Level.Tokens()}
+				levels := [2]float64{v.Rules()[0].Level.Tokens(), v.Rules()[1].Level.Tokens()}
 				if v.Allowed != st.allowed || v.Admitted != st.admitted || v.Binding != st.binding || levels != st.levels || !v.At.Equal(T0.Add(st.at)) {
 					t.Errorf("step %d: %s(T0+%v, %d) = allowed %v, admitted %d, binding %d, levels %v, at T0+%v; want %v, %d, %d, %v, at T0+%v",
 						i, what, st.at, st.n, v.Allowed, v.Admitted, v.Binding, levels, v.At.Sub(T0), st.allowed, st.admitted, st.binding, st.levels, st.at)
@@ -300,8 +300,8 @@ func testBatchAtMost(t *testing.T, s core.Store) {
 				reqs := batch(rules, op, n, T0.Add(st.at))
 				want := ref.decide(reqs)
 				for r := range want {
-					if !sameDecision(v.Rules[r], want[r]) {
-						t.Errorf("step %d: rule %d:\n got %+v\nwant %+v", i, r, v.Rules[r], want[r])
+					if !sameDecision(v.Rules()[r], want[r]) {
+						t.Errorf("step %d: rule %d:\n got %+v\nwant %+v", i, r, v.Rules()[r], want[r])
 					}
 				}
 			}
