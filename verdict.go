@@ -22,9 +22,10 @@ type Verdict struct {
 }
 
 // Rules returns each rule's decision, in order. After a denial, the rules
-// that admitted report what they would have left. The slice is v's own:
-// for a verdict on one rule it is v's Decision itself, so that deciding
-// one rule allocates nothing. A zero Verdict has none.
+// that admitted report what they would have left. A zero Verdict has
+// none. The slice is valid only until v is next assigned: for a verdict
+// on one rule it is v's Decision itself, so that deciding one rule
+// allocates nothing.
 func (v *Verdict) Rules() []Decision {
 	if v.alone {
 		return unsafe.Slice(&v.Decision, 1)
