@@ -127,7 +127,7 @@ func (s *Stack) Allow(ctx context.Context, keys ...string) (Verdict, error) {
 // stack with a concurrency rule fails with [ErrUnsupported]: its slots
 // are taken with [Stack.AcquireN], which returns the lease that gives them
 // back.
-func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (Verdict, error) {
+func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (v Verdict, err error) {
 	if s.leases {
 		return Verdict{}, fmt.Errorf("%w: the stack has a concurrency rule: use Acquire, and Release the lease", ErrUnsupported)
 	}
@@ -140,8 +140,7 @@ func (s *Stack) AllowN(ctx context.Context, keys []string, n int64) (Verdict, er
 			return Verdict{}, errZeroInstant
 		}
 		req := core.Request{Key: keys[0], Cost: n, Terms: &s.terms[0]}
-		v, err := applyOne(ctx, s.store, req)
-		if err != nil {
+		if v, err = applyOne(ctx, s.store, req); err != nil {
 			return v, s.rule([]core.Request{req}, err)
 		}
 		return v, nil

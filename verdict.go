@@ -63,10 +63,15 @@ func apply(ctx context.Context, store Store, reqs []core.Request) (Verdict, erro
 }
 
 // applyOne decides one request with Apply: the verdict is its decision.
-func applyOne(ctx context.Context, store Store, req core.Request) (Verdict, error) {
-	d, err := store.Apply(ctx, req)
+// The decision is received where applyOne returns it, as in
+// [Limiter.AllowN]: copied from a variable, the copy waited for the
+// stores Apply had just made to it, and a stack of one rule took about
+// 142 ns a decision on memstore instead of 124.
+func applyOne(ctx context.Context, store Store, req core.Request) (v Verdict, err error) {
+	v.Decision, err = store.Apply(ctx, req)
 	if err != nil {
 		return Verdict{}, err
 	}
-	return Verdict{Decision: d, alone: true}, nil
+	v.alone = true
+	return v, nil
 }
