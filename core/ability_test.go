@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -49,5 +50,32 @@ func TestAlgorithmAs(t *testing.T) {
 	}
 	if algorithms.ScriptOf(twice) != algorithms.ScriptOf(tb) {
 		t.Error("a named algorithm's script is not the one it names")
+	}
+}
+
+// TestTransitionLooksThroughNamed checks that core.Transition decides a
+// named algorithm exactly as the algorithm: the same decisions, and the
+// same states after them, over charges that admit, deny and refund.
+func TestTransitionLooksThroughNamed(t *testing.T) {
+	l := core.PerSecond(5)
+	for _, alg := range algorithms.All() {
+		named := core.Named(alg, "burst")
+		var plain, viaName core.State
+		for i, st := range []core.Step{
+			{Now: 1_000_000, Cost: 3, Limit: l},
+			{Now: 1_000_001, Cost: 3, Limit: l},
+			{Now: 1_100_000, Cost: 1, Limit: l, Op: core.OpRefund},
+			{Now: 1_200_000, Cost: 0, Limit: l, Op: core.OpPeek},
+			{Now: 2_500_000, Cost: 5, Limit: l},
+		} {
+			if core.Leases(alg) {
+				st.Lease = int64(i + 1)
+			}
+			want := alg.Transition(&plain, st)
+			got := core.Transition(named, &viaName, st)
+			if got != want || !reflect.DeepEqual(viaName, plain) {
+				t.Errorf("%s, step %d: through its name %+v and state %+v; want %+v and %+v", alg.Name(), i, got, viaName, want, plain)
+			}
+		}
 	}
 }

@@ -563,7 +563,7 @@ type Algorithm interface {
 	// ([OpAtMost]) charges it. Its Level is the key's level after the
 	// step, or the zero Level if the algorithm has none to report. Its
 	// At and Admitted are left zero: [Run], which every store calls,
-	// sets them.
+	// sets them. Callers go through [Transition].
 	Transition(s *State, st Step) Decision
 }
 
@@ -670,6 +670,17 @@ func (n named) Name() string { return n.name }
 
 // Unwrap returns the algorithm named.
 func (n named) Unwrap() Algorithm { return n.Algorithm }
+
+// Transition runs alg's transition on s, looking through the name [Named]
+// gave alg, whose transition is alg's own. [Run] and memstore call it
+// rather than the method, to spare each decision of a sluice.Stack's
+// rule the call the name adds (about 8 ns of 97 on memstore).
+func Transition(alg Algorithm, s *State, st Step) Decision {
+	if n, ok := alg.(named); ok {
+		alg = n.Algorithm
+	}
+	return alg.Transition(s, st)
+}
 
 // CleanupTimeout bounds each refund or release sluice makes on a
 // caller's behalf: sluice.Reservation.Cancel, the refund of a

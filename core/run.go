@@ -38,13 +38,13 @@ func Run(s *State, req *Request, clock int64) Decision {
 	}
 	at := max(now, s.Last)
 	if req.Op != OpAtMost {
-		d := req.Algorithm.Transition(s, req.Step(now))
+		d := Transition(req.Algorithm, s, req.Step(now))
 		d.At = micros(at)
 		return d
 	}
 	probe := Step{Now: now, Limit: req.Limit, Op: OpPeek}
-	take := AtMost(req.Algorithm.Transition(s, probe).Remaining, req.Cost)
-	d := req.Algorithm.Transition(s, Step{Now: now, Cost: take, Limit: req.Limit})
+	take := AtMost(Transition(req.Algorithm, s, probe).Remaining, req.Cost)
+	d := Transition(req.Algorithm, s, Step{Now: now, Cost: take, Limit: req.Limit})
 	if d.Allowed {
 		d.Admitted = take
 	}
@@ -88,7 +88,7 @@ func runAllAtMost(states []State, reqs []Request, clock int64, out []Decision) b
 		if !r.Now.IsZero() {
 			now = r.Now.UnixMicro()
 		}
-		fits = min(fits, r.Cost, r.Algorithm.Transition(&states[i], Step{Now: now, Limit: r.Limit, Op: OpPeek}).Remaining)
+		fits = min(fits, r.Cost, Transition(r.Algorithm, &states[i], Step{Now: now, Limit: r.Limit, Op: OpPeek}).Remaining)
 	}
 	take := max(fits, 1)
 	all := true

@@ -260,7 +260,7 @@ func (s *Store) decide(req *core.Request, at, clock int64, d *core.Decision) err
 		*d = core.Run(st, req, at)
 	} else {
 		last := st.Last
-		*d = req.Algorithm.Transition(st, step)
+		*d = core.Transition(req.Algorithm, st, step)
 		d.At = time.UnixMicro(max(at, last)).UTC()
 	}
 	charged := d.Allowed && changes(req)
