@@ -563,7 +563,7 @@ type Algorithm interface {
 	// ([OpAtMost]) charges it. Its Level is the key's level after the
 	// step, or the zero Level if the algorithm has none to report. Its
 	// At and Admitted are left zero: [Run], which every store calls,
-	// sets them. Callers go through [Transition].
+	// sets them; [Run] calls it through [Transition].
 	Transition(s *State, st Step) Decision
 }
 
