@@ -149,15 +149,18 @@ return ARGV[1]
 const minimalScript = `
 local KEYS, ARGS = KEYS, ARGV[1]
 local unpackd, packd, floor, ceil, min = struct.unpack, struct.pack, math.floor, math.ceil, math.min
+local n = #KEYS
+local size = #ARGS / n
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local got = redis.call('MGET', unpack(KEYS))
 local out = {}
-for i = 1, #KEYS do
-	local _, cost, _, _, _, burst, u, r = unpackd('<dddddddd', ARGS, 80 * (i - 1) + 1)
+for i = 1, n do
+	local _, cost, _, _, _, burst, u, r = unpackd('<dddddddddd', ARGS, size * (i - 1) + 1)
+	local v = got[i]
 	local T, A, B, C, E, X = 0, 0, 0, 0, 0, 0
-	if got[i] then
-		T, A, B, C, E, X = unpackd('<dddddd', got[i])
+	if v and #v == 48 then
+		T, A, B, C, E, X = unpackd('<dddddd', v)
 	end
 	local capacity = burst * u
 	local level = capacity
