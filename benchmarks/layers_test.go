@@ -3,9 +3,13 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
+	"math/bits"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/redistest"
@@ -52,6 +56,106 @@ func BenchmarkLayers(b *testing.B) {
 			c.Close()
 		}
 	}
+}
+
+// BenchmarkChainFloor measures, over Redis, the least that any chain
+// with the production chain's features could add to a decision, beside
+// the bare store and the chain itself in the same run: floor is a
+// decorator that does in one frame only what those features cannot
+// decide without, and none of what else they do (no circuit, deadline,
+// stall meter, policy or span): it reads the monotonic clock before the
+// store's call and after it (the breaker's deadline and the latency it
+// adapts to), looks the key up among the denials it keeps, under a
+// shard's lock, and keeps each denial (layered), and adds to two
+// counters (the breaker's tallies). Each cell decides as BenchmarkRedis's
+// cell of the same workload does, at 64 goroutines. The chain's goal is
+// read as chain's client-µs/op over store's within a run, and floor's
+// over store's is where every design of the chain starts:
+//
+//	go test -c -o /tmp/bench.test ./benchmarks
+//	/tmp/bench.test -test.run='^$' -test.bench=BenchmarkChainFloor -test.benchtime=2s   # several times
+func BenchmarkChainFloor(b *testing.B) {
+	srv := redistest.Shared(b)
+	opens := []struct {
+		name string
+		open func(addr, prefix string) (core.Store, func(), error)
+	}{
+		{"redisstore", redisStore},
+		{"rueidisstore", rueidisStore},
+	}
+	for _, s := range opens {
+		floor := func(addr, prefix string) (core.Store, func(), error) {
+			store, closeClient, err := s.open(addr, prefix)
+			if err != nil {
+				return nil, nil, err
+			}
+			return &floorLayer{Store: store}, closeClient, nil
+		}
+		for _, w := range []string{"hot", "users"} {
+			keys := workloads()[w]
+			for _, top := range []string{"store", "floor", "chain"} {
+				start := newStore(s.name+"-"+top, s.open, 0, nil)
+				switch top {
+				case "floor":
+					start = newStore(s.name+"-"+top, floor, 0, nil)
+				case "chain":
+					start = newStore(s.name+"-"+top, s.open, len(ChainLayers), nil)
+				}
+				c, err := start(srv.Addr(), redisLimit)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Run(fmt.Sprintf("store=%s/%s/%s", s.name, w, top), func(b *testing.B) {
+					runRedis(b, srv, c, 64, keys.key)
+				})
+				c.Close()
+			}
+		}
+	}
+}
+
+// floorLayer is BenchmarkChainFloor's floor: the per-decision work of the
+// chain's features in one frame. Its denials are kept by key and never
+// read as answers (an entry is kept an hour ahead of the clock, which a
+// denial's instant never is), so that every decision asks the store, as
+// the chain's do on these workloads; a map of at most 10,000 users' keys.
+type floorLayer struct {
+	core.Store
+	shards [16]struct {
+		mu     sync.Mutex
+		denied map[string]time.Time
+		_      [40]byte // a shard a cache line
+	}
+	calls   atomic.Int64
+	latency [8]atomic.Int64 // by the latency's power of two in ms
+}
+
+// floorSeed hashes floorLayer's keys to their shards.
+var floorSeed = maphash.MakeSeed()
+
+// Apply decides req as its store does, doing what the chain must besides.
+func (f *floorLayer) Apply(ctx context.Context, req core.Request) (core.Decision, error) {
+	start := time.Now()
+	shard := &f.shards[maphash.String(floorSeed, req.Key)%uint64(len(f.shards))]
+	shard.mu.Lock()
+	until, ok := shard.denied[req.Key]
+	shard.mu.Unlock()
+	if ok && until.Sub(start) > time.Hour {
+		return core.Decision{}, nil
+	}
+	d, err := f.Store.Apply(ctx, req)
+	took := time.Since(start)
+	f.calls.Add(1)
+	f.latency[min(bits.Len64(uint64(took.Milliseconds())), len(f.latency)-1)].Add(1)
+	if err == nil && !d.Allowed {
+		shard.mu.Lock()
+		if shard.denied == nil {
+			shard.denied = make(map[string]time.Time)
+		}
+		shard.denied[req.Key] = start
+		shard.mu.Unlock()
+	}
+	return d, err
 }
 
 // BenchmarkLayerCost measures the CPU each layer of the production chain
