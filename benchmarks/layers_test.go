@@ -16,6 +16,16 @@ import (
 	"github.com/sluicehq/sluice/stores"
 )
 
+// redisStores are the Redis stores that the layer benchmarks build the
+// chain on, by name.
+var redisStores = []struct {
+	name string
+	open func(addr, prefix string) (core.Store, func(), error)
+}{
+	{"redisstore", redisStore},
+	{"rueidisstore", rueidisStore},
+}
+
 // BenchmarkLayers takes the production chain apart, layer by layer, over
 // each Redis store: the bare store, then layered over it, then the
 // breaker over that, then policy, then telemetry (the whole chain, as
@@ -32,14 +42,7 @@ import (
 func BenchmarkLayers(b *testing.B) {
 	srv := redistest.Shared(b)
 	keys := workloads()["hot"]
-	stores := []struct {
-		name string
-		open func(addr, prefix string) (core.Store, func(), error)
-	}{
-		{"redisstore", redisStore},
-		{"rueidisstore", rueidisStore},
-	}
-	for _, s := range stores {
+	for _, s := range redisStores {
 		for n := range len(ChainLayers) + 1 {
 			top := "store"
 			if n > 0 {
@@ -76,14 +79,7 @@ func BenchmarkLayers(b *testing.B) {
 //	/tmp/bench.test -test.run='^$' -test.bench=BenchmarkChainFloor -test.benchtime=2s   # several times
 func BenchmarkChainFloor(b *testing.B) {
 	srv := redistest.Shared(b)
-	opens := []struct {
-		name string
-		open func(addr, prefix string) (core.Store, func(), error)
-	}{
-		{"redisstore", redisStore},
-		{"rueidisstore", rueidisStore},
-	}
-	for _, s := range opens {
+	for _, s := range redisStores {
 		floor := func(addr, prefix string) (core.Store, func(), error) {
 			store, closeClient, err := s.open(addr, prefix)
 			if err != nil {
@@ -115,10 +111,11 @@ func BenchmarkChainFloor(b *testing.B) {
 }
 
 // floorLayer is BenchmarkChainFloor's floor: the per-decision work of the
-// chain's features in one frame. Its denials are kept by key and never
-// read as answers (an entry is kept an hour ahead of the clock, which a
-// denial's instant never is), so that every decision asks the store, as
-// the chain's do on these workloads; a map of at most 10,000 users' keys.
+// chain's features in one frame. It keeps each key's last denial and
+// looks it up as layered does, but answers from it only if it lies an
+// hour ahead of the call (a denial's own instant never does), so that
+// every decision asks the store, as the chain's do on these workloads. It
+// keeps at most a workload's keys: 10,000 users.
 type floorLayer struct {
 	core.Store
 	shards [16]struct {
