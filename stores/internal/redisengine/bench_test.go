@@ -42,14 +42,18 @@ import (
 // handle. users less users-minimal is what MultiScript's generality and
 // its checks cost a decision.
 //
+// users-decide sends them to users-minimal's script without its reply:
+// what every script that decides exactly must do, whatever it replies.
+//
 //	go test -run '^$' -bench BenchmarkMultiScript -count 6 ./stores/internal/redisengine
 func BenchmarkMultiScript(b *testing.B) {
 	srv := redistest.Start(b)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer client.Close()
 	ctx := context.Background()
-	script, floor, minimal := algorithms.MultiScript(), algorithms.NewScript(floorScript), algorithms.NewScript(minimalScript)
-	for _, s := range []*algorithms.Script{script, floor, minimal} {
+	script, floor := algorithms.MultiScript(), algorithms.NewScript(floorScript)
+	minimal, decide := algorithms.NewScript(minimalLua(true)), algorithms.NewScript(minimalLua(false))
+	for _, s := range []*algorithms.Script{script, floor, minimal, decide} {
 		if err := client.ScriptLoad(ctx, s.Source()).Err(); err != nil {
 			b.Fatal(err)
 		}
@@ -61,7 +65,7 @@ func BenchmarkMultiScript(b *testing.B) {
 	)
 	limit := core.PerSecond(20_000).WithBurst(100)
 	alg := redisengine.Alg(algorithms.MultiIndex(algorithms.TokenBucket))
-	for _, workload := range []string{"hot", "users", "users-floor", "users-minimal"} {
+	for _, workload := range []string{"hot", "users", "users-floor", "users-minimal", "users-decide"} {
 		// The calls' keys and arguments, made before the timer starts.
 		type call struct {
 			keys []string
@@ -95,6 +99,8 @@ func BenchmarkMultiScript(b *testing.B) {
 				}
 			case "users-minimal":
 				sha = minimal.Hash()
+			case "users-decide":
+				sha = decide.Hash()
 			}
 			send := func(c call) {
 				if err := client.EvalSha(ctx, sha, c.keys, c.args[0], c.args[1], c.args[2]).Err(); err != nil {
@@ -140,13 +146,21 @@ end
 return ARGV[1]
 `
 
-// minimalScript decides each of its requests, packed as MultiScript's
-// ARGV[1] packs them, as a token bucket's charge on the server's clock,
-// with none of MultiScript's checks and cases (see users-minimal): the
-// least a script of its calling convention can do for such requests on
-// distinct keys. It writes states of the token bucket's layout, so that
-// its keys hold what it reads from the first call on.
-const minimalScript = `
+// minimalLua returns users-minimal's script, or users-decide's without
+// reply: it decides each of its requests, packed as MultiScript's ARGV[1]
+// packs them, as a token bucket's charge on the server's clock, with none
+// of MultiScript's checks and cases: the least a script of its calling
+// convention can do for such requests on distinct keys. It writes states
+// of the token bucket's layout, so that its keys hold what it reads from
+// the first call on. With reply it packs ten numbers for each decision
+// and replies with them all; without, it replies with an empty string.
+func minimalLua(reply bool) string {
+	pack, ret := "", "return ''"
+	if reply {
+		pack = "\tout[i] = packd('<dddddddddd', 1, burst, floor(level / u), 0, reset, 0, now, level, u, 0)\n"
+		ret = "return table.concat(out)"
+	}
+	return `
 local KEYS, ARGS = KEYS, ARGV[1]
 local unpackd, packd, floor, ceil, min = struct.unpack, struct.pack, math.floor, math.ceil, math.min
 local n = #KEYS
@@ -170,10 +184,9 @@ for i = 1, n do
 	level = level - cost * u
 	local reset = ceil((capacity - level) / r)
 	redis.call('SET', KEYS[i], packd('<dddddd', now, level, u, C, now + reset, X), 'KEEPTTL')
-	out[i] = packd('<dddddddddd', 1, burst, floor(level / u), 0, reset, 0, now, level, u, 0)
-end
-return table.concat(out)
-`
+` + pack + `end
+` + ret + "\n"
+}
 
 // floorValue is what users-floor's keys hold before it runs: a state's
 // length.
